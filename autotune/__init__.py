@@ -1,0 +1,40 @@
+"""autotune: learned-cost-model autotuning of tensor operators.
+
+The public API is re-exported here lazily, so that ``import autotune`` stays cheap and
+importing one part (say the database) does not pull in the compiler.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Workload": "autotune.ops",
+    "workload": "autotune.ops",
+    "Target": "autotune.target",
+    "Config": "autotune.space",
+    "ConfigSpace": "autotune.space",
+    "space": "autotune.driver",
+    "lower": "autotune.driver",
+    "compile": "autotune.driver",
+    "Kernel": "autotune.codegen.kernel",
+    "tune": "autotune.api",
+    "best": "autotune.api",
+    "build": "autotune.api",
+    "TuneResult": "autotune.api",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,219 @@
+"""Affine analysis, substitution and range-aware simplification of index expressions."""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from autotune.ir.expr import (INT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, binop,
+                              cmp, mul)
+from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync
+
+Affine = tuple[dict[Var, int], int]
+
+
+def affine(e: Expr) -> Affine | None:
+    """``e`` as ``(coefficients, constant)`` when it is an integer affine form of vars, else None."""
+    if isinstance(e, Var):
+        return {e: 1}, 0
+    if isinstance(e, Const):
+        return ({}, int(e.value)) if e.dtype == INT else None
+    if isinstance(e, BinOp):
+        if e.op in ("+", "-"):
+            a, b = affine(e.a), affine(e.b)
+            if a is None or b is None:
+                return None
+            sign = 1 if e.op == "+" else -1
+            coefs = dict(a[0])
+            for v, c in b[0].items():
+                coefs[v] = coefs.get(v, 0) + sign * c
+            return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
+        if e.op == "*":
+            a, b = affine(e.a), affine(e.b)
+            if a is None or b is None:
+                return None
+            if not a[0]:
+                a, b = b, a
+            if b[0]:
+                return None  # product of two variables
+            k = b[1]
+            return ({v: c * k for v, c in a[0].items() if c * k}, a[1] * k)
+    return None
+
+
+def from_affine(coefs: Mapping[Var, int], c: int) -> Expr:
+    """Rebuild a canonical expression (largest coefficients first) from an affine form."""
+    out: Expr = Const(0)
+    for v, k in sorted(coefs.items(), key=lambda t: (-abs(t[1]), t[0].name)):
+        out = add(out, mul(v, k)) if k != -1 else binop("-", out, v)
+    return add(out, c) if c >= 0 else binop("-", out, -c)
+
+
+def affine_range(coefs: Mapping[Var, int], c: int, extents: Mapping[Var, int]) -> tuple[int, int] | None:
+    """Min and max of an affine form over vars in ``[0, extent)``; None if a var is unbounded."""
+    lo = hi = c
+    for v, k in coefs.items():
+        ext = extents.get(v)
+        if ext is None:
+            return None
+        span = k * (ext - 1)
+        lo += min(0, span)
+        hi += max(0, span)
+    return lo, hi
+
+
+def simplify(e: Expr, extents: Mapping[Var, int]) -> Expr:
+    """Canonicalise affine sub-expressions and remove ``//`` and ``%`` that the ranges decide."""
+    if isinstance(e, (Var, Const)):
+        return e
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(simplify(i, extents) for i in e.indices))
+    if e.dtype == INT:
+        a = affine(e)
+        if a is not None:
+            return from_affine(*a)
+    if isinstance(e, BinOp):
+        x, y = simplify(e.a, extents), simplify(e.b, extents)
+        if e.op in ("//", "%") and isinstance(y, Const) and y.value > 0:
+            r = _divmod(x, int(y.value), e.op, extents)
+            if r is not None:
+                return r
+        if e.op in ("min", "max") and x.dtype == INT:
+            rx, ry = _range(x, extents), _range(y, extents)
+            if rx and ry:
+                if rx[1] <= ry[0]:
+                    return x if e.op == "min" else y
+                if ry[1] <= rx[0]:
+                    return y if e.op == "min" else x
+        return binop(e.op, x, y)
+    if isinstance(e, Cmp):
+        x, y = simplify(e.a, extents), simplify(e.b, extents)
+        r = _range(binop("-", x, y), extents) if x.dtype == INT else None
+        if r is not None:
+            decided = _decide(e.op, r)
+            if decided is not None:
+                return Const(int(decided), "bool")
+        return cmp(e.op, x, y)
+    if isinstance(e, And):
+        x, y = simplify(e.a, extents), simplify(e.b, extents)
+        if isinstance(x, Const):
+            return y if x.value else x
+        if isinstance(y, Const):
+            return x if y.value else y
+        return And(x, y)
+    if isinstance(e, Select):
+        c = simplify(e.cond, extents)
+        if isinstance(c, Const):
+            return simplify(e.t if c.value else e.f, extents)
+        return Select(c, simplify(e.t, extents), simplify(e.f, extents))
+    return e
+
+
+def _decide(op: str, r: tuple[int, int]) -> bool | None:
+    """Decide ``d op 0`` for d in the closed range r, when possible."""
+    lo, hi = r
+    table = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
+             ">=": (lo >= 0, hi < 0), "==": (lo == hi == 0, lo > 0 or hi < 0),
+             "!=": (lo > 0 or hi < 0, lo == hi == 0)}
+    yes, no = table[op]
+    return True if yes else (False if no else None)
+
+
+def _range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
+    a = affine(e)
+    return None if a is None else affine_range(a[0], a[1], extents)
+
+
+def _divmod(x: Expr, d: int, op: str, extents: Mapping[Var, int]) -> Expr | None:
+    a = affine(x)
+    if a is None:
+        return None
+    coefs, c = a
+    q = {v: k // d for v, k in coefs.items() if k % d == 0}
+    rest = {v: k for v, k in coefs.items() if k % d != 0}
+    r = affine_range(rest, c, extents)
+    if r is None or r[0] // d != r[1] // d:
+        return None
+    shift = r[0] // d
+    if op == "//":
+        return from_affine(q, shift)
+    return from_affine(rest, c - shift * d)
+
+
+# ---------------------------------------------------------------- substitution / rewriting
+
+def substitute(e: Expr, mapping: Mapping[Var, Expr]) -> Expr:
+    """Replace vars in ``e`` by expressions."""
+    return map_expr(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
+
+
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild ``e`` bottom-up after ``fn`` (returning a replacement or None) is tried top-down."""
+    r = fn(e)
+    if r is not None:
+        return r
+    if isinstance(e, (Var, Const)):
+        return e
+    if isinstance(e, BinOp):
+        return binop(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    if isinstance(e, Cmp):
+        return cmp(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    if isinstance(e, And):
+        return And(map_expr(e.a, fn), map_expr(e.b, fn))
+    if isinstance(e, Select):
+        return Select(map_expr(e.cond, fn), map_expr(e.t, fn), map_expr(e.f, fn))
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(map_expr(i, fn) for i in e.indices))
+    raise TypeError(f"unknown expression {type(e).__name__}")
+
+
+def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
+    """Apply ``fn`` to every top-level expression of every statement in ``s``."""
+    if isinstance(s, Seq):
+        return Seq([map_stmt_exprs(c, fn) for c in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, map_stmt_exprs(s.body, fn))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(fn(i) for i in s.indices), fn(s.value))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, map_stmt_exprs(s.body, fn))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(fn(s.cond), map_stmt_exprs(s.then, fn),
+                          None if s.else_ is None else map_stmt_exprs(s.else_, fn))
+    if isinstance(s, Sync):
+        return s
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def stmt_exprs(s: Stmt):
+    """Yield every top-level expression in ``s`` (indices, values, conditions)."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Store):
+            yield from x.indices
+            yield x.value
+        elif isinstance(x, IfThenElse):
+            yield x.cond
+        stack.extend(x.children())
+
+
+def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:
+    """All loads of ``buffer`` in ``s``."""
+    from autotune.ir.expr import walk
+    out = []
+    for top in stmt_exprs(s):
+        for e in walk(top):
+            if isinstance(e, Load) and e.buffer is buffer:
+                out.append(e)
+    return out
+
+
+def loop_extents(s: Stmt) -> dict[Var, int]:
+    """Extents of every loop var defined inside ``s``."""
+    out: dict[Var, int] = {}
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, For):
+            out[x.var] = x.extent
+        stack.extend(x.children())
+    return out

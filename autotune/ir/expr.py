@@ -1,0 +1,315 @@
+"""Expression nodes of the loop IR.
+
+Index arithmetic is int64, tensor data float32. Nodes are immutable; ``Var`` compares
+by identity (two loops may share a name), every other node by structure.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Union
+
+if TYPE_CHECKING:
+    from autotune.ir.stmt import Buffer
+
+INT = "int64"
+FLOAT = "float32"
+BOOL = "bool"
+
+ExprLike = Union["Expr", int, float]
+
+
+class Expr:
+    """Base of all expressions. Arithmetic operators build nodes (with constant folding)."""
+
+    __slots__ = ()
+    dtype: str
+
+    def __add__(self, o: ExprLike) -> "Expr":
+        return add(self, o)
+
+    def __radd__(self, o: ExprLike) -> "Expr":
+        return add(o, self)
+
+    def __sub__(self, o: ExprLike) -> "Expr":
+        return sub(self, o)
+
+    def __rsub__(self, o: ExprLike) -> "Expr":
+        return sub(o, self)
+
+    def __mul__(self, o: ExprLike) -> "Expr":
+        return mul(self, o)
+
+    def __rmul__(self, o: ExprLike) -> "Expr":
+        return mul(o, self)
+
+    def __floordiv__(self, o: ExprLike) -> "Expr":
+        return floordiv(self, o)
+
+    def __mod__(self, o: ExprLike) -> "Expr":
+        return mod(self, o)
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+
+class Var(Expr):
+    """A loop or index variable (int64)."""
+
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name: str, dtype: str = INT):
+        self.name = name
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class Const(Expr):
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value: int | float, dtype: str | None = None):
+        if dtype is None:
+            dtype = FLOAT if isinstance(value, float) else INT
+        self.value = float(value) if dtype == FLOAT else int(value)
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and other.value == self.value and other.dtype == self.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.value, self.dtype))
+
+
+class BinOp(Expr):
+    """``op`` is one of ``+ - * // % min max`` (``//`` and ``%`` are floor division/modulo)."""
+
+    __slots__ = ("op", "a", "b", "dtype")
+    OPS = ("+", "-", "*", "//", "%", "min", "max")
+
+    def __init__(self, op: str, a: Expr, b: Expr):
+        assert op in self.OPS, op
+        self.op, self.a, self.b = op, a, b
+        self.dtype = a.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, BinOp) and other.op == self.op
+                and other.a == self.a and other.b == self.b)
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.a, self.b))
+
+    def __repr__(self) -> str:
+        if self.op in ("min", "max"):
+            return f"{self.op}({self.a!r}, {self.b!r})"
+        return f"({self.a!r} {self.op} {self.b!r})"
+
+
+class Cmp(Expr):
+    """Comparison ``< <= > >= == !=``; result dtype bool."""
+
+    __slots__ = ("op", "a", "b", "dtype")
+    OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+    def __init__(self, op: str, a: Expr, b: Expr):
+        assert op in self.OPS, op
+        self.op, self.a, self.b = op, a, b
+        self.dtype = BOOL
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Cmp) and other.op == self.op
+                and other.a == self.a and other.b == self.b)
+
+    def __hash__(self) -> int:
+        return hash(("cmp", self.op, self.a, self.b))
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} {self.op} {self.b!r})"
+
+
+class And(Expr):
+    __slots__ = ("a", "b", "dtype")
+
+    def __init__(self, a: Expr, b: Expr):
+        self.a, self.b, self.dtype = a, b, BOOL
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, And) and other.a == self.a and other.b == self.b
+
+    def __hash__(self) -> int:
+        return hash(("and", self.a, self.b))
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} && {self.b!r})"
+
+
+class Select(Expr):
+    """``cond ? t : f``; both arms may be evaluated (they must be safe to evaluate)."""
+
+    __slots__ = ("cond", "t", "f", "dtype")
+
+    def __init__(self, cond: Expr, t: Expr, f: Expr):
+        self.cond, self.t, self.f = cond, t, f
+        self.dtype = t.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.t, self.f)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Select) and other.cond == self.cond
+                and other.t == self.t and other.f == self.f)
+
+    def __hash__(self) -> int:
+        return hash(("select", self.cond, self.t, self.f))
+
+    def __repr__(self) -> str:
+        return f"select({self.cond!r}, {self.t!r}, {self.f!r})"
+
+
+class Load(Expr):
+    """Read ``buffer[indices]`` (one index per buffer dimension)."""
+
+    __slots__ = ("buffer", "indices", "dtype")
+
+    def __init__(self, buffer: "Buffer", indices: tuple[Expr, ...]):
+        assert len(indices) == len(buffer.shape), (buffer.name, indices)
+        self.buffer, self.indices = buffer, tuple(indices)
+        self.dtype = buffer.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.indices
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Load) and other.buffer is self.buffer
+                and other.indices == self.indices)
+
+    def __hash__(self) -> int:
+        return hash(("load", id(self.buffer), self.indices))
+
+    def __repr__(self) -> str:
+        return f"{self.buffer.name}[{', '.join(map(repr, self.indices))}]"
+
+
+def const(x: ExprLike, like: Expr | None = None) -> Expr:
+    """Wrap a Python number as a ``Const`` (float if ``like`` is float)."""
+    if isinstance(x, Expr):
+        return x
+    if like is not None and like.dtype == FLOAT:
+        return Const(float(x), FLOAT)
+    return Const(x)
+
+
+def _fold(op: str, a: int | float, b: int | float) -> int | float:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "//":
+        return a // b
+    if op == "%":
+        return a % b
+    if op == "min":
+        return min(a, b)
+    return max(a, b)
+
+
+def binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    """Build ``a op b`` with constant folding and the identities x+0, x*1, x*0, x//1, x%1."""
+    ea = const(a, b if isinstance(b, Expr) else None)
+    eb = const(b, ea)
+    if isinstance(ea, Const) and isinstance(eb, Const):
+        return Const(_fold(op, ea.value, eb.value), ea.dtype)
+    if isinstance(eb, Const):
+        v = eb.value
+        if (op in ("+", "-") and v == 0) or (op in ("*", "//") and v == 1):
+            return ea
+        if op == "*" and v == 0 and ea.dtype == INT:
+            return eb
+        if op == "%" and v == 1:
+            return Const(0)
+    if isinstance(ea, Const):
+        v = ea.value
+        if op == "+" and v == 0:
+            return eb
+        if op == "*" and v == 1:
+            return eb
+        if op == "*" and v == 0 and eb.dtype == INT:
+            return ea
+    return BinOp(op, ea, eb)
+
+
+def add(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("+", a, b)
+
+
+def sub(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("-", a, b)
+
+
+def mul(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("*", a, b)
+
+
+def floordiv(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("//", a, b)
+
+
+def mod(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("%", a, b)
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("min", a, b)
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    return binop("max", a, b)
+
+
+def cmp(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    ea, eb = const(a), const(b)
+    if isinstance(ea, Const) and isinstance(eb, Const):
+        r = {"<": ea.value < eb.value, "<=": ea.value <= eb.value, ">": ea.value > eb.value,
+             ">=": ea.value >= eb.value, "==": ea.value == eb.value,
+             "!=": ea.value != eb.value}[op]
+        return Const(int(r), BOOL)
+    return Cmp(op, ea, eb)
+
+
+def all_of(conds: list[Expr]) -> Expr | None:
+    """Conjunction of conditions, dropping constant-true ones; ``None`` when all are true."""
+    out: Expr | None = None
+    for c in conds:
+        if isinstance(c, Const):
+            if c.value:
+                continue
+            return c
+        out = c if out is None else And(out, c)
+    return out
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Pre-order traversal of an expression tree."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(x.children())

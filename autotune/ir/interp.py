@@ -1,0 +1,104 @@
+"""A reference interpreter of the loop AST: translates it to plain Python and runs it.
+
+Slow but simple; it checks indexing of any schedule (CPU or GPU) on small shapes without a
+GPU. Thread-bound loops run sequentially: a cooperative fill of a shared tile nested in a
+thread loop then fills the whole tile for each thread, which gives the same values.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from autotune.ir.expr import And, BinOp, Cmp, Const, Expr, Load, Select, Var
+from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, Sync
+
+
+class _Py:
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.lines: list[str] = []
+
+    def name(self, obj: Var | Buffer, prefix: str) -> str:
+        key = id(obj)
+        if key not in self.names:
+            self.names[key] = f"{prefix}{len(self.names)}"
+        return self.names[key]
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Var):
+            return self.name(e, "v")
+        if isinstance(e, Const):
+            return repr(e.value)
+        if isinstance(e, BinOp):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, Cmp):
+            return f"({self.expr(e.a)} {e.op} {self.expr(e.b)})"
+        if isinstance(e, And):
+            return f"({self.expr(e.a)} and {self.expr(e.b)})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.t)} if {self.expr(e.cond)} else {self.expr(e.f)})"
+        if isinstance(e, Load):
+            return f"{self.name(e.buffer, 'b')}[{self.flat(e.buffer, e.indices)}]"
+        raise TypeError(type(e).__name__)
+
+    def flat(self, buf: Buffer, indices: Sequence[Expr]) -> str:
+        terms = [f"{self.expr(i)}*{s}" if s != 1 else self.expr(i)
+                 for i, s in zip(indices, buf.strides)]
+        idx = " + ".join(terms) or "0"
+        # an out-of-range index is a bug in lowering: make it fail loudly, not wrap around
+        return f"_chk({idx}, {buf.size})"
+
+    def stmt(self, s: Stmt, ind: int) -> None:
+        pad = "    " * ind
+        if isinstance(s, Seq):
+            if not s.stmts:
+                self.lines.append(pad + "pass")
+            for c in s.stmts:
+                self.stmt(c, ind)
+        elif isinstance(s, For):
+            self.lines.append(f"{pad}for {self.name(s.var, 'v')} in range({s.extent}):")
+            self.stmt(s.body, ind + 1)
+        elif isinstance(s, Store):
+            self.lines.append(f"{pad}{self.name(s.buffer, 'b')}[{self.flat(s.buffer, s.indices)}]"
+                              f" = {self.expr(s.value)}")
+        elif isinstance(s, Allocate):
+            self.lines.append(f"{pad}{self.name(s.buffer, 'b')} = _np.full({s.buffer.size}, _np.nan)")
+            self.stmt(s.body, ind)
+        elif isinstance(s, IfThenElse):
+            self.lines.append(f"{pad}if {self.expr(s.cond)}:")
+            self.stmt(s.then, ind + 1)
+            if s.else_ is not None:
+                self.lines.append(f"{pad}else:")
+                self.stmt(s.else_, ind + 1)
+        elif isinstance(s, Sync):
+            self.lines.append(pad + "pass")
+        else:
+            raise TypeError(type(s).__name__)
+
+
+def _chk(i: int, n: int) -> int:
+    if not 0 <= i < n:
+        raise IndexError(f"index {i} out of range [0, {n})")
+    return i
+
+
+def interpret(func: PrimFunc, arrays: Sequence[np.ndarray]) -> None:
+    """Run ``func`` on numpy arrays (inputs, then the output, written in place)."""
+    if len(arrays) != len(func.args):
+        raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
+    py = _Py()
+    params = [py.name(b, "b") for b in func.args]
+    py.lines.append(f"def _kernel({', '.join(params)}):")
+    for w in func.workspaces:
+        py.lines.append(f"    {py.name(w, 'b')} = _np.full({w.size}, _np.nan)")
+    py.stmt(func.body, 1)
+    scope: dict = {"_np": np, "_chk": _chk}
+    exec(compile("\n".join(py.lines), f"<interp {func.name}>", "exec"), scope)
+    flat = [np.asarray(a, dtype=np.float64).reshape(-1).copy() for a in arrays]
+    scope["_kernel"](*flat)
+    out = arrays[-1]
+    out[...] = flat[-1].reshape(out.shape).astype(out.dtype)

@@ -1,0 +1,160 @@
+"""Statement nodes of the loop IR (the loop AST) and the function that holds them.
+
+The loop AST is what both code generators and the cost model's feature extraction read:
+loops with static extents (starting at 0) and an annotation, stores/loads with one index
+expression per buffer dimension, allocations with a memory scope, guards, barriers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from math import prod
+from typing import Iterator
+
+from autotune.ir.expr import FLOAT, Expr, Var
+
+
+class Scope(str, Enum):
+    GLOBAL = "global"  # kernel arguments and runtime-allocated workspaces
+    LOCAL = "local"    # per-thread registers / stack (CPU: alloca)
+    SHARED = "shared"  # CUDA shared memory of a thread block
+
+
+class Buffer:
+    """A dense row-major array. Compared by identity."""
+
+    __slots__ = ("name", "shape", "dtype", "scope", "strides")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: str = FLOAT,
+                 scope: Scope = Scope.GLOBAL):
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.scope = Scope(scope)
+        strides, acc = [], 1
+        for s in reversed(self.shape):
+            strides.append(acc)
+            acc *= s
+        self.strides = tuple(reversed(strides))
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.shape}, {self.scope.value})"
+
+    def __getitem__(self, idx: Expr | int | tuple) -> "Expr":
+        from autotune.ir.expr import Load, const
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        return Load(self, tuple(const(i) for i in idx))
+
+
+class ForKind(str, Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"        # CPU: iterations spread over the thread pool
+    VECTORIZED = "vectorized"    # CPU: one SIMD operation per lane group
+    UNROLLED = "unrolled"
+    BLOCK_X = "blockIdx.x"
+    BLOCK_Y = "blockIdx.y"
+    BLOCK_Z = "blockIdx.z"
+    THREAD_X = "threadIdx.x"
+    THREAD_Y = "threadIdx.y"
+    THREAD_Z = "threadIdx.z"
+    VTHREAD = "vthread"          # CUDA: virtual thread, unrolled with a strided pattern
+
+    @property
+    def is_thread_binding(self) -> bool:
+        return self.value.startswith(("blockIdx", "threadIdx"))
+
+
+class Stmt:
+    __slots__ = ()
+
+    def children(self) -> tuple["Stmt", ...]:
+        return ()
+
+
+class For(Stmt):
+    __slots__ = ("var", "extent", "kind", "body")
+
+    def __init__(self, var: Var, extent: int, kind: ForKind, body: Stmt):
+        self.var, self.extent, self.kind, self.body = var, int(extent), ForKind(kind), body
+
+    def children(self) -> tuple[Stmt, ...]:
+        return (self.body,)
+
+
+class Seq(Stmt):
+    __slots__ = ("stmts",)
+
+    def __init__(self, stmts: list[Stmt] | tuple[Stmt, ...]):
+        flat: list[Stmt] = []
+        for s in stmts:
+            flat.extend(s.stmts if isinstance(s, Seq) else [s])
+        self.stmts = tuple(flat)
+
+    def children(self) -> tuple[Stmt, ...]:
+        return self.stmts
+
+
+class Store(Stmt):
+    __slots__ = ("buffer", "indices", "value")
+
+    def __init__(self, buffer: Buffer, indices: tuple[Expr, ...], value: Expr):
+        assert len(indices) == len(buffer.shape), (buffer.name, indices)
+        self.buffer, self.indices, self.value = buffer, tuple(indices), value
+
+
+class Allocate(Stmt):
+    """Scope of a temporary buffer; ``body`` may read and write it."""
+
+    __slots__ = ("buffer", "body")
+
+    def __init__(self, buffer: Buffer, body: Stmt):
+        self.buffer, self.body = buffer, body
+
+    def children(self) -> tuple[Stmt, ...]:
+        return (self.body,)
+
+
+class IfThenElse(Stmt):
+    __slots__ = ("cond", "then", "else_")
+
+    def __init__(self, cond: Expr, then: Stmt, else_: Stmt | None = None):
+        self.cond, self.then, self.else_ = cond, then, else_
+
+    def children(self) -> tuple[Stmt, ...]:
+        return (self.then,) if self.else_ is None else (self.then, self.else_)
+
+
+class Sync(Stmt):
+    """Barrier among the threads of a block (``__syncthreads()``); a no-op on CPUs."""
+
+    __slots__ = ()
+
+
+@dataclass
+class PrimFunc:
+    """A lowered kernel: arguments (inputs, then the output), runtime-allocated workspaces
+    (global temporaries, e.g. a packed weight), and the loop AST."""
+
+    name: str
+    args: tuple[Buffer, ...]
+    body: Stmt
+    workspaces: tuple[Buffer, ...] = ()
+    attrs: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        from autotune.ir.printer import format_func
+        return format_func(self)
+
+
+def walk_stmts(s: Stmt) -> Iterator[Stmt]:
+    """Pre-order traversal of a statement tree."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(x.children()))

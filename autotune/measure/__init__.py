@@ -1,0 +1,1 @@
+"""Measurement: typed inputs/results, builders, runners, executors."""

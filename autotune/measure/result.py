@@ -1,0 +1,66 @@
+"""Typed measurement records: what goes into a measurement and what comes out."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # imported for annotations only; keeps this module dependency-free
+    from autotune.ops import Workload
+    from autotune.space import Config
+    from autotune.target import Target
+
+
+class ErrorKind(str, Enum):
+    """Why a measurement has no valid cost (NONE: it has one)."""
+
+    NONE = "none"
+    INSTANTIATION = "instantiation"  # the config is invalid for the workload/target
+    COMPILE = "compile"
+    RUNTIME = "runtime"
+    WRONG_ANSWER = "wrong_answer"
+    BUILD_TIMEOUT = "build_timeout"
+    RUN_TIMEOUT = "run_timeout"
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """One candidate to measure: a point of a workload's space on a target."""
+
+    workload: "Workload"
+    target: "Target"
+    config: "Config"
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Outcome of one measurement; failures are data, never exceptions.
+
+    ``costs`` holds every repeat's seconds per call; ``cost`` is their median.
+    ``extra`` carries backend details (e.g. ptxas registers, spills) as JSON-able values.
+    """
+
+    costs: tuple[float, ...]
+    error: ErrorKind = ErrorKind.NONE
+    error_msg: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per call, or +inf when the measurement failed."""
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+    @classmethod
+    def failure(cls, error: ErrorKind, msg: str, *, build_s: float = 0.0, run_s: float = 0.0,
+                extra: Mapping[str, Any] | None = None) -> "MeasureResult":
+        return cls(costs=(), error=error, error_msg=msg[:4000], build_s=build_s, run_s=run_s,
+                   extra=dict(extra or {}))

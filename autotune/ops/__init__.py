@@ -1,0 +1,25 @@
+"""Operator compute definitions: workloads, shapes, flop counts and numpy references.
+
+Pure numpy; nothing here imports the rest of autotune.
+"""
+from autotune.ops.conv2d import conv_out_size
+from autotune.ops.epilogue import EPILOGUE_STAGES, canonical_epilogue
+from autotune.ops.registry import OPS, op_spec
+from autotune.ops.spec import OpSpec, ParamSpec, ParamValue
+from autotune.ops.workload import DTYPES, ArgSpec, Workload, aligned_empty, workload
+
+__all__ = [
+    "DTYPES",
+    "EPILOGUE_STAGES",
+    "OPS",
+    "ArgSpec",
+    "OpSpec",
+    "ParamSpec",
+    "ParamValue",
+    "Workload",
+    "aligned_empty",
+    "canonical_epilogue",
+    "conv_out_size",
+    "op_spec",
+    "workload",
+]

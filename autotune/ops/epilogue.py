@@ -1,0 +1,74 @@
+"""Fused epilogues: per-output-channel stages applied to an operator's result.
+
+Valid chains are at most one of `bias` / `scale_shift`, then optionally `relu`;
+the canonical order puts the affine stage first and `relu` last.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "relu")
+
+# Kernel arguments each stage adds (each of shape (channels,)), in argument order.
+STAGE_ARGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"bias": ("bias",), "scale_shift": ("scale", "shift"), "relu": ()}
+)
+
+# Flops per output element: an add, a multiply-add (counted as 2), a max.
+STAGE_FLOPS: Mapping[str, int] = MappingProxyType({"bias": 1, "scale_shift": 2, "relu": 1})
+
+_AFFINE = ("bias", "scale_shift")
+
+
+def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str, ...]:
+    """Validate an epilogue chain given in any order and return it canonically ordered."""
+    chain = (stages,) if isinstance(stages, str) else tuple(stages)
+    for stage in chain:
+        if not isinstance(stage, str) or stage not in EPILOGUE_STAGES:
+            raise ValueError(
+                f"{op}: unknown epilogue stage {stage!r}; expected {', '.join(EPILOGUE_STAGES)}"
+            )
+    if len(set(chain)) != len(chain):
+        raise ValueError(f"{op}: epilogue {list(chain)} repeats a stage")
+    if all(stage in chain for stage in _AFFINE):
+        raise ValueError(f"{op}: epilogue may hold only one of bias and scale_shift, got both")
+    return tuple(stage for stage in EPILOGUE_STAGES if stage in chain)
+
+
+def epilogue_args(epilogue: Sequence[str]) -> tuple[str, ...]:
+    """Names of the per-channel vectors the chain needs, in kernel argument order."""
+    return tuple(name for stage in epilogue for name in STAGE_ARGS[stage])
+
+
+def epilogue_flops(epilogue: Sequence[str]) -> int:
+    """Flops the chain adds per output element."""
+    return sum(STAGE_FLOPS[stage] for stage in epilogue)
+
+
+def apply_epilogue(
+    out: np.ndarray,
+    epilogue: Sequence[str],
+    vectors: Mapping[str, np.ndarray],
+    channel_axis: int,
+) -> np.ndarray:
+    """Apply the chain to `out` (a new array is returned); vectors are indexed by channel."""
+    axis = channel_axis % out.ndim
+    # Reshape (channels,) so it broadcasts along `axis` of the output.
+    view = [1] * out.ndim
+    view[axis] = out.shape[axis]
+
+    def per_channel(name: str) -> np.ndarray:
+        return np.asarray(vectors[name], dtype=np.float64).reshape(view)
+
+    result = np.array(out, dtype=np.float64)
+    for stage in epilogue:
+        if stage == "bias":
+            result += per_channel("bias")
+        elif stage == "scale_shift":
+            result = result * per_channel("scale") + per_channel("shift")
+        elif stage == "relu":
+            np.maximum(result, 0.0, out=result)
+    return result

@@ -1,0 +1,226 @@
+"""`Workload`: an operator with concrete sizes, epilogue and dtype; the database key."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+
+from autotune.ops.epilogue import apply_epilogue, canonical_epilogue, epilogue_args, epilogue_flops
+from autotune.ops.registry import op_spec
+from autotune.ops.spec import OpSpec, ParamValue, Shape
+
+DTYPES: tuple[str, ...] = ("float32",)
+_ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
+_WIRE_KEYS = ("op", "params", "epilogue", "dtype")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One kernel argument: its name, shape and whether the kernel reads or writes it."""
+
+    name: str
+    shape: Shape
+    role: str  # "input" | "output"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An operator instance. Construct with `workload(...)`; every instance is validated.
+
+    `param_items` holds the params in table order, defaults filled, pairs as (h, w).
+    """
+
+    op: str
+    param_items: tuple[tuple[str, ParamValue], ...]
+    epilogue: tuple[str, ...] = ()
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        spec = op_spec(self.op)
+        if self.dtype not in DTYPES:
+            raise ValueError(
+                f"{self.op}: unsupported dtype {self.dtype!r}; supported: {', '.join(DTYPES)}"
+            )
+        items = self.param_items
+        values = dict(items.items() if isinstance(items, Mapping) else items)
+        if len(values) != len(items):
+            raise ValueError(f"{self.op}: a parameter is given twice in {items!r}")
+        normalized = spec.normalize(values)
+        object.__setattr__(self, "param_items", tuple(normalized.items()))
+        object.__setattr__(self, "epilogue", canonical_epilogue(self.op, self.epilogue))
+
+    # ---- description -------------------------------------------------------------
+
+    @property
+    def spec(self) -> OpSpec:
+        return op_spec(self.op)
+
+    @property
+    def params(self) -> Mapping[str, ParamValue]:
+        """Read-only name -> int or (h, w) mapping."""
+        return MappingProxyType(dict(self.param_items))
+
+    @cached_property
+    def output_shape(self) -> Shape:
+        return self.spec.output_shape(self.params)
+
+    @property
+    def channels(self) -> int:
+        """Length of the per-channel epilogue vectors."""
+        return self.output_shape[self.spec.channel_axis]
+
+    @property
+    def out_h(self) -> int:
+        """Output height (conv ops only)."""
+        return self._conv_out_axis(2)
+
+    @property
+    def out_w(self) -> int:
+        """Output width (conv ops only)."""
+        return self._conv_out_axis(3)
+
+    def _conv_out_axis(self, axis: int) -> int:
+        if self.op not in ("conv2d", "depthwise_conv2d"):
+            raise AttributeError(f"{self.op} has no spatial output axes")
+        return self.output_shape[axis]
+
+    @cached_property
+    def arg_specs(self) -> tuple[ArgSpec, ...]:
+        """Kernel arguments in order: main inputs, epilogue vectors, then `out`."""
+        params = self.params
+        main = [ArgSpec(name, shape, "input") for name, shape in self.spec.inputs(params)]
+        extra = [ArgSpec(name, (self.channels,), "input") for name in epilogue_args(self.epilogue)]
+        return (*main, *extra, ArgSpec("out", self.output_shape, "output"))
+
+    def flops(self) -> int:
+        """2 per multiply-accumulate of the main op (padding taps included), plus the
+        epilogue's per-output-element flops: bias 1, scale_shift 2, relu 1."""
+        outputs = int(np.prod(self.output_shape))
+        return 2 * self.spec.macs(self.params) + outputs * epilogue_flops(self.epilogue)
+
+    def __str__(self) -> str:
+        def show(value: ParamValue) -> str:
+            return f"({value[0]},{value[1]})" if isinstance(value, tuple) else str(value)
+
+        body = ",".join(f"{name}={show(value)}" for name, value in self.param_items)
+        return f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue)
+
+    # ---- serialisation -------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form: pairs become lists."""
+        params = {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in self.param_items
+        }
+        return {
+            "op": self.op,
+            "params": params,
+            "epilogue": list(self.epilogue),
+            "dtype": self.dtype,
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no spaces."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @cached_property
+    def key(self) -> str:
+        """The database key (the canonical JSON)."""
+        return self.to_json()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Workload:
+        """Parse and re-validate the wire form; `epilogue` and `dtype` are optional."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"workload: expected an object, got {type(data).__name__}")
+        for name in data:
+            if name not in _WIRE_KEYS:
+                raise ValueError(
+                    f"workload: unknown field {name!r}; expected {', '.join(_WIRE_KEYS)}"
+                )
+        if "op" not in data:
+            raise ValueError("workload: missing field 'op'")
+        params = data.get("params", {})
+        if not isinstance(params, Mapping):
+            raise ValueError(f"workload: field 'params' must be an object, got {params!r}")
+        epilogue = data.get("epilogue") or ()
+        if not isinstance(epilogue, (str, list, tuple)):
+            raise ValueError(f"workload: field 'epilogue' must be a list, got {epilogue!r}")
+        chain = (epilogue,) if isinstance(epilogue, str) else tuple(epilogue)
+        return cls(data["op"], tuple(params.items()), chain, data.get("dtype", "float32"))
+
+    @classmethod
+    def from_json(cls, text: Union[str, Mapping[str, Any]]) -> Workload:
+        """Parse a JSON string (or an already decoded dict)."""
+        if isinstance(text, Mapping):
+            return cls.from_dict(text)
+        try:
+            data = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as err:
+            raise ValueError(f"workload: not valid JSON: {err}") from None
+        return cls.from_dict(data)
+
+    # ---- data ------------------------------------------------------------------------
+
+    def random_args(self, seed: int) -> list[np.ndarray]:
+        """Aligned float32 arrays in argument order: inputs uniform in [-1, 1) without
+        zeros, the output filled with NaN so unwritten elements show."""
+        rng = np.random.default_rng(seed)
+        args = []
+        for arg in self.arg_specs:
+            array = aligned_empty(arg.shape)
+            if arg.role == "output":
+                array.fill(np.nan)
+            else:
+                rng.random(out=array, dtype=np.float32)
+                array *= 2
+                array -= 1
+                array[array == 0] = 0.5  # zero inputs hide indexing bugs
+            args.append(array)
+        return args
+
+    def reference(self, args: Sequence[np.ndarray]) -> np.ndarray:
+        """Expected output (float32) from numpy, given the inputs (and optionally `out`,
+        which is ignored) in argument order. Accumulates in float64."""
+        specs = self.arg_specs
+        inputs = specs[:-1]
+        if len(args) not in (len(inputs), len(specs)):
+            raise ValueError(
+                f"{self.op}: reference takes {len(inputs)} inputs "
+                f"({', '.join(a.name for a in inputs)}), got {len(args)} arrays"
+            )
+        arrays: dict[str, np.ndarray] = {}
+        for spec, array in zip(inputs, args):
+            if tuple(np.shape(array)) != spec.shape:
+                raise ValueError(
+                    f"{self.op}: argument {spec.name!r} has shape {np.shape(array)}, "
+                    f"expected {spec.shape}"
+                )
+            arrays[spec.name] = np.asarray(array, dtype=np.float64)
+        main = [arrays[name] for name, _ in self.spec.inputs(self.params)]
+        out = self.spec.compute(self.params, *main)
+        out = apply_epilogue(out, self.epilogue, arrays, self.spec.channel_axis)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    nbytes = int(np.prod(shape)) * itemsize
+    buffer = np.empty(nbytes + align, dtype=np.uint8)
+    offset = -buffer.ctypes.data % align
+    return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def workload(
+    op: str, *, epilogue: Union[str, Sequence[str]] = (), dtype: str = "float32", **params: Any
+) -> Workload:
+    """Build a validated `Workload`, e.g. `workload("matmul", M=64, N=64, K=64)`."""
+    chain = (epilogue,) if isinstance(epilogue, str) else tuple(epilogue or ())
+    return Workload(op, tuple(params.items()), chain, dtype)

@@ -1,0 +1,335 @@
+"""Lowering: a ``Schedule`` becomes a loop AST (``PrimFunc``).
+
+Each stage's leaf axes become nested loops. A stage attached with ``compute_at`` is emitted
+inside its consumer's loop, over the region that the loop's body reads, found by affine
+analysis of the already-built body (a box for caches of inputs; for cache-write stages one
+buffer dimension per consumer loop, which keeps strided vthread tiles dense). Loops whose
+split does not divide the extent get guards, placed as far out as their variables allow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from autotune.ir.analysis import (affine, affine_range, from_affine, loads_of, loop_extents,
+                                  map_expr, map_stmt_exprs, simplify, substitute)
+from autotune.ir.expr import FLOAT, Const, Expr, Load, Select, Var, add, cmp, mul, walk
+from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
+                              Stmt, Store, Sync)
+from autotune.schedule.schedule import Axis, FuseRel, Schedule, SplitRel, Stage
+
+
+class LoweringError(ValueError):
+    """The schedule cannot be lowered (an invalid config for this workload)."""
+
+
+@dataclass
+class _Region:
+    """Where an attached stage's axes sit in its tensor: per dimension a base expression and
+    either an extent (box) or a list of (stage axis, coefficient) terms (per-var)."""
+
+    bases: list[Expr]
+    extents: list[int] = field(default_factory=list)
+    terms: list[list[tuple[Axis, int]]] = field(default_factory=list)
+    axis_extent: dict[Axis, int] = field(default_factory=dict)
+    consumer_vars: dict[Axis, Var] = field(default_factory=dict)
+
+
+def lower_schedule(sch: Schedule, name: str = "kernel") -> PrimFunc:
+    return _Lowerer(sch).run(name)
+
+
+class _Lowerer:
+    def __init__(self, sch: Schedule):
+        self.sch = sch
+        self.ext: dict[Var, int] = {}
+        self.axis_of_var: dict[Var, Axis] = {}
+        self.names: dict[str, int] = {}
+        self.workspaces: list[Buffer] = []
+        self.attached: dict[tuple[int, Axis], list[Stage]] = {}
+        for st in sch.stages:
+            if st.attach is not None:
+                self.attached.setdefault((id(st.attach[0]), st.attach[1]), []).append(st)
+        self.bodies = self._inline()
+
+    def run(self, name: str) -> PrimFunc:
+        parts = []
+        for st in self.sch.stages:
+            if st.inlined or st.attach is not None:
+                continue
+            stmt, buf = self.emit(st, [], None)
+            if st.tensor is not self.sch.output:
+                self.workspaces.append(buf)
+            parts.append(stmt)
+        body = _simplify_stmt(Seq(parts), self.ext)
+        args = tuple(t.buffer for t in self.sch.inputs) + (self.sch.output.buffer,)
+        return PrimFunc(name, args, body, tuple(self.workspaces))
+
+    # ------------------------------------------------------------------ inlining
+    def _inline(self) -> dict[Stage, tuple[Expr, Expr | None]]:
+        bodies = {st: (st.op.body, st.op.post) for st in self.sch.stages}
+        for st in self.sch.stages:
+            if not st.inlined:
+                continue
+            body, axes, buf = bodies[st][0], st.op.axes, st.tensor.buffer
+
+            def repl(e: Expr, body=body, axes=axes, buf=buf) -> Expr | None:
+                if isinstance(e, Load) and e.buffer is buf:
+                    return substitute(body, dict(zip(axes, e.indices)))
+                return None
+
+            for other in self.sch.stages:
+                b, p = bodies[other]
+                bodies[other] = (map_expr(b, repl), None if p is None else map_expr(p, repl))
+        return bodies
+
+    def _var(self, name: str, extent: int) -> Var:
+        n = self.names.get(name, 0)
+        self.names[name] = n + 1
+        v = Var(name if n == 0 else f"{name}_{n}")
+        self.ext[v] = extent
+        return v
+
+    # ------------------------------------------------------------------ one stage
+    def emit(self, st: Stage, ctx: list[tuple[Var, ForKind]], region: _Region | None
+             ) -> tuple[Stmt, Buffer]:
+        op = st.op
+        shape = st.tensor.shape
+        ext: dict[Axis, int] = {}
+        if region is None:
+            ext.update(zip(st.axis, shape))
+        elif region.extents:
+            ext.update(zip(st.axis, region.extents))
+        else:
+            ext.update(region.axis_extent)
+        for ra, r in zip(st.reduce_axis, op.reduce_axes):
+            ext[ra] = r.extent
+        for rel in st.relations:
+            if isinstance(rel, SplitRel):
+                p = ext[rel.parent]
+                inner = min(rel.factor, p) if rel.factor else ceil(p / rel.nparts)
+                ext[rel.inner], ext[rel.outer] = inner, ceil(p / inner)
+            else:
+                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+
+        var = {a: self._var(a.name, ext[a]) for a in st.leaves}
+        for a, v in var.items():
+            self.axis_of_var[v] = a
+        val: dict[Axis, Expr] = dict(var)
+        guards: list[tuple[Expr, bool]] = []  # (condition, involves reduction)
+        for rel in reversed(st.relations):
+            if isinstance(rel, SplitRel):
+                val[rel.parent] = add(mul(val[rel.outer], ext[rel.inner]), val[rel.inner])
+                if ext[rel.outer] * ext[rel.inner] > ext[rel.parent]:
+                    guards.append((cmp("<", val[rel.parent], ext[rel.parent]), rel.parent.reduce))
+            else:
+                val[rel.outer] = val[rel.fused] // ext[rel.inner]
+                val[rel.inner] = val[rel.fused] % ext[rel.inner]
+
+        # tensor index of each point, the buffer written, and the index stored to
+        if region is None:
+            gidx = [val[a] for a in st.axis]
+            buf = st.tensor.buffer
+        elif region.extents:
+            gidx = [add(b, val[a]) for b, a in zip(region.bases, st.axis)]
+            buf = Buffer(st.tensor.name, tuple(region.extents), scope=st.scope)
+        else:
+            gidx = []
+            for b, terms in zip(region.bases, region.terms):
+                e = b
+                for a, c in terms:
+                    e = add(e, mul(val[a], c))
+                gidx.append(e)
+            buf = Buffer(st.tensor.name, tuple(ext[a] for a in st.axis), scope=st.scope)
+        sidx = [val[a] for a in st.axis] if region is not None else gidx
+        body, post = self.bodies[st]
+        subst: dict[Var, Expr] = dict(zip(op.axes, gidx))
+        subst.update({r.var: val[ra] for ra, r in zip(st.reduce_axis, op.reduce_axes)})
+        value = substitute(body, subst)
+        if region is not None:
+            # a tile may overhang the tensor: skip the points whose reads would fall outside
+            # (they are never written back) rather than guard every point of the tile
+            guards += [(g, True) for g in self._load_guards(value)]
+        is_red = bool(op.reduce_axes)
+        cur = Load(buf, tuple(sidx))
+        update: Stmt = Store(buf, tuple(sidx), cur + value if is_red else value)
+
+        leaves = st.leaves
+        depth = {var[a]: i for i, a in enumerate(leaves)}
+        placed: dict[int, list[tuple[Expr, bool]]] = {}
+        for g in guards:
+            d = max((depth[x] for x in walk(g[0]) if isinstance(x, Var) and x in depth), default=-1)
+            placed.setdefault(d, []).append(g)
+        first_red = next((i for i, a in enumerate(leaves) if a.reduce), None)
+
+        stmt: Stmt = update
+        for pos in range(len(leaves) - 1, -1, -1):
+            stmt = _guard(stmt, [g for g, _ in placed.get(pos, [])])
+            leaf = leaves[pos]
+            enclosing = ctx + [(var[a], st.kinds.get(a, ForKind.SERIAL)) for a in leaves[:pos + 1]]
+            for child in self.attached.get((id(st), leaf), []):
+                stmt = self._attach(child, stmt, enclosing)
+            stmt = For(var[leaf], ext[leaf], st.kinds.get(leaf, ForKind.SERIAL), stmt)
+            if pos == first_red:
+                stmt = Seq([self._init(st, leaves[pos + 1:], var, ext, buf, sidx, placed, pos),
+                            stmt])
+        stmt = _guard(stmt, [g for g, _ in placed.get(-1, [])])
+        if is_red and post is not None:
+            if region is not None:
+                raise LoweringError(f"{st}: an epilogue on an attached reduction needs cache_write")
+            stmt = Seq([stmt, self._post_pass(st, post, buf)])
+        return stmt, buf
+
+    def _load_guards(self, value: Expr) -> list[Expr]:
+        """Conditions keeping the unguarded loads of ``value`` inside their buffers."""
+        out: list[Expr] = []
+        stack = [value]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, Select):  # its arms are protected by its condition
+                stack.append(e.cond)
+                continue
+            stack.extend(e.children())
+            if not isinstance(e, Load):
+                continue
+            for i, n in zip(e.indices, e.buffer.shape):
+                i = simplify(i, self.ext)
+                a = affine(i)
+                r = None if a is None else affine_range(a[0], a[1], self.ext)
+                if r is None or r[1] >= n:
+                    out.append(cmp("<", i, n))
+                if r is None or r[0] < 0:
+                    out.append(cmp(">=", i, 0))
+        return list(dict.fromkeys(out))
+
+    def _init(self, st: Stage, inner: list[Axis], var: dict[Axis, Var], ext: dict[Axis, int],
+              buf: Buffer, sidx: list[Expr], placed: dict, first_red: int) -> Stmt:
+        """Zero the accumulator over the spatial loops inside the outermost reduction loop."""
+        spatial = [a for a in inner if not a.reduce]
+        fresh = {var[a]: self._var(a.name + "_init", ext[a]) for a in spatial}
+        conds = [g for d, gs in placed.items() if d > first_red for g, red in gs if not red]
+        stmt: Stmt = Store(buf, tuple(substitute(i, fresh) for i in sidx), Const(0.0, FLOAT))
+        stmt = _guard(stmt, [substitute(c, fresh) for c in conds])
+        for a in reversed(spatial):
+            kind = st.kinds.get(a, ForKind.SERIAL)
+            stmt = For(fresh[var[a]], ext[a], ForKind.SERIAL if kind is ForKind.PARALLEL else kind,
+                       stmt)
+        return stmt
+
+    def _post_pass(self, st: Stage, post: Expr, buf: Buffer) -> Stmt:
+        """Apply an epilogue after a reduction computed in place (no cache_write)."""
+        vs = [self._var(f"{v.name}_post", n) for v, n in zip(st.op.axes, st.tensor.shape)]
+        read = Load(buf, tuple(vs))
+        stmt: Stmt = Store(buf, tuple(vs), substitute(post, {st.op.acc: read,
+                                                              **dict(zip(st.op.axes, vs))}))
+        for v, n in reversed(list(zip(vs, st.tensor.shape))):
+            stmt = For(v, n, ForKind.SERIAL, stmt)
+        return stmt
+
+    # ------------------------------------------------------------------ compute_at
+    def _attach(self, child: Stage, body: Stmt, enclosing: list[tuple[Var, ForKind]]) -> Stmt:
+        src = child.tensor.buffer
+        loads = loads_of(body, src)
+        if not loads:
+            raise LoweringError(f"{child} is attached where {src.name} is not read")
+        inner = loop_extents(body)
+        if child.scope is Scope.SHARED:  # a block-wide tile covers every thread's part
+            for v, kind in enclosing:
+                if kind.value.startswith("threadIdx") or kind is ForKind.VTHREAD:
+                    inner[v] = self.ext[v]
+        region = self._per_var(child, loads, inner) if child.per_var_region else \
+            self._box(child, loads, inner)
+        stmt, buf = self.emit(child, enclosing, region)
+        if region.extents:
+            def local(e: Load) -> Expr:
+                return Load(buf, tuple(simplify(i - b, self.ext)
+                                       for i, b in zip(e.indices, region.bases)))
+        else:
+            idx = tuple(region.consumer_vars[a] for a in child.axis)
+
+            def local(e: Load) -> Expr:
+                return Load(buf, idx)
+        body = map_stmt_exprs(body, lambda e: map_expr(
+            e, lambda x: local(x) if isinstance(x, Load) and x.buffer is src else None))
+        parts = [stmt, Sync(), body, Sync()] if child.scope is Scope.SHARED else [stmt, body]
+        return Allocate(buf, Seq(parts))
+
+    def _box(self, child: Stage, loads: list[Load], inner: dict[Var, int]) -> _Region:
+        bases, extents = [], []
+        for d, n in enumerate(child.tensor.shape):
+            lo = hi = None
+            outer_key = None
+            for ld in loads:
+                a = affine(simplify(ld.indices[d], self.ext))
+                if a is None:
+                    break
+                coefs, c = a
+                outer = {v: k for v, k in coefs.items() if v not in inner}
+                r = affine_range({v: k for v, k in coefs.items() if v in inner}, c, inner)
+                key = frozenset(outer.items())
+                if outer_key is not None and key != outer_key:
+                    break
+                outer_key = key
+                lo = r[0] if lo is None else min(lo, r[0])
+                hi = r[1] if hi is None else max(hi, r[1])
+            else:
+                bases.append(from_affine(dict(outer_key or ()), lo))
+                extents.append(hi - lo + 1)
+                continue
+            bases.append(Const(0))  # not affine: cache the whole dimension
+            extents.append(n)
+        return _Region(bases, extents=extents)
+
+    def _per_var(self, child: Stage, loads: list[Load], inner: dict[Var, int]) -> _Region:
+        first = loads[0]
+        if any(ld.indices != first.indices for ld in loads[1:]):
+            raise LoweringError(f"{child}: its consumer reads it at different indices")
+        mirror_of = {a.mirror: a for a in child.axis}
+        region = _Region([])
+        for e in first.indices:
+            a = affine(simplify(e, self.ext))
+            if a is None:
+                raise LoweringError(f"{child}: consumer index {e!r} is not affine")
+            coefs, c = a
+            outer, terms = {}, []
+            for v, k in coefs.items():
+                if v not in inner:
+                    outer[v] = k
+                    continue
+                ax = mirror_of.get(self.axis_of_var.get(v))
+                if ax is None:
+                    raise LoweringError(f"{child}: loop {v} is not one of its mirrored axes")
+                terms.append((ax, k))
+                region.axis_extent[ax] = inner[v]
+                region.consumer_vars[ax] = v
+            region.bases.append(from_affine(outer, c))
+            region.terms.append(terms)
+        for ax in child.axis:  # a consumer loop the index does not use: extent 1
+            if ax not in region.consumer_vars:
+                raise LoweringError(f"{child}: consumer loop {ax} does not index it")
+        return region
+
+
+def _guard(stmt: Stmt, conds: list[Expr]) -> Stmt:
+    for c in conds:
+        stmt = IfThenElse(c, stmt)
+    return stmt
+
+
+def _simplify_stmt(s: Stmt, ext: dict[Var, int]) -> Stmt:
+    """Simplify every expression and drop guards that the loop ranges decide."""
+    if isinstance(s, Seq):
+        return Seq([_simplify_stmt(c, ext) for c in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _simplify_stmt(s.body, ext))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _simplify_stmt(s.body, ext))
+    if isinstance(s, IfThenElse):
+        c = simplify(s.cond, ext)
+        if isinstance(c, Const):
+            if c.value:
+                return _simplify_stmt(s.then, ext)
+            return Seq([]) if s.else_ is None else _simplify_stmt(s.else_, ext)
+        return IfThenElse(c, _simplify_stmt(s.then, ext),
+                          None if s.else_ is None else _simplify_stmt(s.else_, ext))
+    return map_stmt_exprs(s, lambda e: simplify(e, ext))

@@ -1,0 +1,241 @@
+"""`Target`: the device kernels are generated for and timed on (host CPU or a CUDA GPU).
+
+`Target("llvm")` detects the host CPU with llvmlite; `Target("cuda -arch=sm_90")` carries
+the GPU's limits. `key` is the stable string the tuning database stores.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
+
+KINDS: tuple[str, ...] = ("llvm", "cuda")
+DEFAULT_CUDA_ARCH = "sm_90"
+_LLVM_OPTIONS = ("mcpu", "mattr", "cores", "vector-bits")
+_CUDA_OPTIONS = ("arch",)
+_VECTOR_BITS = (128, 256, 512)
+
+# Vector width of CPUs named with -mcpu but not the host, whose features we cannot query.
+_CPU_VECTOR_BITS: Mapping[str, int] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+             "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+             "graniterapids", "znver4", "znver5", "x86-64-v4"),
+            512,
+        ),
+        **dict.fromkeys(
+            ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
+             "arrowlake", "znver1", "znver2", "znver3", "x86-64-v3"),
+            256,
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class CudaLimits:
+    """Per-device CUDA limits a schedule must respect (memory sizes in bytes)."""
+
+    arch: str
+    max_threads_per_block: int = 1024
+    max_block_dim: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid_dim: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    warp_size: int = 32
+    max_shared_per_block: int = 49152
+    max_shared_per_block_optin: int = 49152
+    regs_per_thread: int = 255
+    regs_per_block: int = 65536
+    multiprocessors: int = 1
+    max_threads_per_sm: int = 2048
+    from_device: bool = False  # True when read from a real GPU, False for table values
+
+
+# Table values for each supported arch: opt-in shared memory from the CUDA programming
+# guide; SM counts of one representative part (A100, RTX 3090-class, RTX 4090, H100/H200).
+_CUDA_TABLE: Mapping[str, CudaLimits] = MappingProxyType(
+    {
+        "sm_80": CudaLimits("sm_80", max_shared_per_block_optin=166912, multiprocessors=108),
+        "sm_86": CudaLimits(
+            "sm_86", max_shared_per_block_optin=101376, multiprocessors=84, max_threads_per_sm=1536
+        ),
+        "sm_89": CudaLimits(
+            "sm_89", max_shared_per_block_optin=101376, multiprocessors=128, max_threads_per_sm=1536
+        ),
+        "sm_90": CudaLimits("sm_90", max_shared_per_block_optin=232448, multiprocessors=132),
+    }
+)
+CUDA_ARCHS: tuple[str, ...] = tuple(_CUDA_TABLE)
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> tuple[str, str]:
+    """(cpu name, LLVM feature string) of this machine, detected once per process."""
+    import llvmlite.binding as llvm  # deferred: importing this module must stay cheap
+
+    llvm.initialize_native_target()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+def host_cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def vector_bits_of(features: str) -> int:
+    """Widest float vector register the LLVM feature string enables."""
+    enabled = {flag[1:] for flag in features.split(",") if flag.startswith("+")}
+    if "avx512f" in enabled:
+        return 512
+    if "avx2" in enabled or "avx" in enabled:
+        return 256
+    return 128
+
+
+@functools.lru_cache(maxsize=None)
+def read_device_limits(arch: str) -> CudaLimits:
+    """Limits of CUDA device 0 via pycuda when it is present and matches `arch`,
+    else the table values for `arch`."""
+    table = _CUDA_TABLE[arch]
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        attrs = cuda.Device(0).get_attributes()
+        a = cuda.device_attribute
+        if f"sm_{attrs[a.COMPUTE_CAPABILITY_MAJOR]}{attrs[a.COMPUTE_CAPABILITY_MINOR]}" != arch:
+            return table  # the GPU here is another arch: its limits would mislead
+        return CudaLimits(
+            arch=arch,
+            max_threads_per_block=attrs[a.MAX_THREADS_PER_BLOCK],
+            max_block_dim=_xyz(attrs, a, "MAX_BLOCK_DIM"),
+            max_grid_dim=_xyz(attrs, a, "MAX_GRID_DIM"),
+            warp_size=attrs[a.WARP_SIZE],
+            max_shared_per_block=attrs[a.MAX_SHARED_MEMORY_PER_BLOCK],
+            max_shared_per_block_optin=attrs.get(
+                a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, table.max_shared_per_block_optin
+            ),
+            regs_per_thread=table.regs_per_thread,  # not a device attribute; fixed by the ISA
+            regs_per_block=attrs[a.MAX_REGISTERS_PER_BLOCK],
+            multiprocessors=attrs[a.MULTIPROCESSOR_COUNT],
+            max_threads_per_sm=attrs[a.MAX_THREADS_PER_MULTIPROCESSOR],
+            from_device=True,
+        )
+    except Exception:  # ImportError, no driver, no device: any of them means "use the table"
+        return table
+
+
+def _xyz(attrs: Mapping[Any, int], names: Any, prefix: str) -> tuple[int, int, int]:
+    """A pycuda (x, y, z) attribute triple."""
+    x, y, z = (int(attrs[getattr(names, f"{prefix}_{axis}")]) for axis in "XYZ")
+    return (x, y, z)
+
+
+def _parse(spec: str) -> tuple[str, dict[str, str]]:
+    """Split 'kind -name=value ...' into the kind and its options."""
+    if not isinstance(spec, str) or not spec.split():
+        raise ValueError(f"target: expected a spec like 'llvm' or 'cuda -arch=sm_90', got {spec!r}")
+    kind, *tokens = spec.split()
+    if kind not in KINDS:
+        raise ValueError(f"target: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    known = _LLVM_OPTIONS if kind == "llvm" else _CUDA_OPTIONS
+    options: dict[str, str] = {}
+    for token in tokens:
+        name, eq, value = token.lstrip("-").partition("=")
+        if not token.startswith("-") or name not in known:
+            raise ValueError(
+                f"target: unknown option {token!r} for kind {kind!r}; "
+                f"known: {', '.join('-' + o for o in known)}"
+            )
+        if not eq or not value:
+            raise ValueError(f"target: option '-{name}' needs a value, as in -{name}=...")
+        options[name] = value
+    return kind, options
+
+
+def _positive_int(name: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"target: option '-{name}' must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True, init=False, eq=False)
+class Target:
+    """A compilation and measurement target, immutable; equal when keys are equal.
+
+    LLVM: `mcpu`, `features`, `cores`, `vector_bits` (detected, options override).
+    CUDA: `arch` and `cuda` limits; the CPU fields are ''/0 there.
+    """
+
+    kind: str
+    mcpu: str = ""
+    features: str = ""
+    cores: int = 0
+    vector_bits: int = 0
+    arch: str = ""
+    cuda: Optional[CudaLimits] = field(default=None)
+
+    def __init__(self, spec: str = "llvm") -> None:
+        kind, options = _parse(spec)
+        values: dict[str, Any] = {"kind": kind, "mcpu": "", "features": "", "cores": 0,
+                                  "vector_bits": 0, "arch": "", "cuda": None}
+        if kind == "llvm":
+            values.update(_llvm_fields(options))
+        else:
+            arch = options.get("arch", DEFAULT_CUDA_ARCH)
+            if arch not in _CUDA_TABLE:
+                raise ValueError(f"target: unknown arch {arch!r}; known: {', '.join(CUDA_ARCHS)}")
+            values.update(arch=arch, cuda=read_device_limits(arch))
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def vector_lanes(self) -> int:
+        """float32 lanes per vector register (0 for CUDA)."""
+        return self.vector_bits // 32
+
+    @property
+    def key(self) -> str:
+        """Stable database key; `Target(t.key) == t` on the same host."""
+        if self.kind == "cuda":
+            return f"cuda -arch={self.arch}"
+        return f"llvm -mcpu={self.mcpu} -cores={self.cores} -vector-bits={self.vector_bits}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Target) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"Target({self.key!r})"
+
+
+def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
+    """CPU fields from host detection, overridden by the spec's options."""
+    host_name, host_features = host_cpu()
+    mcpu = options.get("mcpu", host_name)
+    if "mattr" in options:
+        features = options["mattr"]
+    else:
+        # Another CPU's features are unknown here: leave them to LLVM's defaults for mcpu.
+        features = host_features if mcpu == host_name else ""
+    if "vector-bits" in options:
+        bits = _positive_int("vector-bits", options["vector-bits"])
+        if bits not in _VECTOR_BITS:
+            raise ValueError(
+                f"target: option '-vector-bits' must be one of {_VECTOR_BITS}, got {bits}"
+            )
+    elif features:
+        bits = vector_bits_of(features)
+    else:
+        bits = _CPU_VECTOR_BITS.get(mcpu, 128)
+    cores = _positive_int("cores", options["cores"]) if "cores" in options else host_cores()
+    return {"mcpu": mcpu, "features": features, "cores": cores, "vector_bits": bits}

@@ -1,0 +1,168 @@
+"""The numpy references against direct loops, for every op, epilogue and conv geometry."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.ops import OPS, workload
+
+def naive_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n))
+    for i in range(m):
+        for j in range(n):
+            out[i, j] = sum(float(a[i, p]) * float(b[p, j]) for p in range(k))
+    return out
+
+
+def naive_batch_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.stack([naive_matmul(a[i], b[i]) for i in range(a.shape[0])])
+
+
+def naive_conv2d(data, weight, stride, pad, dilation=(1, 1), groups_of=None):
+    """Direct conv; with `groups_of=m`, output channel o reads only input channel o // m."""
+    n, c, h, w = data.shape
+    k, wc, r, s = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dilation
+    oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    out = np.zeros((n, k, oh, ow))
+    for y in range(oh):
+        for x in range(ow):
+            for i in range(r):
+                for j in range(s):
+                    iy, ix = y * sh - ph + i * dh, x * sw - pw + j * dw
+                    if not (0 <= iy < h and 0 <= ix < w):
+                        continue
+                    if groups_of is None:
+                        out[:, :, y, x] += data[:, :, iy, ix].astype(float) @ weight[:, :, i, j].T
+                    else:
+                        for o in range(k):
+                            out[:, o, y, x] += data[:, o // groups_of, iy, ix] * float(weight[o, 0, i, j])
+    return out
+
+
+def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
+    out = out.astype(float).copy()
+    moved = np.moveaxis(out, axis, 0)  # a view: writes land in `out`
+    for ch in range(moved.shape[0]):
+        for stage in stages:
+            if stage == "bias":
+                moved[ch] += vectors["bias"][ch]
+            elif stage == "scale_shift":
+                moved[ch] = moved[ch] * vectors["scale"][ch] + vectors["shift"][ch]
+            elif stage == "relu":
+                moved[ch] = np.where(moved[ch] > 0, moved[ch], 0.0)
+    return out
+
+
+EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu")]
+
+SMALL = {
+    "matmul": dict(M=7, N=5, K=3),
+    "batch_matmul": dict(B=2, M=3, N=5, K=7),
+    "conv2d": dict(N=1, C=3, H=7, W=5, K=4, R=3, S=3, stride=1, pad=1),
+    "depthwise_conv2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1, multiplier=2),
+}
+
+
+def naive(w, args):
+    """Direct-loop output of workload `w` (float64), epilogue included."""
+    p = w.params
+    if w.op == "matmul":
+        out = naive_matmul(args[0], args[1])
+    elif w.op == "batch_matmul":
+        out = naive_batch_matmul(args[0], args[1])
+    elif w.op == "conv2d":
+        out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], p["dilation"])
+    else:
+        out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], groups_of=p["multiplier"])
+    names = [spec.name for spec in w.arg_specs]
+    vectors = dict(zip(names, args))
+    axis = -1 if "matmul" in w.op else 1
+    return naive_epilogue(out, w.epilogue, vectors, axis)
+
+
+def check(w, seed=0):
+    args = w.random_args(seed)
+    expected = naive(w, args)
+    got = w.reference(args)
+    assert got.dtype == np.float32 and got.shape == w.output_shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert np.isnan(args[-1]).all(), "reference must not write into `out`"
+
+
+def test_small_table_covers_every_op():
+    assert set(SMALL) == set(OPS)
+
+
+@pytest.mark.parametrize("op, epilogue", list(itertools.product(SMALL, EPILOGUES)))
+def test_every_op_and_epilogue_matches_direct_loops(op, epilogue):
+    check(workload(op, epilogue=epilogue, **SMALL[op]))
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 31, 5), (31, 2, 13)])
+def test_matmul_shapes(m, n, k):
+    check(workload("matmul", M=m, N=n, K=k))
+
+
+def test_batch_matmul_prime_shapes():
+    check(workload("batch_matmul", B=3, M=7, N=5, K=31))
+
+
+CONV_CASES = [
+    dict(N=2, C=3, H=7, W=7, K=4, R=3, S=3, stride=1, pad=1),
+    dict(N=1, C=2, H=8, W=9, K=3, R=3, S=3, stride=2, pad=0),
+    dict(N=1, C=2, H=7, W=11, K=2, R=3, S=5, stride=(2, 1), pad=(0, 3)),
+    dict(N=1, C=5, H=7, W=7, K=3, R=1, S=1, stride=1, pad=0),
+    dict(N=1, C=2, H=6, W=5, K=3, R=1, S=1, stride=2, pad=0),
+    dict(N=1, C=2, H=13, W=13, K=2, R=7, S=7, stride=2, pad=3),
+    dict(N=1, C=2, H=9, W=9, K=2, R=3, S=3, stride=1, pad=1, dilation=2),
+    dict(N=1, C=2, H=9, W=8, K=2, R=3, S=2, stride=(1, 2), pad=(3, 0), dilation=(2, 1)),
+    dict(N=1, C=7, H=31, W=7, K=3, R=3, S=3, stride=1, pad=1),
+    dict(N=1, C=2, H=3, W=3, K=2, R=5, S=5, stride=1, pad=1),  # kernel == padded input
+]
+
+
+@pytest.mark.parametrize("params", CONV_CASES, ids=lambda p: str(workload("conv2d", **p)))
+def test_conv2d_geometry(params):
+    check(workload("conv2d", **params))
+
+
+DEPTHWISE_CASES = [
+    dict(N=1, C=3, H=7, W=7, R=3, S=3, stride=1, pad=1),
+    dict(N=1, C=2, H=8, W=9, R=3, S=3, stride=2, pad=0, multiplier=2),
+    dict(N=2, C=3, H=7, W=11, R=3, S=5, stride=(2, 1), pad=(0, 3)),
+    dict(N=1, C=2, H=13, W=13, R=7, S=7, stride=2, pad=3, multiplier=3),
+    dict(N=1, C=4, H=5, W=5, R=1, S=1, stride=1, pad=0),
+    dict(N=1, C=7, H=31, W=7, R=3, S=3, stride=1, pad=1, multiplier=2),
+]
+
+
+@pytest.mark.parametrize("params", DEPTHWISE_CASES, ids=lambda p: str(workload("depthwise_conv2d", **p)))
+def test_depthwise_geometry(params):
+    check(workload("depthwise_conv2d", **params))
+
+
+def test_depthwise_channel_reads_input_channel_over_multiplier():
+    w = workload("depthwise_conv2d", N=1, C=2, H=3, W=3, R=1, S=1, stride=1, pad=0, multiplier=2)
+    data = np.stack([np.full((3, 3), 1.0), np.full((3, 3), 10.0)])[None].astype(np.float32)
+    weight = np.array([1, 2, 3, 4], dtype=np.float32).reshape(4, 1, 1, 1)
+    out = w.reference([data, weight])
+    assert out[0, :, 0, 0].tolist() == [1.0, 2.0, 30.0, 40.0]
+
+
+def test_reference_is_fast_on_realistic_shapes():
+    import time
+
+    for w in (
+        workload("depthwise_conv2d", N=1, C=128, H=56, W=56, R=3, S=3, stride=1, pad=1),
+        workload("conv2d", N=1, C=128, H=28, W=28, K=128, R=3, S=3, stride=1, pad=1),
+    ):
+        args = w.random_args(1)
+        start = time.perf_counter()
+        w.reference(args)
+        assert time.perf_counter() - start < 0.5  # target 0.2 s; slack for a shared machine
