@@ -1,0 +1,106 @@
+"""From (workload, target, config) to a schedule space, a loop AST and a compiled kernel.
+
+``build`` and ``load`` split compilation in two so that a builder process can compile and a
+runner process (owning the device) can load the result: the artifact is picklable.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from autotune.ir.stmt import PrimFunc
+from autotune.ops import Workload
+from autotune.schedule.templates import get_template
+from autotune.space import Config, ConfigSpace
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from autotune.codegen.kernel import Kernel
+
+
+class InvalidConfig(ValueError):
+    """The config is not a valid point for this workload and target (an instantiation error)."""
+
+
+@lru_cache(maxsize=256)
+def space(workload: Workload, target: Target) -> ConfigSpace:
+    """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable)."""
+    return get_template(workload.op, target.kind).space(workload, target)
+
+
+def _as_config(workload: Workload, target: Target, config: Config | int | dict | None) -> Config:
+    sp = space(workload, target)
+    if config is None:
+        return sp.default()
+    if isinstance(config, int):
+        return sp.get(config)
+    if isinstance(config, Config):
+        return config
+    return Config.from_json(config, sp)
+
+
+def lower(workload: Workload, target: Target | str, config: Config | int | dict | None = None
+          ) -> PrimFunc:
+    """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
+    from autotune.schedule.lower import LoweringError
+    target = Target(target) if isinstance(target, str) else target
+    cfg = _as_config(workload, target, config)
+    reason = space(workload, target).invalid_reason(cfg)
+    if reason:
+        raise InvalidConfig(reason)
+    tmpl = get_template(workload.op, target.kind)
+    try:
+        sch = tmpl.schedule(workload, target, cfg)
+        func = _lower(sch, workload)
+    except LoweringError as e:
+        raise InvalidConfig(str(e)) from e
+    func.attrs.update(workload=workload.key, config_index=cfg.index)
+    return func
+
+
+def _lower(sch, workload: Workload) -> PrimFunc:
+    from autotune.schedule.lower import lower_schedule
+    return lower_schedule(sch, name=f"at_{workload.op}")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a builder hands a runner: the loop AST, generated source and binary code."""
+
+    func: PrimFunc
+    target_key: str
+    source: str
+    binary: bytes
+    build_s: float
+
+
+def build(workload: Workload, target: Target, config: Config | int | dict | None = None
+          ) -> Artifact:
+    """Lower and compile to a loadable binary (object code or cubin). Raises on failure."""
+    t0 = time.perf_counter()
+    func = lower(workload, target, config)
+    if target.kind == "llvm":
+        from autotune.codegen.llvm import compile_llvm_object
+        source, binary = compile_llvm_object(func, target)
+    else:
+        from autotune.codegen.cuda import compile_cuda
+        source, binary = compile_cuda(func, target)
+    return Artifact(func, target.key, source, binary, time.perf_counter() - t0)
+
+
+def load(artifact: Artifact, target: Target) -> "Kernel":
+    """Load a built artifact into a callable kernel in this process."""
+    if target.kind == "llvm":
+        from autotune.codegen.cpu_runtime import load_cpu_kernel
+        return load_cpu_kernel(artifact.func, target, artifact.source, artifact.binary)
+    from autotune.codegen.cuda_runtime import load_cuda_kernel
+    return load_cuda_kernel(artifact.func, target, artifact.source, artifact.binary)
+
+
+def compile(workload: Workload, target: Target | str, config: Config | int | dict | None = None
+            ) -> "Kernel":
+    """Compile ``workload`` with ``config`` (default config when None) into a callable kernel."""
+    target = Target(target) if isinstance(target, str) else target
+    return load(build(workload, target, config), target)
