@@ -1,48 +1,56 @@
 """Affine analysis, substitution and range-aware simplification of index expressions."""
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Container, Mapping
 
 from autotune.ir.expr import (INT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, binop,
-                              cmp, mul)
+                              cmp, mul, walk)
 from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync
 
 Affine = tuple[dict[Var, int], int]
 
 
-def affine(e: Expr) -> Affine | None:
-    """``e`` as ``(coefficients, constant)`` when it is an integer affine form of vars, else None."""
+def affine(e: Expr, inner: Container[Var] | None = None) -> Affine | None:
+    """``e`` as ``(coefficients, constant)`` when it is an integer affine form of vars, else None.
+
+    With ``inner``, a non-affine sub-expression free of ``inner`` vars (say ``f // 4`` of an
+    outer fused loop) is kept as an opaque term, so only the inner vars must appear linearly.
+    """
+    return _affine(e, inner)
+
+
+def _affine(e: Expr, inner: Container[Var] | None) -> Affine | None:
     if isinstance(e, Var):
         return {e: 1}, 0
     if isinstance(e, Const):
         return ({}, int(e.value)) if e.dtype == INT else None
     if isinstance(e, BinOp):
         if e.op in ("+", "-"):
-            a, b = affine(e.a), affine(e.b)
-            if a is None or b is None:
-                return None
-            sign = 1 if e.op == "+" else -1
-            coefs = dict(a[0])
-            for v, c in b[0].items():
-                coefs[v] = coefs.get(v, 0) + sign * c
-            return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
-        if e.op == "*":
-            a, b = affine(e.a), affine(e.b)
-            if a is None or b is None:
-                return None
-            if not a[0]:
-                a, b = b, a
-            if b[0]:
-                return None  # product of two variables
-            k = b[1]
-            return ({v: c * k for v, c in a[0].items() if c * k}, a[1] * k)
+            a, b = _affine(e.a, inner), _affine(e.b, inner)
+            if a is not None and b is not None:
+                sign = 1 if e.op == "+" else -1
+                coefs = dict(a[0])
+                for v, c in b[0].items():
+                    coefs[v] = coefs.get(v, 0) + sign * c
+                return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
+        elif e.op == "*":
+            a, b = _affine(e.a, inner), _affine(e.b, inner)
+            if a is not None and b is not None:
+                if not a[0]:
+                    a, b = b, a
+                if not b[0]:
+                    k = b[1]
+                    return ({v: c * k for v, c in a[0].items() if c * k}, a[1] * k)
+    if inner is not None and e.dtype == INT and not any(
+            isinstance(x, Var) and x in inner for x in walk(e)):
+        return {e: 1}, 0  # type: ignore[dict-item]
     return None
 
 
 def from_affine(coefs: Mapping[Var, int], c: int) -> Expr:
     """Rebuild a canonical expression (largest coefficients first) from an affine form."""
     out: Expr = Const(0)
-    for v, k in sorted(coefs.items(), key=lambda t: (-abs(t[1]), t[0].name)):
+    for v, k in sorted(coefs.items(), key=lambda t: (-abs(t[1]), repr(t[0]))):
         out = add(out, mul(v, k)) if k != -1 else binop("-", out, v)
     return add(out, c) if c >= 0 else binop("-", out, -c)
 
@@ -198,7 +206,6 @@ def stmt_exprs(s: Stmt):
 
 def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:
     """All loads of ``buffer`` in ``s``."""
-    from autotune.ir.expr import walk
     out = []
     for top in stmt_exprs(s):
         for e in walk(top):

@@ -260,7 +260,7 @@ class _Lowerer:
             lo = hi = None
             outer_key = None
             for ld in loads:
-                a = affine(simplify(ld.indices[d], self.ext))
+                a = affine(simplify(ld.indices[d], self.ext), inner)
                 if a is None:
                     break
                 coefs, c = a
@@ -287,7 +287,7 @@ class _Lowerer:
         mirror_of = {a.mirror: a for a in child.axis}
         region = _Region([])
         for e in first.indices:
-            a = affine(simplify(e, self.ext))
+            a = affine(simplify(e, self.ext), inner)
             if a is None:
                 raise LoweringError(f"{child}: consumer index {e!r} is not affine")
             coefs, c = a

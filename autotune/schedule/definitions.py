@@ -1,0 +1,178 @@
+"""Compute definitions of the operators (shared by the CPU and GPU templates).
+
+Each builder returns an ``OpGraph``: the kernel's input tensors in argument order (main
+inputs, then the epilogue's per-channel vectors), the output, and the intermediate tensors a
+template may inline, materialise or cache (a padded input, a packed weight).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum
+from autotune.ops import Workload
+from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
+from autotune.schedule.schedule import Schedule
+
+ZERO = Const(0.0, FLOAT)
+
+
+@dataclass
+class OpGraph:
+    inputs: list[Tensor]
+    output: Tensor
+    temps: list[Tensor] = field(default_factory=list)
+    pad: Tensor | None = None     # zero-padded input (conv ops), None when pad == 0
+    packed: Tensor | None = None  # weight / B packed into panels, when asked for
+
+    def schedule(self) -> Schedule:
+        return Schedule(self.output, self.inputs, self.temps)
+
+
+def _epilogue(wl: Workload, channel_axis: int):
+    """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue."""
+    ch = wl.channels
+    vecs = {name: placeholder(name, (ch,)) for name in _epilogue_args(wl)}
+    if not wl.epilogue:
+        return [], None
+
+    def post(acc: Expr, *axes: Expr) -> Expr:
+        c = axes[channel_axis]
+        out = acc
+        for stage in wl.epilogue:
+            if stage == "bias":
+                out = out + vecs["bias"][c]
+            elif stage == "scale_shift":
+                out = out * vecs["scale"][c] + vecs["shift"][c]
+            elif stage == "relu":
+                out = maximum(out, ZERO)
+        return out
+
+    return list(vecs.values()), post
+
+
+def _epilogue_args(wl: Workload) -> list[str]:
+    return [a.name for a in wl.arg_specs if a.role == "input"][2:]
+
+
+def matmul_graph(wl: Workload, pack: int | None = None) -> OpGraph:
+    """C[i, j] = sum_k A[i, k] * B[k, j]; with ``pack``, B is read from panels
+    Bp[j // pack, k, j % pack] so that a register tile's row of B is contiguous."""
+    p = wl.params
+    M, N, K = p["M"], p["N"], p["K"]
+    A, B = placeholder("A", (M, K)), placeholder("B", (K, N))
+    extra, post = _epilogue(wl, 1)
+    k = reduce_axis(K, "k")
+    temps, packed = [], None
+    if pack:
+        packed = compute("B_pack", (ceil(N / pack), K, pack),
+                         lambda jo, kk, ji: _guarded(B, (kk, jo * pack + ji), [(jo * pack + ji, N)]),
+                         axis_names=["jo", "k", "ji"])
+        temps.append(packed)
+
+        def body(i, j):
+            return A[i, k.var] * packed[j // pack, k.var, j % pack]
+    else:
+        def body(i, j):
+            return A[i, k.var] * B[k.var, j]
+    C = compute("C", (M, N), body, [k], post=post, axis_names=["i", "j"])
+    return OpGraph([A, B, *extra], C, temps, packed=packed)
+
+
+def batch_matmul_graph(wl: Workload, pack: int | None = None) -> OpGraph:
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] (B optionally packed per batch)."""
+    p = wl.params
+    Bn, M, N, K = p["B"], p["M"], p["N"], p["K"]
+    A, B = placeholder("A", (Bn, M, K)), placeholder("B", (Bn, K, N))
+    extra, post = _epilogue(wl, 2)
+    k = reduce_axis(K, "k")
+    temps, packed = [], None
+    if pack:
+        packed = compute("B_pack", (Bn, ceil(N / pack), K, pack),
+                         lambda b, jo, kk, ji: _guarded(B, (b, kk, jo * pack + ji),
+                                                        [(jo * pack + ji, N)]),
+                         axis_names=["b", "jo", "k", "ji"])
+        temps.append(packed)
+
+        def body(b, i, j):
+            return A[b, i, k.var] * packed[b, j // pack, k.var, j % pack]
+    else:
+        def body(b, i, j):
+            return A[b, i, k.var] * B[b, k.var, j]
+    C = compute("C", (Bn, M, N), body, [k], post=post, axis_names=["b", "i", "j"])
+    return OpGraph([A, B, *extra], C, temps, packed=packed)
+
+
+def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:
+    if ph == 0 and pw == 0:
+        return None
+    n_, c_, h_, w_ = data.shape
+    return compute("data_pad", (n_, c_, h_ + 2 * ph, w_ + 2 * pw),
+                   lambda n, c, h, w: _guarded(data, (n, c, h - ph, w - pw),
+                                               [(h - ph, h_), (w - pw, w_)], lower=True),
+                   axis_names=["n", "c", "h", "w"])
+
+
+def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
+    """out[n, k, y, x] = sum_{c,r,s} pad(data)[n, c, y*sh + r*dh, x*sw + s*dw] * w[k, c, r, s];
+    with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]."""
+    p = wl.params
+    N, C, H, W, K, R, S = (p[x] for x in ("N", "C", "H", "W", "K", "R", "S"))
+    (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dilation"]
+    data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (K, C, R, S))
+    extra, post = _epilogue(wl, 1)
+    pad = _padded(data, ph, pw)
+    src = pad or data
+    rc, rr, rs = reduce_axis(C, "rc"), reduce_axis(R, "rr"), reduce_axis(S, "rs")
+    temps = [pad] if pad else []
+    packed = None
+    if pack:
+        packed = compute("weight_pack", (ceil(K / pack), C, R, S, pack),
+                         lambda ko, c, r, s, ki: _guarded(weight, (ko * pack + ki, c, r, s),
+                                                          [(ko * pack + ki, K)]),
+                         axis_names=["ko", "c", "r", "s", "ki"])
+        temps.append(packed)
+
+        def w_at(k):
+            return packed[k // pack, rc.var, rr.var, rs.var, k % pack]
+    else:
+        def w_at(k):
+            return weight[k, rc.var, rr.var, rs.var]
+
+    def body(n, k, y, x):
+        return src[n, rc.var, y * sh + rr.var * dh, x * sw + rs.var * dw] * w_at(k)
+
+    out = compute("out", wl.output_shape, body, [rc, rr, rs], post=post,
+                  axis_names=["n", "k", "y", "x"])
+    return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
+
+
+def depthwise_graph(wl: Workload) -> OpGraph:
+    """out[n, c, y, x] = sum_{r,s} pad(data)[n, c // m, y*sh + r, x*sw + s] * w[c, 0, r, s]."""
+    p = wl.params
+    N, C, H, W, R, S, m = (p[x] for x in ("N", "C", "H", "W", "R", "S", "multiplier"))
+    (sh, sw), (ph, pw) = p["stride"], p["pad"]
+    data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (C * m, 1, R, S))
+    extra, post = _epilogue(wl, 1)
+    pad = _padded(data, ph, pw)
+    src = pad or data
+    rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
+
+    def body(n, c, y, x):
+        cin = c // m if m > 1 else c
+        return src[n, cin, y * sh + rr.var, x * sw + rs.var] * weight[c, 0, rr.var, rs.var]
+
+    out = compute("out", wl.output_shape, body, [rr, rs], post=post,
+                  axis_names=["n", "c", "y", "x"])
+    return OpGraph([data, weight, *extra], out, [pad] if pad else [], pad=pad)
+
+
+def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False) -> Expr:
+    """``t[idx]`` where every (expr, n) in ``bounds`` has 0 <= expr < n, else 0."""
+    conds = []
+    for e, n in bounds:
+        if lower:
+            conds.append(cmp(">=", e, 0))
+        conds.append(cmp("<", e, n))
+    c = all_of(conds)
+    return t[idx] if c is None else Select(c, t[idx], ZERO)

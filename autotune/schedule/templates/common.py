@@ -1,0 +1,28 @@
+"""Helpers shared by templates: choosing default knob values, parallel outer loops."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from autotune.schedule.schedule import Axis, Stage
+from autotune.space import Split
+
+
+def nearest_split(knob: Split, inner: Sequence[int]) -> tuple[int, ...]:
+    """The candidate of ``knob`` whose inner factors are closest (in log scale) to ``inner``."""
+    def dist(c: tuple[int, ...]) -> float:
+        return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c[1:], inner))
+    return min(knob.candidates, key=dist)
+
+
+def vector_width(extent: int, lanes: int) -> int:
+    """SIMD width for an innermost tile of ``extent``: full vectors when it is a multiple of
+    the target's lanes, else the whole tile as one (LLVM splits odd widths legally)."""
+    return lanes if extent % lanes == 0 else extent
+
+
+def parallel_outer(st: Stage, loops: Sequence[Axis], count: int) -> Axis:
+    """Fuse the first ``count`` of ``loops`` (adjacent, outermost) and mark the result parallel."""
+    fused = st.fuse(*loops[:count]) if count > 1 else loops[0]
+    st.parallel(fused)
+    return fused
