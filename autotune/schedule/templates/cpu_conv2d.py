@@ -1,0 +1,117 @@
+"""CPU template for conv2d (NCHW).
+
+Three-level tiling of output channels, rows and columns; a register-tile accumulator over
+(channels x rows x columns) computed inside the innermost tile loop, vectorised either along
+output channels (with the weight packed so a vector of channels is contiguous) or along
+output columns (contiguous in the input at stride 1); the input's zero padding inlined as a
+guarded load or materialised once; reduction over input channels split and (R, S) unrollable.
+"""
+from __future__ import annotations
+
+from autotune.ops import Workload
+from autotune.schedule.definitions import conv2d_graph
+from autotune.schedule.schedule import Schedule, Stage
+from autotune.schedule.templates.common import nearest_split, parallel_outer, vector_width
+from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
+from autotune.target import Target
+
+ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
+          ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
+          ("k0", "k1", "y0", "x0", "y1", "x1"), ("y0", "k0", "x0", "y1", "k1", "x1")]
+MAX_REG_TILE = 512  # accumulator floats: beyond this the tile spills and unrolling explodes
+
+
+def space(wl: Workload, target: Target) -> ConfigSpace:
+    p = wl.params
+    lanes = target.vector_lanes
+    knobs = [
+        Split("tile_k", p["K"], 3, max_inner=4 * lanes),
+        Split("tile_y", wl.out_h, 3, max_inner=8),
+        Split("tile_x", wl.out_w, 3, max_inner=2 * lanes),
+        Split("tile_rc", p["C"], 2, max_inner=32),
+        Reorder("order", ORDERS),
+        Choice("vec", ["k", "x"]),
+        Choice("pack_w", [True, False]),
+        Choice("pad", ["inline", "buffer"]),
+        Annotate("unroll_rs", ["none", "unroll"]),
+        Choice("parallel", [1, 2, 3]),
+    ]
+    default = {
+        "tile_k": nearest_split(knobs[0], (2, 2 * lanes)),
+        "tile_y": nearest_split(knobs[1], (4, 1)),
+        "tile_x": nearest_split(knobs[2], (1, 8)),
+        "tile_rc": nearest_split(knobs[3], (4,)),
+        "order": ORDERS[0],
+        "vec": "k",
+        "pack_w": True,
+        "pad": "buffer",
+        "unroll_rs": "unroll",
+        "parallel": 2,
+    }
+    return ConfigSpace(knobs, default=default, validity=_validity, name="cpu_conv2d")
+
+
+def _validity(cfg: Config) -> str | None:
+    tile = cfg["tile_k"][2] * cfg["tile_y"][2] * cfg["tile_x"][2]
+    if tile > MAX_REG_TILE:
+        return f"register tile of {tile} floats exceeds {MAX_REG_TILE}"
+    return None
+
+
+def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
+    lanes = target.vector_lanes
+    reg_k = cfg["tile_k"][2]
+    vec_k = cfg["vec"] == "k"
+    g = conv2d_graph(wl, pack=reg_k if vec_k and cfg["pack_w"] else None)
+    s = g.schedule()
+    schedule_pad(s, g.pad, cfg["pad"])
+    out = s.cache_write(g.output, "local")
+    st = s[g.output]
+    n, k, y, x = st.axis
+    k0, k1, k2 = st.tile(k, cfg["tile_k"])
+    y0, y1, y2 = st.tile(y, cfg["tile_y"])
+    x0, x1, x2 = st.tile(x, cfg["tile_x"])
+    names = {"k0": k0, "k1": k1, "y0": y0, "y1": y1, "x0": x0, "x1": x1}
+    outer = [n, *(names[a] for a in cfg["order"])]
+    if vec_k:
+        v = vector_width(reg_k, lanes)
+        ko, kv = st.split(k2, factor=v)
+        inner = [y2, x2, ko, kv]
+    else:
+        v = vector_width(cfg["tile_x"][2], lanes)
+        xo, kv = st.split(x2, factor=v)
+        inner = [k2, y2, xo, kv]
+    st.reorder(*outer, *inner)
+    parallel_outer(st, outer, cfg["parallel"] + 1)
+
+    out.compute_at(st, outer[-1])
+    rc, rr, rs = out.reduce_axis
+    rc0, rc1 = out.tile(rc, cfg["tile_rc"])
+    out.reorder(rc0, rc1, rr, rs, *out.axis)
+    for a in out.axis[:-1]:
+        out.unroll(a)
+    out.vectorize(out.axis[-1])
+    if cfg["unroll_rs"] == "unroll":
+        out.unroll(rr)
+        out.unroll(rs)
+
+    if g.packed is not None:
+        ps = s[g.packed]
+        ko_, c_, r_, s_, ki = ps.axis
+        ps.parallel(ko_)
+        _, kiv = ps.split(ki, factor=v)
+        ps.vectorize(kiv)
+    return s
+
+
+def schedule_pad(s: Schedule, pad, mode: str) -> None:
+    """Inline the zero padding into its readers, or materialise it once (in parallel)."""
+    if pad is None:
+        return
+    ps: Stage = s[pad]
+    if mode == "inline":
+        ps.compute_inline()
+        return
+    n, c, h, w = ps.axis
+    nc = ps.fuse(n, c)
+    ps.parallel(nc)
