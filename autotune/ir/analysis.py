@@ -47,7 +47,7 @@ def _affine(e: Expr, inner: Container[Var] | None) -> Affine | None:
     return None
 
 
-def from_affine(coefs: Mapping[Var, int], c: int) -> Expr:
+def from_affine(coefs: Mapping[Expr, int], c: int) -> Expr:
     """Rebuild a canonical expression (largest coefficients first) from an affine form."""
     out: Expr = Const(0)
     for v, k in sorted(coefs.items(), key=lambda t: (-abs(t[1]), repr(t[0]))):
@@ -55,16 +55,18 @@ def from_affine(coefs: Mapping[Var, int], c: int) -> Expr:
     return add(out, c) if c >= 0 else binop("-", out, -c)
 
 
-def affine_range(coefs: Mapping[Var, int], c: int, extents: Mapping[Var, int]) -> tuple[int, int] | None:
-    """Min and max of an affine form over vars in ``[0, extent)``; None if a var is unbounded."""
+def affine_range(coefs: Mapping[Expr, int], c: int, extents: Mapping[Var, int]
+                 ) -> tuple[int, int] | None:
+    """Min and max of an affine form over vars in ``[0, extent)`` (opaque terms bounded by
+    interval arithmetic); None if a term is unbounded."""
     lo = hi = c
     for v, k in coefs.items():
-        ext = extents.get(v)
-        if ext is None:
+        r = expr_range(v, extents)
+        if r is None:
             return None
-        span = k * (ext - 1)
-        lo += min(0, span)
-        hi += max(0, span)
+        a, b = k * r[0], k * r[1]
+        lo += min(a, b)
+        hi += max(a, b)
     return lo, hi
 
 
@@ -74,24 +76,26 @@ def simplify(e: Expr, extents: Mapping[Var, int]) -> Expr:
         return e
     if isinstance(e, Load):
         return Load(e.buffer, tuple(simplify(i, extents) for i in e.indices))
-    if e.dtype == INT:
-        a = affine(e)
-        if a is not None:
-            return from_affine(*a)
+    if isinstance(e, BinOp) and e.dtype == INT:
+        if e.op in ("//", "%", "min", "max"):
+            return _simplify_nonlinear(e, extents)
+        a = affine(e, ())
+        if a is None:  # a product of two non-constant terms
+            return binop(e.op, simplify(e.a, extents), simplify(e.b, extents))
+        coefs: dict[Expr, int] = {}
+        c = a[1]
+        for term, k in a[0].items():
+            if isinstance(term, Var):
+                coefs[term] = coefs.get(term, 0) + k
+                continue
+            inner = affine(simplify(term, extents), ())
+            assert inner is not None
+            for t2, k2 in inner[0].items():
+                coefs[t2] = coefs.get(t2, 0) + k * k2
+            c += k * inner[1]
+        return from_affine({t: k for t, k in coefs.items() if k}, c)
     if isinstance(e, BinOp):
-        x, y = simplify(e.a, extents), simplify(e.b, extents)
-        if e.op in ("//", "%") and isinstance(y, Const) and y.value > 0:
-            r = _divmod(x, int(y.value), e.op, extents)
-            if r is not None:
-                return r
-        if e.op in ("min", "max") and x.dtype == INT:
-            rx, ry = _range(x, extents), _range(y, extents)
-            if rx and ry:
-                if rx[1] <= ry[0]:
-                    return x if e.op == "min" else y
-                if ry[1] <= rx[0]:
-                    return y if e.op == "min" else x
-        return binop(e.op, x, y)
+        return binop(e.op, simplify(e.a, extents), simplify(e.b, extents))
     if isinstance(e, Cmp):
         x, y = simplify(e.a, extents), simplify(e.b, extents)
         r = _range(binop("-", x, y), extents) if x.dtype == INT else None
@@ -115,6 +119,22 @@ def simplify(e: Expr, extents: Mapping[Var, int]) -> Expr:
     return e
 
 
+def _simplify_nonlinear(e: BinOp, extents: Mapping[Var, int]) -> Expr:
+    x, y = simplify(e.a, extents), simplify(e.b, extents)
+    if e.op in ("//", "%") and isinstance(y, Const) and y.value > 0:
+        r = _divmod(x, int(y.value), e.op, extents)
+        if r is not None:
+            return r
+    if e.op in ("min", "max"):
+        rx, ry = _range(x, extents), _range(y, extents)
+        if rx and ry:
+            if rx[1] <= ry[0]:
+                return x if e.op == "min" else y
+            if ry[1] <= rx[0]:
+                return y if e.op == "min" else x
+    return binop(e.op, x, y)
+
+
 def _decide(op: str, r: tuple[int, int]) -> bool | None:
     """Decide ``d op 0`` for d in the closed range r, when possible."""
     lo, hi = r
@@ -125,13 +145,58 @@ def _decide(op: str, r: tuple[int, int]) -> bool | None:
     return True if yes else (False if no else None)
 
 
+def index_range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
+    """Closed interval of an integer expression over the loop ranges, when it can be bounded."""
+    return _range(e, extents)
+
+
 def _range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
     a = affine(e)
-    return None if a is None else affine_range(a[0], a[1], extents)
+    if a is not None:
+        r = affine_range(a[0], a[1], extents)
+        if r is not None:
+            return r
+    return expr_range(e, extents)
+
+
+def expr_range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
+    """Closed integer interval of ``e`` over vars in ``[0, extent)`` (interval arithmetic)."""
+    if isinstance(e, Var):
+        n = extents.get(e)
+        return None if n is None else (0, n - 1)
+    if isinstance(e, Const):
+        return (int(e.value), int(e.value)) if e.dtype == INT else None
+    if not isinstance(e, BinOp) or e.dtype != INT:
+        return None
+    a = expr_range(e.a, extents)
+    if e.op in ("//", "%") and isinstance(e.b, Const) and e.b.value > 0:
+        d = int(e.b.value)
+        if a is None:
+            return (0, d - 1) if e.op == "%" else None
+        if e.op == "//":
+            return a[0] // d, a[1] // d
+        if a[0] // d == a[1] // d:
+            return a[0] % d, a[1] % d
+        return 0, d - 1
+    b = expr_range(e.b, extents)
+    if a is None or b is None:
+        return None
+    if e.op == "+":
+        return a[0] + b[0], a[1] + b[1]
+    if e.op == "-":
+        return a[0] - b[1], a[1] - b[0]
+    if e.op == "*":
+        ps = [x * y for x in a for y in b]
+        return min(ps), max(ps)
+    if e.op == "min":
+        return min(a[0], b[0]), min(a[1], b[1])
+    if e.op == "max":
+        return max(a[0], b[0]), max(a[1], b[1])
+    return None
 
 
 def _divmod(x: Expr, d: int, op: str, extents: Mapping[Var, int]) -> Expr | None:
-    a = affine(x)
+    a = affine(x, ())
     if a is None:
         return None
     coefs, c = a

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
-from autotune.ir.analysis import (affine, affine_range, from_affine, loads_of, loop_extents,
-                                  map_expr, map_stmt_exprs, simplify, substitute)
+from autotune.ir.analysis import (affine, affine_range, from_affine, index_range, loads_of,
+                                  loop_extents, map_expr, map_stmt_exprs, simplify, substitute)
 from autotune.ir.expr import FLOAT, Const, Expr, Load, Select, Var, add, cmp, mul, walk
 from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
                               Stmt, Store, Sync)
@@ -194,8 +194,7 @@ class _Lowerer:
                 continue
             for i, n in zip(e.indices, e.buffer.shape):
                 i = simplify(i, self.ext)
-                a = affine(i)
-                r = None if a is None else affine_range(a[0], a[1], self.ext)
+                r = index_range(i, self.ext)
                 if r is None or r[1] >= n:
                     out.append(cmp("<", i, n))
                 if r is None or r[0] < 0:

@@ -9,9 +9,11 @@ from autotune.space import Split
 
 
 def nearest_split(knob: Split, inner: Sequence[int]) -> tuple[int, ...]:
-    """The candidate of ``knob`` whose inner factors are closest (in log scale) to ``inner``."""
+    """The candidate of ``knob`` whose inner factors are closest (in log scale) to ``inner``,
+    preferring tilings without a tail (padded iterations cost guards and wasted work)."""
     def dist(c: tuple[int, ...]) -> float:
-        return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c[1:], inner))
+        waste = math.prod(c) / knob.extent - 1
+        return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c[1:], inner)) + 4 * waste
     return min(knob.candidates, key=dist)
 
 

@@ -1,0 +1,104 @@
+"""``CpuKernel``: runs JIT-compiled LLVM kernels on numpy arrays through ctypes.
+
+The generated code assumes 64-byte aligned, non-overlapping data; arrays that are not
+aligned are staged through aligned copies (pass ``aligned_empty`` arrays to avoid that).
+"""
+from __future__ import annotations
+
+import ctypes
+from math import prod
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from autotune.codegen.kernel import Kernel
+from autotune.codegen.llvm import entry_name
+from autotune.codegen.llvm_jit import load_object
+from autotune.ir.stmt import PrimFunc, Store, walk_stmts
+
+ALIGN = 64
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
+
+
+def aligned_empty(shape: tuple[int, ...], align: int = ALIGN) -> np.ndarray:
+    """An uninitialized C-contiguous float32 array whose data starts on an ``align`` boundary."""
+    n = max(prod(shape), 1)
+    raw = np.empty(n + align // 4, np.float32)
+    skip = (-raw.ctypes.data % align) // 4
+    return raw[skip:skip + prod(shape)].reshape(shape)
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    out = aligned_empty(a.shape)
+    out[...] = a
+    return out
+
+
+class CpuKernel(Kernel):
+    """A kernel JIT-compiled for the host CPU; holds its engine (the code lives there).
+
+    Not reentrant: workspaces are allocated once per kernel and shared by all calls."""
+
+    def __init__(self, func: PrimFunc, source: str, target: Any, engine: Any, address: int,
+                 binary: bytes | None = None):
+        super().__init__(func, source, binary, target)
+        self._engine = engine  # freeing it unmaps the code, so it lives as long as we do
+        self._entry = _ENTRY(address)
+        self._nptrs = len(func.args) + len(func.workspaces)
+        self._ptr_array = ctypes.c_void_p * self._nptrs
+        self.workspaces = tuple(aligned_empty(b.shape) for b in func.workspaces)
+        for w in self.workspaces:
+            w.fill(0)
+        self._ws_ptrs = tuple(w.ctypes.data for w in self.workspaces)
+        stored = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
+        self._written = [i for i, b in enumerate(func.args) if b in stored]
+
+    def _pointers(self, arrays: Sequence[np.ndarray], ptrs: list[int]) -> Any:
+        """The entry's pointer array; raises if an array the kernel writes overlaps another
+        argument (the generated code declares its pointers ``noalias``)."""
+        for w in self._written:
+            lo, hi = ptrs[w], ptrs[w] + arrays[w].nbytes
+            for i, (p, a) in enumerate(zip(ptrs, arrays)):
+                if i != w and p < hi and lo < p + a.nbytes:
+                    raise ValueError(f"kernel {self.name!r}: argument {w} "
+                                     f"({self.func.args[w].name}) overlaps argument {i} "
+                                     f"({self.func.args[i].name})")
+        return self._ptr_array(*ptrs, *self._ws_ptrs)
+
+    def _launch(self, arrays: Sequence[np.ndarray]) -> None:
+        ptrs = [a.ctypes.data for a in arrays]
+        misaligned = 0
+        for p in ptrs:
+            misaligned |= p
+        if not misaligned % ALIGN:
+            self._entry(self._pointers(arrays, ptrs))
+            return
+        staged = [a if p % ALIGN == 0 else aligned_copy(a) for a, p in zip(arrays, ptrs)]
+        self._pointers(arrays, ptrs)  # overlap is judged on the caller's arrays
+        self._entry(self._pointers(staged, [a.ctypes.data for a in staged]))
+        if staged[-1] is not arrays[-1]:
+            arrays[-1][...] = staged[-1]
+
+    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
+        """Validate once and return a zero-argument callable running the kernel on
+        ``arrays`` (for timing loops). Unaligned arrays make each call copy them."""
+        self.check_args(arrays)
+        data = [a.ctypes.data for a in arrays]
+        if any(p % ALIGN for p in data):
+            return lambda: self._launch(arrays)
+        ptrs, entry = self._pointers(arrays, data), self._entry
+
+        def run(_keep: tuple = (self, arrays)) -> None:  # _keep: the engine and the data
+            entry(ptrs)
+
+        return run
+
+
+def load_cpu_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> CpuKernel:
+    """Link object code from ``compile_llvm_object`` into this process as a kernel."""
+    engine = load_object(binary, target)
+    name = entry_name(func)
+    address = engine.get_function_address(name)
+    if not address:
+        raise RuntimeError(f"object code has no entry symbol {name!r}")
+    return CpuKernel(func, source, target, engine, address, binary)

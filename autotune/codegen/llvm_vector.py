@@ -1,0 +1,195 @@
+"""Explicit SIMD lowering of a ``VECTORIZED`` loop: the whole loop becomes straight-line
+``<W x T>`` code, or the caller falls back to a serial loop when that would be unsafe.
+
+Per expression: no dependence on the lane var -> scalar (splat on use); affine with
+coefficient 1 -> contiguous vector load/store; anything else -> per-lane gather/scatter.
+Guards that depend on the lane become masks (masked stores; masked or clamped loads).
+"""
+from __future__ import annotations
+
+from autotune.codegen.llvm_emit import FunctionEmitter, access_align
+from autotune.codegen.llvm_index import (affine_coeff, depends_on, flat_index, in_bounds,
+                                         known_truth, same_element, stmt_exprs)
+from autotune.codegen.llvm_text import (F32, I1, I64, Val, const_bool, const_int, const_vec,
+                                       vec_ty)
+from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, walk
+from autotune.ir.stmt import For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
+
+MAX_LANES = 64  # wider loops are left to LLVM's own loop vectorizer
+
+
+def vectorizable(loop: For) -> bool:
+    """Whether lane-parallel execution of ``loop`` provably matches its serial semantics."""
+    v, w = loop.var, loop.extent
+    if not 2 <= w <= MAX_LANES:
+        return False
+    stmts = list(walk_stmts(loop.body))
+    if not all(isinstance(s, (Seq, Store, IfThenElse, Sync)) for s in stmts):
+        return False  # nested loops and allocations stay scalar
+    stores = [s for s in stmts if isinstance(s, Store)]
+    loads = [x for e in stmt_exprs(loop.body) for x in walk(e) if isinstance(x, Load)]
+    for st in stores:
+        coeff = affine_coeff(flat_index(st.buffer, st.indices), v)
+        if coeff == 0:
+            return False  # every lane writes one element: a reduction across lanes
+        # Lanes run each statement together, so any lane reading or writing an element of
+        # a stored buffer that another lane writes would change the result.
+        others = [a for a in (*stores, *loads) if a.buffer is st.buffer and a is not st]
+        if others and (coeff is None or not all(same_element(st.buffer, a.indices, st.indices)
+                                                for a in others)):
+            return False
+    return True
+
+
+def emit_vectorized(em: FunctionEmitter, loop: For) -> bool:
+    """Emit ``loop`` as vector code; False (nothing emitted) when it must stay scalar."""
+    if not vectorizable(loop):
+        return False
+    with em.bind(loop.var, None, (0, loop.extent - 1)):  # bounds only: lanes have no scalar
+        _Lanes(em, loop.var, loop.extent).stmt(loop.body, None)
+    return True
+
+
+class _Lanes:
+    """Vector emission state for one loop: the lane var and the lane count."""
+
+    def __init__(self, em: FunctionEmitter, var: Var, lanes: int):
+        self.em, self.v, self.w = em, var, lanes
+        self.iota = const_vec(I64, list(range(lanes)))
+
+    def vec(self, x: Val) -> Val:
+        return x if x.lanes else self.em.splat(x, self.w)
+
+    def at_lane(self, e: Expr, lane: int, guard: bool = False) -> Val:
+        with self.em.bind(self.v, const_int(lane), (lane, lane)):
+            return self.em.expr(e, guard)
+
+    def from_lanes(self, e: Expr, elem: str, guard: bool = False) -> Val:
+        """Build a vector by evaluating ``e`` once per lane (gathers, non-affine indices)."""
+        fb, vt = self.em.fb, vec_ty(elem, self.w)
+        acc = Val(vt, "poison")
+        for lane in range(self.w):
+            x = self.at_lane(e, lane, guard)
+            acc = fb.emit(vt, f"insertelement {acc}, {x}, i64 {lane}")
+        return acc
+
+    def mask_and(self, a: Val | None, b: Val) -> Val:
+        return b if a is None else self.em.fb.emit(a.ty, f"and {a}, {b.ref}")
+
+    # -- statements ----------------------------------------------------------------
+    def stmt(self, s: Stmt, mask: Val | None) -> None:
+        em = self.em
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                self.stmt(c, mask)
+        elif isinstance(s, Store):
+            self.store(s, mask)
+        elif isinstance(s, IfThenElse) and known_truth(s.cond, em.env.ranges) is not None:
+            branch = s.then if known_truth(s.cond, em.env.ranges) else s.else_
+            if branch is not None:
+                self.stmt(branch, mask)
+        elif isinstance(s, IfThenElse) and not depends_on(s.cond, self.v):
+            cond = em.expr(s.cond, guard=mask is not None)
+            em.if_then_else(cond, lambda: self.stmt(s.then, mask),
+                            None if s.else_ is None else (lambda: self.stmt(s.else_, mask)))
+        elif isinstance(s, IfThenElse):
+            m = self.vec(self.expr(s.cond, False, mask))
+            self.stmt(s.then, self.mask_and(mask, m))
+            if s.else_ is not None:
+                inv = em.fb.emit(m.ty, f"xor {m}, {const_vec(I1, [1] * self.w).ref}")
+                self.stmt(s.else_, self.mask_and(mask, inv))
+
+    def store(self, s: Store, mask: Val | None) -> None:
+        em, fb = self.em, self.em.fb
+        flat = flat_index(s.buffer, s.indices)
+        val = self.expr(s.value, False, mask)
+        base_ptr = em.buffer_ptr(s.buffer)
+        if affine_coeff(flat, self.v) == 1:
+            p = em.gep(base_ptr, self.at_lane(flat, 0), inbounds=mask is None)
+            val, align = self.vec(val), access_align(flat, em.env.ranges, self.v)
+            if mask is None:
+                fb.do(f"store {val}, {p}, align {align}")
+            else:
+                fn = self.intrinsic("store", val.ty)
+                fb.do(f"call void {fn}({val}, {p}, i32 {align}, {mask})")
+            return
+        for lane in range(self.w):  # scatter, lane by lane, in serial order
+            x = fb.emit(F32, f"extractelement {val}, i64 {lane}") if val.lanes else val
+            if mask is None:
+                self.store_lane(s, flat, lane, x)
+                continue
+            bit = fb.emit(I1, f"extractelement {mask}, i64 {lane}")
+            em.if_then_else(bit, lambda lane=lane, x=x: self.store_lane(s, flat, lane, x), None)
+
+    def store_lane(self, s: Store, flat: Expr, lane: int, x: Val) -> None:
+        p = self.em.gep(self.em.buffer_ptr(s.buffer), self.at_lane(flat, lane))
+        self.em.fb.do(f"store {x}, {p}, align 4")
+
+    def intrinsic(self, kind: str, vt: str) -> str:
+        name = f"llvm.masked.{kind}.v{self.w}f32.p0"
+        mt = vec_ty(I1, self.w)
+        # the i32 alignment operand is the long-standing form; LLVM >= 21 auto-upgrades it
+        text = (f"declare {vt} @{name}(ptr, i32, {mt}, {vt})" if kind == "load"
+                else f"declare void @{name}({vt}, ptr, i32, {mt})")
+        return self.em.module.declare(name, text)
+
+    # -- expressions ---------------------------------------------------------------
+    def expr(self, e: Expr, guard: bool, mask: Val | None) -> Val:
+        """Value of ``e`` across lanes: a scalar when it does not depend on the lane var."""
+        em = self.em
+        if not depends_on(e, self.v):
+            return em.expr(e, guard or mask is not None)
+        if e is self.v:
+            return self.iota
+        if isinstance(e, Load):
+            return self.load(e, guard, mask)
+        if e.dtype not in (FLOAT, "bool"):  # integer index arithmetic
+            coeff = affine_coeff(e, self.v)
+            if coeff is None:
+                return self.from_lanes(e, I64, guard)
+            base = self.vec(self.at_lane(e, 0, guard))
+            step = const_vec(I64, [coeff * i for i in range(self.w)])
+            return em.fb.emit(base.ty, f"add nsw {base}, {step.ref}")
+        if isinstance(e, BinOp):
+            a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
+            return em.fbin(e.op, a, b)
+        if isinstance(e, (Cmp, And)) and known_truth(e, em.env.ranges) is not None:
+            return const_bool(bool(known_truth(e, em.env.ranges)))
+        if isinstance(e, Cmp):
+            a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
+            return em.cmp(e.op, a, b, e.a.dtype == FLOAT)
+        if isinstance(e, And):
+            a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
+            return em.fb.emit(a.ty, f"and {a}, {b.ref}")
+        if isinstance(e, Select):
+            truth = known_truth(e.cond, em.env.ranges)
+            if truth is not None:
+                return self.expr(e.t if truth else e.f, guard, mask)
+            c = self.expr(e.cond, guard, mask)
+            t, f = self.vec(self.expr(e.t, True, mask)), self.vec(self.expr(e.f, True, mask))
+            return em.select(c, t, f)
+        raise TypeError(f"unknown expression {type(e).__name__}")
+
+    def load(self, e: Load, guard: bool, mask: Val | None) -> Val:
+        em, fb = self.em, self.em.fb
+        flat = flat_index(e.buffer, e.indices)
+        coeff = affine_coeff(flat, self.v)
+        unsafe = (guard or mask is not None) and not in_bounds(e.buffer, flat, em.env.ranges)
+        if coeff == 0:  # depends on the lane only in ways that cancel out
+            return self.at_lane(e, 0, unsafe)
+        if coeff != 1:
+            return self.from_lanes(e, F32, unsafe)
+        base = self.at_lane(flat, 0)
+        p = em.gep(em.buffer_ptr(e.buffer), base, inbounds=not unsafe)
+        vt, align = vec_ty(F32, self.w), access_align(flat, em.env.ranges, self.v)
+        if not unsafe:
+            return fb.emit(vt, f"load {vt}, {p}, align {align}", "vld")
+        if mask is None or guard:
+            # inside a select arm: load only the lanes whose offsets lie in the buffer
+            offs = fb.emit(vec_ty(I64, self.w), f"add nsw {em.splat(base, self.w)}, "
+                                                 f"{self.iota.ref}")
+            size = const_vec(I64, [e.buffer.size] * self.w)
+            mask = fb.emit(vec_ty(I1, self.w), f"icmp ult {offs}, {size.ref}")
+        fn = self.intrinsic("load", vt)
+        return fb.emit(vt, f"call {vt} {fn}({p}, i32 {align}, {mask}, {vt} zeroinitializer)",
+                       "vld")

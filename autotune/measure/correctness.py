@@ -1,0 +1,77 @@
+"""Correctness against the numpy reference: the criterion, and the per-workload data cache.
+
+Criterion: ``max|out - ref| <= atol + rtol * max|ref|``: one scale for the whole output,
+because fp32 reductions err in proportion to the output's magnitude, not each element's.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+
+def check_output(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> Optional[str]:
+    """None when ``out`` matches ``ref``; else why not (NaN count or the max error)."""
+    out = np.asarray(out)
+    if out.shape != ref.shape:
+        return f"output shape {out.shape} differs from the reference's {ref.shape}"
+    nan = np.isnan(out)
+    if nan.any():
+        first = np.unravel_index(int(np.argmax(nan)), out.shape)
+        return (f"output has {int(nan.sum())} NaN of {out.size} elements "
+                f"(first at index {tuple(map(int, first))})")
+    ref64 = ref.astype(np.float64, copy=False)
+    err = np.abs(out.astype(np.float64) - ref64)
+    worst = int(np.argmax(err))
+    max_err = float(err.flat[worst])
+    tol = atol + rtol * float(np.max(np.abs(ref64), initial=0.0))
+    if max_err <= tol:  # also False for inf
+        return None
+    at = tuple(map(int, np.unravel_index(worst, out.shape)))
+    return (f"max abs error {max_err:.4g} > tolerance {tol:.4g} at index {at} "
+            f"(got {float(out.flat[worst]):.6g}, expected {float(ref.flat[worst]):.6g})")
+
+
+@dataclass
+class _Entry:
+    pristine: list[np.ndarray]  # random_args(seed), never handed to a kernel
+    work: list[np.ndarray]      # the arrays kernels run on, refreshed before each candidate
+    reference: np.ndarray
+
+
+class WorkloadData:
+    """Inputs and reference per (workload, seed), computed once and kept for the last few
+    workloads; every candidate gets fresh copies, so a kernel that scribbles on its inputs
+    cannot fail the next one."""
+
+    def __init__(self, capacity: int = 4) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+
+    def prepare(self, workload: Any, seed: int) -> None:
+        """Compute and cache the data (slow the first time: the reference runs here)."""
+        self._entry(workload, seed)
+
+    def fresh_args(self, workload: Any, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """(kernel arguments with the output NaN-filled, reference output)."""
+        e = self._entry(workload, seed)
+        for w, p in zip(e.work[:-1], e.pristine[:-1]):
+            np.copyto(w, p)
+        e.work[-1].fill(np.nan)  # unwritten elements show as NaN
+        return e.work, e.reference
+
+    def _entry(self, workload: Any, seed: int) -> _Entry:
+        key = (str(workload.key), seed)
+        e = self._entries.get(key)
+        if e is None:
+            pristine = workload.random_args(seed)
+            work = workload.random_args(seed)  # allocated by the workload: aligned as it wants
+            ref = np.asarray(workload.reference(pristine[:-1]))
+            e = self._entries[key] = _Entry(pristine, work, ref)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        return e
+

@@ -1,0 +1,163 @@
+"""`Executor`: the one seam tuners measure through; `LocalExecutor`: builder pool + runner.
+
+On a CPU target the device is the building CPU, so a batch is built first and timed after
+(the pool idles while timing). On a GPU target timing starts as soon as the first build is
+done and later builds overlap it. One LocalExecutor may be shared by several threads (the
+service's jobs): CPU batches take turns whole; GPU batches take turns on builder and device
+separately, so one job's builds overlap another's timing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Protocol, Sequence
+
+from autotune.measure.builder import BuildOutcome, LocalBuilder
+from autotune.measure.options import MeasureOptions
+from autotune.measure.result import MeasureInput, MeasureResult
+from autotune.measure.runner import LocalRunner
+
+if TYPE_CHECKING:
+    from autotune.driver import Artifact
+    from autotune.target import Target
+
+
+class Executor(Protocol):
+    """Measures batches of candidates; results come back in input order."""
+
+    def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Wall-clock split of one batch (on GPU targets build and run overlap)."""
+
+    n: int
+    n_built: int
+    n_ok: int
+    build_s: float
+    run_s: float
+    total_s: float
+
+
+class LocalExecutor:
+    """Builds in a warm pool of spawned processes and times in one device-owning process.
+
+    A ``builder`` or ``runner`` given is used as is (and closed with the executor); else
+    they are made from ``options``. ``last_stats`` is the calling thread's last batch.
+    """
+
+    def __init__(self, target: "Target", options: Optional[MeasureOptions] = None,
+                 builder: Optional[LocalBuilder] = None,
+                 runner: Optional[LocalRunner] = None) -> None:
+        options = options or MeasureOptions()
+        self.target, self.options = target, options
+        self.builder = builder or LocalBuilder(options.n_build_workers, options.build_timeout)
+        self.runner = runner or LocalRunner(target, options)
+        self.pipelined = target.kind == "cuda"  # builds may overlap timing: not the same chip
+        self._device_lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def last_stats(self) -> Optional[BatchStats]:
+        return getattr(self._local, "stats", None)
+
+    def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        """Build and time ``inputs``; failed builds are not run. Thread-safe."""
+        for inp in inputs:
+            if inp.target != self.target:
+                raise ValueError(f"LocalExecutor: input target {inp.target} differs from the "
+                                 f"executor's {self.target}")
+        if not inputs:
+            return []
+        if self.pipelined:
+            return self._submit_pipelined(inputs)
+        with self._device_lock:  # CPU: nothing else of ours runs while a kernel is timed
+            t0 = time.perf_counter()
+            built = self.builder.build(inputs)
+            t1 = time.perf_counter()
+            results = [None if _is_artifact(b) else b for b in built]
+            todo = [(i, b) for i, b in enumerate(built) if _is_artifact(b)]
+            runs = self.runner.run([(inputs[i], art) for i, art in todo])  # type: ignore[misc]
+            for (i, art), res in zip(todo, runs):
+                results[i] = _with_build_s(res, art)  # type: ignore[arg-type]
+            t2 = time.perf_counter()
+        self._record(results, len(todo), t1 - t0, t2 - t1, t2 - t0)  # type: ignore[arg-type]
+        return results  # type: ignore[return-value]  # every slot is filled
+
+    def _submit_pipelined(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        """Time each artifact as soon as it is built, while the pool builds the rest."""
+        t0 = time.perf_counter()
+        done: queue.Queue = queue.Queue()
+        build_end = [t0]
+
+        def build_all() -> None:
+            try:
+                for pair in self.builder.build_iter(inputs):
+                    done.put(pair)
+            except BaseException as err:  # surfaced in the submitting thread
+                done.put(err)
+            build_end[0] = time.perf_counter()
+            done.put(None)
+
+        thread = threading.Thread(target=build_all, name="autotune-build-feed", daemon=True)
+        thread.start()
+        results: list[Optional[MeasureResult]] = [None] * len(inputs)
+        order: list[tuple[int, "Artifact"]] = []
+
+        def artifacts() -> Iterator[tuple[MeasureInput, "Artifact"]]:
+            while (pair := done.get()) is not None:
+                if isinstance(pair, BaseException):
+                    raise pair
+                i, outcome = pair
+                if _is_artifact(outcome):
+                    order.append((i, outcome))  # type: ignore[arg-type]
+                    yield inputs[i], outcome  # type: ignore[misc]
+                else:
+                    results[i] = outcome  # type: ignore[assignment]
+
+        run_start: Optional[float] = None
+        for k, res in enumerate(self.runner.run_iter(artifacts())):
+            run_start = run_start or time.perf_counter() - res.run_s
+            i, art = order[k]
+            results[i] = _with_build_s(res, art)
+        thread.join()
+        t2 = time.perf_counter()
+        out = [r for r in results if r is not None]
+        self._record(out, len(order), build_end[0] - t0, t2 - (run_start or t2), t2 - t0)
+        return out
+
+    def _record(self, results: list[MeasureResult], n_built: int, build_s: float, run_s: float,
+                total_s: float) -> None:
+        self._local.stats = BatchStats(n=len(results), n_built=n_built,
+                                       n_ok=sum(r.ok for r in results),
+                                       build_s=build_s, run_s=run_s, total_s=total_s)
+
+    def warm_up(self) -> None:
+        """Start the build workers and the runner now, not during the first batch."""
+        self.builder.warm_up()
+        self.runner.warm_up()
+
+    def close(self) -> None:
+        """Stop the builder pool and the runner process."""
+        self.builder.close()
+        self.runner.close()
+
+    def __enter__(self) -> "LocalExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_artifact(outcome: BuildOutcome) -> bool:
+    return not isinstance(outcome, MeasureResult)
+
+
+def _with_build_s(result: MeasureResult, artifact: "Artifact") -> MeasureResult:
+    return dataclasses.replace(result, build_s=float(getattr(artifact, "build_s", 0.0)))

@@ -1,0 +1,133 @@
+"""`LocalRunner`: one spawned process that owns the device and times artifacts one by one.
+
+A kernel that kills the process (a segfault) or hangs costs only that process: it is
+replaced and the batch goes on. A lock makes one runner safe to share between threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+
+from autotune.measure import run_worker
+from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
+from autotune.measure.options import MeasureOptions
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.run_worker import LoadFn
+
+if TYPE_CHECKING:
+    from autotune.driver import Artifact
+    from autotune.target import Target
+
+START_TIMEOUT = 60.0    # seconds for a fresh runner to import and say "ready"
+PREPARE_TIMEOUT = 120.0  # seconds for a workload's inputs and numpy reference (not timed)
+
+
+class LocalRunner:
+    """Times artifacts on ``target`` in a spawned process, following ``options``.
+
+    ``load_fn(artifact, target) -> kernel`` must be a picklable top-level function
+    (``driver.load`` by default); tests inject fake kernels through it.
+    """
+
+    def __init__(self, target: "Target", options: MeasureOptions | None = None,
+                 load_fn: LoadFn | None = None) -> None:
+        if load_fn is None:
+            from autotune.driver import load as load_fn
+        options = options or MeasureOptions()
+        self.target, self.options = target, options
+        self._child = ChildProcess(run_worker.serve, (target, load_fn), "autotune-runner")
+        self._ready = False
+        self._lock = threading.Lock()  # the device: one batch at a time
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The runner process's id (None before the first run)."""
+        return self._child.pid
+
+    def run(self, items: Sequence[tuple[MeasureInput, "Artifact"]]) -> list[MeasureResult]:
+        """Measure each (input, artifact) in order; failures are results, never exceptions."""
+        return list(self.run_iter(items))
+
+    def run_iter(self, items: Iterable[tuple[MeasureInput, "Artifact"]]
+                 ) -> Iterator[MeasureResult]:
+        """Like ``run`` but lazy: ``items`` may still be arriving (builds in flight). The
+        device stays locked until the iterator is exhausted or closed."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("LocalRunner is closed")
+            for inp, artifact in items:
+                t0 = time.perf_counter()
+                result = self._run_one(inp, artifact)
+                yield dataclasses.replace(result, run_s=time.perf_counter() - t0)
+
+    def warm_up(self) -> None:
+        """Start the runner process now rather than at the first candidate."""
+        with self._lock:
+            self._ensure_ready()
+
+    def close(self) -> None:
+        """Stop the runner process; the runner cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            self._child.stop()
+            self._ready = False
+
+    def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._child.kill()
+
+    # -- one candidate -------------------------------------------------------------------
+
+    def _run_one(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult:
+        failure = self._ensure_ready()
+        if failure is not None:
+            return failure
+        if not self._child.send((artifact, inp.workload, self.options)):
+            return self._replace(ErrorKind.RUNTIME, f"runner process died ({self._exit()})")
+        phase = "preparing inputs and reference"
+        try:
+            msg = self._child.recv(PREPARE_TIMEOUT)
+            if msg[0] == "started":
+                phase = "run"
+                msg = self._child.recv(self.options.run_timeout)
+        except ChildTimeout:
+            if phase == "run":
+                return self._replace(ErrorKind.RUN_TIMEOUT, f"run exceeded "
+                                     f"{self.options.run_timeout:g} s; runner killed")
+            return self._replace(ErrorKind.RUNTIME,
+                                 f"{phase} exceeded {PREPARE_TIMEOUT:g} s; runner killed")
+        except ChildDied as died:
+            return self._replace(ErrorKind.RUNTIME, f"runner process died ({died})")
+        return msg[1]
+
+    def _ensure_ready(self) -> MeasureResult | None:
+        """Start the process if needed and wait for its hello; a failure result if it can't."""
+        if self._ready:
+            return None
+        if not self._child.started:
+            self._child.start()
+        try:
+            self._child.recv(START_TIMEOUT)
+        except (ChildTimeout, ChildDied) as err:
+            self._child.kill()
+            return MeasureResult.failure(ErrorKind.RUNTIME, f"runner process did not start: {err}")
+        self._ready = True
+        return None
+
+    def _exit(self) -> str:
+        return self._child.exit_reason()
+
+    def _replace(self, kind: ErrorKind, msg: str) -> MeasureResult:
+        """Kill the process and spawn its successor (it warms up while we record this)."""
+        self._child.restart()
+        self._ready = False
+        return MeasureResult.failure(kind, msg)

@@ -1,0 +1,110 @@
+"""CUDA template for conv2d (NCHW, with padding, stride, dilation and fused epilogue).
+
+Output channels, rows and columns are tiled block / vthread / thread / inner (threads
+z, y, x); batch and the channel block share blockIdx.z. Each thread accumulates a
+register tile over the reduction split into outer and inner parts (rc, ry, rx); per
+outer step the block copies its input and weight tiles into shared memory. The padded
+input is inlined into the input tile's fill, so padding costs no extra pass.
+"""
+from __future__ import annotations
+
+from itertools import permutations
+
+from autotune.ops import Workload
+from autotune.schedule.definitions import conv2d_graph
+from autotune.schedule.schedule import Schedule
+from autotune.schedule.templates.common import nearest_split
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, cooperative_fill,
+                                                     launch_reason, limits, span, unroll_inner)
+from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
+from autotune.target import Target
+
+INNER_ORDERS = list(permutations(("rc", "ry", "rx")))
+
+
+def space(wl: Workload, target: Target) -> ConfigSpace:
+    p = wl.params
+    K, C, R, S = p["K"], p["C"], p["R"], p["S"]
+    knobs = [
+        Split("tile_f", K, 4, max_inner=8),
+        Split("tile_y", wl.out_h, 4, max_inner=4),
+        Split("tile_x", wl.out_w, 4, max_inner=4),
+        # exact reduction tiles: the padded input's fill guards only rows and columns
+        Split("tile_rc", C, 2, policy="factors", max_inner=16),
+        Split("tile_ry", R, 2, policy="factors"),
+        Split("tile_rx", S, 2, policy="factors"),
+        Reorder("order_inner", INNER_ORDERS),
+        Choice("auto_unroll_max_step", list(UNROLL_STEPS)),
+    ]
+    default = {
+        "tile_f": nearest_split(knobs[0], (2, 8, 2)),
+        "tile_y": nearest_split(knobs[1], (1, 4, 1)),
+        "tile_x": nearest_split(knobs[2], (1, 8, 2)),
+        "tile_rc": nearest_split(knobs[3], (8,)),
+        "tile_ry": nearest_split(knobs[4], (R,)),
+        "tile_rx": nearest_split(knobs[5], (S,)),
+        "order_inner": ("rc", "ry", "rx"),
+        "auto_unroll_max_step": 512,
+    }
+    lim = limits(target)
+    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
+
+    def validity(cfg: Config) -> str | None:
+        tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
+        rc, ry, rx = cfg["tile_rc"][1], cfg["tile_ry"][1], cfg["tile_rx"][1]
+        rows = (span(ty) - 1) * sh + (ry - 1) * dh + 1
+        cols = (span(tx) - 1) * sw + (rx - 1) * dw + 1
+        shared = rc * rows * cols + span(tf) * rc * ry * rx
+        local = tf[1] * tf[3] * ty[1] * ty[3] * tx[1] * tx[3]
+        return launch_reason(lim, (tx[2], ty[2], tf[2]), tf[1] * ty[1] * tx[1], shared, local)
+
+    return ConfigSpace(knobs, default=default, validity=validity, name="cuda_conv2d")
+
+
+def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
+    tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
+    g = conv2d_graph(wl)
+    s = g.schedule()
+    data, weight = g.inputs[0], g.inputs[1]
+    local = s.cache_write(g.output, "local")
+    d_sh = s.cache_read(g.pad or data, "shared", [local])
+    w_sh = s.cache_read(weight, "shared", [local])
+    if g.pad is not None:
+        s[g.pad].compute_inline()
+
+    st = s[g.output]
+    n, f, y, x = st.axis
+    bf, vf, tf_, fi = st.tile(f, tf)
+    by, vy, ty_, yi = st.tile(y, ty)
+    bx, vx, tx_, xi = st.tile(x, tx)
+    st.reorder(n, bf, by, bx, tf_, ty_, tx_, vf, vy, vx, fi, yi, xi)
+    st.bind(st.fuse(n, bf), "blockIdx.z")
+    st.bind(by, "blockIdx.y")
+    st.bind(bx, "blockIdx.x")
+    for a, tag in ((tf_, "threadIdx.z"), (ty_, "threadIdx.y"), (tx_, "threadIdx.x")):
+        st.bind(a, tag)
+    for a in (vf, vy, vx):
+        st.bind(a, "vthread")
+    for a in (fi, yi, xi):
+        st.unroll(a)  # the register tile is indexed by constants only when fully unrolled
+
+    local.compute_at(st, tx_)
+    spatial = list(local.axis)  # mirrors of vf, vy, vx, fi, yi, xi
+    rc, ry, rx = local.reduce_axis
+    rco, rci = local.split(rc, factor=cfg["tile_rc"][1])
+    ryo, ryi = local.split(ry, factor=cfg["tile_ry"][1])
+    rxo, rxi = local.split(rx, factor=cfg["tile_rx"][1])
+    inner = {"rc": rci, "ry": ryi, "rx": rxi}
+    order = [inner[k] for k in cfg["order_inner"]] + spatial
+    local.reorder(rco, ryo, rxo, *order)
+    for a in spatial:
+        local.unroll(a)
+    sizes = {rci: cfg["tile_rc"][1], ryi: cfg["tile_ry"][1], rxi: cfg["tile_rx"][1]}
+    sizes.update(zip(spatial, (tf[1], ty[1], tx[1], tf[3], ty[3], tx[3])))
+    unroll_inner(local, order, [sizes[a] for a in order], cfg["auto_unroll_max_step"])
+
+    threads = (tx[2], ty[2], tf[2])
+    for fill in (d_sh, w_sh):
+        fill.compute_at(local, rxo)
+        cooperative_fill(fill, threads)
+    return s

@@ -1,0 +1,93 @@
+"""CUDA template for matmul and batch_matmul.
+
+Rows and columns are tiled block / vthread / thread / inner; each thread accumulates a
+register tile (cache_write "local") over a split k; per outer k step the block copies its
+A and B tiles into shared memory cooperatively. The batch axis is bound to blockIdx.z.
+"""
+from __future__ import annotations
+
+from itertools import permutations
+
+from autotune.ops import Workload
+from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
+from autotune.schedule.schedule import Schedule
+from autotune.schedule.templates.common import nearest_split
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, cooperative_fill,
+                                                     launch_reason, limits, span, unroll_inner)
+from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
+from autotune.target import Target
+
+INNER_ORDERS = list(permutations(("k", "i", "j")))
+
+
+def space(wl: Workload, target: Target) -> ConfigSpace:
+    p = wl.params
+    M, N, K = p["M"], p["N"], p["K"]
+    knobs = [
+        Split("tile_i", M, 4, max_inner=8),
+        Split("tile_j", N, 4, max_inner=8),
+        Split("tile_k", K, 2, max_inner=32),
+        Reorder("order_inner", INNER_ORDERS),
+        Choice("auto_unroll_max_step", list(UNROLL_STEPS)),
+    ]
+    default = {
+        "tile_i": nearest_split(knobs[0], (1, 16, 4)),
+        "tile_j": nearest_split(knobs[1], (2, 16, 2)),
+        "tile_k": nearest_split(knobs[2], (8,)),
+        "order_inner": ("k", "i", "j"),
+        "auto_unroll_max_step": 64,
+    }
+    lim = limits(target)
+
+    def validity(cfg: Config) -> str | None:
+        ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
+        shared = tk[1] * (span(ti) + span(tj))
+        local = ti[1] * ti[3] * tj[1] * tj[3]
+        return launch_reason(lim, (tj[2], ti[2], 1), ti[1] * tj[1], shared, local)
+
+    return ConfigSpace(knobs, default=default, validity=validity, name=f"cuda_{wl.op}")
+
+
+def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
+    ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
+    batched = wl.op == "batch_matmul"
+    g = (batch_matmul_graph if batched else matmul_graph)(wl)
+    s = g.schedule()
+    A, B = g.inputs[0], g.inputs[1]
+    local = s.cache_write(g.output, "local")
+    a_sh = s.cache_read(A, "shared", [local])
+    b_sh = s.cache_read(B, "shared", [local])
+
+    st = s[g.output]
+    *b, i, j = st.axis
+    bi, vi, ti_, ii = st.tile(i, ti)
+    bj, vj, tj_, ij = st.tile(j, tj)
+    st.reorder(*b, bi, bj, ti_, tj_, vi, vj, ii, ij)
+    if b:
+        st.bind(b[0], "blockIdx.z")
+    st.bind(bi, "blockIdx.y")
+    st.bind(bj, "blockIdx.x")
+    st.bind(ti_, "threadIdx.y")
+    st.bind(tj_, "threadIdx.x")
+    st.bind(vi, "vthread")
+    st.bind(vj, "vthread")
+
+    st.unroll(ii)  # the register tile is indexed by constants only when fully unrolled
+    st.unroll(ij)
+
+    local.compute_at(st, tj_)
+    lvi, lvj, li, lj = local.axis
+    ko, ki = local.split(local.reduce_axis[0], factor=tk[1])
+    groups = {"k": [ki], "i": [lvi, li], "j": [lvj, lj]}
+    sizes = {ki: tk[1], lvi: ti[1], li: ti[3], lvj: tj[1], lj: tj[3]}
+    order = [a for n in cfg["order_inner"] for a in groups[n]]
+    local.reorder(ko, *order)
+    for a in (lvi, li, lvj, lj):
+        local.unroll(a)
+    unroll_inner(local, order, [sizes[a] for a in order], cfg["auto_unroll_max_step"])
+
+    threads = (tj[2], ti[2], 1)
+    for fill in (a_sh, b_sh):
+        fill.compute_at(local, ko)
+        cooperative_fill(fill, threads)
+    return s

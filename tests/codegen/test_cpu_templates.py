@@ -1,0 +1,90 @@
+"""Every CPU template: hundreds of sampled configs compiled by LLVM and checked against numpy.
+
+Shapes include prime and odd extents, stride 2, pad 0/1/3, 1x1 and 7x7 kernels and
+asymmetric stride/pad; epilogue chains rotate over the configs of each case.
+"""
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+CONFIGS_PER_OP = 200
+EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu")]
+SHAPES = {
+    "matmul": [dict(M=97, N=31, K=13), dict(M=16, N=48, K=33), dict(M=5, N=7, K=64)],
+    "batch_matmul": [dict(B=3, M=17, N=31, K=9), dict(B=2, M=8, N=32, K=16)],
+    "conv2d": [
+        dict(N=1, C=3, H=11, W=13, K=8, R=3, S=3, stride=1, pad=1),
+        dict(N=2, C=4, H=9, W=9, K=5, R=1, S=1, stride=2, pad=0),
+        dict(N=1, C=2, H=9, W=10, K=4, R=7, S=7, stride=1, pad=3),
+        dict(N=1, C=3, H=12, W=11, K=6, R=3, S=5, stride=(2, 1), pad=(0, 2)),
+        dict(N=1, C=4, H=10, W=10, K=4, R=3, S=3, stride=1, pad=1, dilation=2),
+    ],
+    "depthwise_conv2d": [
+        dict(N=1, C=4, H=11, W=13, R=3, S=3, stride=1, pad=1, multiplier=1),
+        dict(N=2, C=3, H=9, W=10, R=3, S=3, stride=2, pad=0, multiplier=2),
+        dict(N=1, C=2, H=10, W=9, R=7, S=7, stride=1, pad=3, multiplier=1),
+        dict(N=1, C=5, H=31, W=17, R=5, S=3, stride=(1, 2), pad=(2, 1), multiplier=1),
+    ],
+}
+
+
+def _check_chunk(op: str, jobs: list[tuple[dict, tuple, int]]) -> list[str]:
+    """Compile and run each (params, epilogue, config index); describe the failures."""
+    import autotune
+    from autotune import driver
+
+    target = autotune.Target("llvm")
+    failures = []
+    for params, epi, index in jobs:
+        wl = autotune.workload(op, epilogue=epi, **params)
+        args = wl.random_args(index)
+        ref = wl.reference(args)
+        kernel = autotune.compile(wl, target, driver.space(wl, target).get(index))
+        kernel(*args)
+        err = float(np.nanmax(np.abs(args[-1] - ref))) if not np.isnan(args[-1]).any() else np.inf
+        if not err <= 1e-4 * max(1.0, float(np.abs(ref).max())):
+            failures.append(f"{wl} config {index}: max error {err}")
+    return failures
+
+
+def _sample_jobs(op: str) -> list[tuple[dict, tuple, int]]:
+    import autotune
+    from autotune import driver
+
+    target = autotune.Target("llvm")
+    rng = np.random.default_rng(7)
+    jobs = []
+    cases = itertools.cycle(itertools.product(SHAPES[op], EPILOGUES))
+    while len(jobs) < CONFIGS_PER_OP:
+        params, epi = next(cases)
+        sp = driver.space(autotune.workload(op, epilogue=epi, **params), target)
+        cfg = next(c for c in iter(lambda: sp.sample(rng, 1)[0], None) if sp.is_valid(c))
+        jobs.append((params, epi, cfg.index))
+    return jobs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_sampled_configs_match_numpy(op):
+    jobs = _sample_jobs(op)
+    assert len(jobs) >= CONFIGS_PER_OP
+    with ProcessPoolExecutor(2) as pool:
+        chunks = [jobs[i::2] for i in range(2)]
+        failures = [f for part in pool.map(_check_chunk, [op, op], chunks) for f in part]
+    assert not failures, "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_default_config_matches_numpy(op):
+    import autotune
+
+    for params in SHAPES[op]:
+        for epi in EPILOGUES[::2]:
+            wl = autotune.workload(op, epilogue=epi, **params)
+            args = wl.random_args(0)
+            autotune.compile(wl, "llvm")(*args)
+            np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,72 @@
+"""LocalExecutor: build then run, results in input order, per-batch stats, GPU pipelining."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from autotune.measure import (
+    ErrorKind,
+    LocalBuilder,
+    LocalExecutor,
+    LocalRunner,
+    MeasureInput,
+    MeasureOptions,
+)
+from autotune.target import Target
+from measure_fakes import CopyWorkload, fake_build, fake_load
+
+OPTS = MeasureOptions(repeat=2, min_repeat_ms=1.0, run_timeout=2.0, build_timeout=2.0,
+                      n_build_workers=2)
+WL = CopyWorkload(64)
+MODES = ("copy", "invalid", "zeros", "compile_error", "bind", "raise", "copy")
+KINDS = [ErrorKind.NONE, ErrorKind.INSTANTIATION, ErrorKind.WRONG_ANSWER, ErrorKind.COMPILE,
+         ErrorKind.NONE, ErrorKind.RUNTIME, ErrorKind.NONE]
+
+
+def _executor(target: Target) -> LocalExecutor:
+    return LocalExecutor(target, OPTS,
+                         builder=LocalBuilder(2, OPTS.build_timeout, build_fn=fake_build),
+                         runner=LocalRunner(target, OPTS, load_fn=fake_load))
+
+
+@pytest.fixture(scope="module", params=["llvm", "cuda -arch=sm_90"])
+def executor(request):
+    with _executor(Target(request.param)) as ex:
+        yield ex
+
+
+def test_results_in_input_order_and_failed_builds_are_not_run(executor):
+    inputs = [MeasureInput(WL, executor.target, m) for m in MODES]
+    results = executor.submit(inputs)
+    assert [r.error for r in results] == KINDS
+    for mode, r in zip(MODES, results):
+        built = mode not in ("invalid", "compile_error")
+        assert (r.run_s > 0) == built
+        if built:
+            assert r.build_s == 0.001  # the artifact's own build time
+    stats = executor.last_stats
+    assert stats is not None and (stats.n, stats.n_built, stats.n_ok) == (7, 5, 3)
+    assert stats.build_s > 0 and stats.run_s > 0 and stats.total_s >= stats.build_s
+    assert executor.pipelined == (executor.target.kind == "cuda")
+
+
+def test_threads_may_share_one_executor(executor):
+    out: dict[int, list] = {}
+
+    def job(k: int) -> None:
+        out[k] = executor.submit([MeasureInput(WL, executor.target, m) for m in MODES])
+
+    threads = [threading.Thread(target=job, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [[r.error for r in rs] for rs in out.values()] == [KINDS, KINDS]
+
+
+def test_empty_batch_and_foreign_target(executor):
+    assert executor.submit([]) == []
+    other = Target("llvm -cores=1") if executor.target.kind == "cuda" else Target("cuda")
+    with pytest.raises(ValueError, match="differs"):
+        executor.submit([MeasureInput(WL, other, "copy")])
