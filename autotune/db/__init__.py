@@ -1,0 +1,28 @@
+"""The tuning database: SQLAlchemy tables, Alembic migrations, queries, JSON-lines import/export."""
+from __future__ import annotations
+
+from autotune.db.database import DEFAULT_URL, Database
+from autotune.db.records import (
+    ApiKeyRecord,
+    ConfigLike,
+    JobRecord,
+    TargetLike,
+    TrialRecord,
+    WorkloadLike,
+)
+from autotune.db.schema import JOB_STATES, TERMINAL_STATES
+from autotune.db.trials import SORTS
+
+__all__ = [
+    "DEFAULT_URL",
+    "JOB_STATES",
+    "SORTS",
+    "TERMINAL_STATES",
+    "ApiKeyRecord",
+    "ConfigLike",
+    "Database",
+    "JobRecord",
+    "TargetLike",
+    "TrialRecord",
+    "WorkloadLike",
+]

@@ -1,0 +1,54 @@
+"""API keys: generated once, stored only as a SHA-256 hash, revocable by display prefix."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from autotune.db.records import ApiKeyRecord, api_key_record
+from autotune.db.schema import ApiKeyRow, utcnow
+
+KEY_PREFIX = "at_"
+DISPLAY_CHARS = 8
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key (hex SHA-256; the key is 256 random bits, so no salt is needed)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def create_api_key(session: Session, *, name: str) -> str:
+    """Store a new key under ``name``; returns the key itself, which is not kept."""
+    key = new_key()
+    session.add(ApiKeyRow(name=name, key_hash=hash_key(key), prefix=key[:DISPLAY_CHARS],
+                          created_at=utcnow(), revoked=False))
+    session.flush()
+    return key
+
+
+def verify_api_key(session: Session, *, key: str) -> bool:
+    """Whether ``key`` is a stored, unrevoked key."""
+    if not key:
+        return False
+    stmt = select(ApiKeyRow.id).where(ApiKeyRow.key_hash == hash_key(key),
+                                      ApiKeyRow.revoked.is_(False))
+    return session.execute(stmt).first() is not None
+
+
+def list_api_keys(session: Session) -> list[ApiKeyRecord]:
+    """All keys (revoked ones included), oldest first."""
+    rows = session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.id))
+    return [api_key_record(row) for row in rows]
+
+
+def revoke_api_key(session: Session, *, prefix: str) -> int:
+    """Revoke every unrevoked key whose display prefix is ``prefix``; returns how many."""
+    stmt = (update(ApiKeyRow).where(ApiKeyRow.prefix == prefix, ApiKeyRow.revoked.is_(False))
+            .values(revoked=True))
+    return int(session.execute(stmt).rowcount or 0)

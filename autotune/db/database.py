@@ -1,0 +1,240 @@
+"""``Database``: one engine and its sessions, with the tuning records' operations as methods."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotune.db import apikeys, jobs, jsonl, migrate, trials
+from autotune.db.engine import make_engine, normalize_url
+from autotune.db.entities import ensure_target, ensure_workload
+from autotune.db.records import (
+    ApiKeyRecord,
+    ConfigLike,
+    JobRecord,
+    KeyOrObject,
+    TargetLike,
+    TrialRecord,
+    WorkloadLike,
+    key_of,
+)
+
+if TYPE_CHECKING:
+    from autotune.measure.result import MeasureResult
+
+DEFAULT_URL = "sqlite:///autotune.db"
+
+
+class Database:
+    """A tuning database at ``url`` (SQLite file by default; ``postgresql+psycopg://`` at scale).
+
+    Constructing connects lazily and changes nothing; ``upgrade()`` (or ``Database.open``)
+    brings the schema to the newest migration.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Committed (key -> id) rows; ids never change, so the cache is never stale.
+        self._workload_ids: dict[str, int] = {}
+        self._target_ids: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL) -> "Database":
+        """Connect and migrate to head (idempotent; safe from concurrent processes)."""
+        db = cls(url)
+        db.upgrade()
+        return db
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Run the Alembic migrations up to ``revision``."""
+        migrate.upgrade(self.engine, revision)
+
+    def revision(self) -> Optional[str]:
+        """The schema revision the database is at (None: not migrated)."""
+        return migrate.current_revision(self.engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Database({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    # -- trials -------------------------------------------------------------------------
+
+    def _ids(self, session: Session, workload: WorkloadLike, target: TargetLike) -> tuple[int, int]:
+        wid = self._workload_ids.get(workload.key)
+        if wid is None:
+            wid = ensure_workload(session, key=workload.key, op=workload.op)
+        tid = self._target_ids.get(target.key)
+        if tid is None:
+            tid = ensure_target(session, key=target.key, kind=target.kind)
+        return wid, tid
+
+    def _remember(self, workload: WorkloadLike, target: TargetLike, ids: tuple[int, int]) -> None:
+        # Called after commit only: an id from a rolled-back insert must not be cached.
+        self._workload_ids[workload.key], self._target_ids[target.key] = ids
+
+    def add_trials(self, workload: WorkloadLike, target: TargetLike, job_id: Optional[int],
+                   items: Sequence[tuple[ConfigLike, "MeasureResult"]], flops: int) -> int:
+        """Record measurements in one transaction, skipping configs already recorded; returns count."""
+        with self.session() as s:
+            ids = self._ids(s, workload, target)
+            rows = [trials.trial_row(workload_id=ids[0], target_id=ids[1], job_id=job_id,
+                                     config=config, result=result, flops=flops)
+                    for config, result in items]
+            inserted = trials.insert_rows(s, rows=rows)
+        self._remember(workload, target, ids)
+        return inserted
+
+    def best(self, workload: KeyOrObject, target: KeyOrObject) -> Optional[TrialRecord]:
+        """The valid record with the lowest cost, or None (failed trials are never best)."""
+        found = self.top(workload, target, 1)
+        return found[0] if found else None
+
+    def top(self, workload: KeyOrObject, target: KeyOrObject, k: int) -> list[TrialRecord]:
+        """The ``k`` fastest valid records, fastest first."""
+        with self.session() as s:
+            return trials.top(s, workload_key=key_of(workload), target_key=key_of(target), k=k)
+
+    def measured_indices(self, workload: KeyOrObject, target: KeyOrObject) -> set[int]:
+        """Space indices already measured for a workload on a target."""
+        with self.session() as s:
+            return trials.measured_indices(s, workload_key=key_of(workload),
+                                           target_key=key_of(target))
+
+    def trials_for(self, workload: KeyOrObject, target: KeyOrObject) -> list[TrialRecord]:
+        """Every record of a workload on a target, in measurement order."""
+        with self.session() as s:
+            return trials.trials_for(s, workload_key=key_of(workload), target_key=key_of(target))
+
+    def history(self, op: str, target_kind: str,
+                exclude_workload_key: Optional[str] = None) -> dict[str, list[TrialRecord]]:
+        """Records of other workloads of ``op`` on ``target_kind`` targets (transfer learning)."""
+        with self.session() as s:
+            return trials.history(s, op=op, target_kind=target_kind,
+                                  exclude_workload_key=exclude_workload_key)
+
+    def job_trials(self, job_id: int, *, offset: int = 0, limit: int = 100, sort: str = "id",
+                   error: Optional[str] = None) -> tuple[list[TrialRecord], int]:
+        """A page of a job's records (sort: [-]id, [-]gflops, [-]cost) and the total count."""
+        with self.session() as s:
+            return trials.job_trials(s, job_id=job_id, offset=offset, limit=limit, sort=sort,
+                                     error=error)
+
+    def job_trial_count(self, job_id: int) -> int:
+        """How many records a job has written."""
+        with self.session() as s:
+            return trials.job_trial_count(s, job_id=job_id)
+
+    def job_trials_since(self, job_id: int, after_id: int,
+                         limit: Optional[int] = None) -> list[TrialRecord]:
+        """A job's records newer than row ``after_id``, oldest first."""
+        with self.session() as s:
+            return trials.job_trials_since(s, job_id=job_id, after_id=after_id, limit=limit)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def create_job(self, *, workload: WorkloadLike, target: TargetLike, tuner: str, trials: int,
+                   options: Optional[Mapping[str, Any]] = None) -> JobRecord:
+        """Insert a queued job."""
+        with self.session() as s:
+            ids = self._ids(s, workload, target)
+            job_id = jobs.create_job(s, workload_id=ids[0], target_id=ids[1], tuner=tuner,
+                                     trials=trials, options=options or {})
+            record = jobs.get_job(s, job_id=job_id)
+        self._remember(workload, target, ids)
+        assert record is not None
+        return record
+
+    def get_job(self, job_id: int) -> Optional[JobRecord]:
+        """The job with ``job_id``, or None."""
+        with self.session() as s:
+            return jobs.get_job(s, job_id=job_id)
+
+    def list_jobs(self, *, state: Optional[str] = None, offset: int = 0,
+                  limit: int = 50) -> tuple[list[JobRecord], int]:
+        """A page of jobs, newest first, and the total count."""
+        with self.session() as s:
+            return jobs.list_jobs(s, state=state, offset=offset, limit=limit)
+
+    def set_job_state(self, job_id: int, state: str, *, error: Optional[str] = None,
+                      from_states: Optional[Sequence[str]] = None) -> Optional[JobRecord]:
+        """Move a job to ``state`` (only from ``from_states`` when given).
+
+        Returns the updated job, or None when it does not exist or the transition did not apply.
+        """
+        with self.session() as s:
+            if not jobs.set_job_state(s, job_id=job_id, state=state, error=error,
+                                      from_states=from_states):
+                return None
+            return jobs.get_job(s, job_id=job_id)
+
+    def update_job_progress(self, job_id: int, *, trials_done: int,
+                            best_gflops: Optional[float]) -> bool:
+        """Record a job's trial count and best GFLOP/s so far; False when it does not exist."""
+        with self.session() as s:
+            return jobs.update_job_progress(s, job_id=job_id, trials_done=trials_done,
+                                            best_gflops=best_gflops)
+
+    def jobs_in_state(self, *states: str) -> list[JobRecord]:
+        """Jobs in any of ``states``, oldest first (restart recovery)."""
+        with self.session() as s:
+            return jobs.jobs_in_state(s, states=states)
+
+    # -- API keys -----------------------------------------------------------------------
+
+    def create_api_key(self, name: str) -> str:
+        """A new random key (``at_...``); only its hash is stored, so show it to the user now."""
+        with self.session() as s:
+            return apikeys.create_api_key(s, name=name)
+
+    def verify_api_key(self, key: str) -> bool:
+        """Whether ``key`` is a stored, unrevoked key."""
+        with self.session() as s:
+            return apikeys.verify_api_key(s, key=key)
+
+    def list_api_keys(self) -> list[ApiKeyRecord]:
+        """All keys with their names and display prefixes (never the keys)."""
+        with self.session() as s:
+            return apikeys.list_api_keys(s)
+
+    def revoke_api_key(self, prefix: str) -> int:
+        """Revoke the keys with display ``prefix``; returns how many were revoked."""
+        with self.session() as s:
+            return apikeys.revoke_api_key(s, prefix=prefix)
+
+    # -- export / import ----------------------------------------------------------------
+
+    def export_jsonl(self, fp: IO[str], *, workload: Optional[KeyOrObject] = None,
+                     target: Optional[KeyOrObject] = None) -> int:
+        """Write records as JSON lines to ``fp``; returns how many."""
+        with self.session() as s:
+            return jsonl.export_jsonl(
+                s, fp, workload_key=None if workload is None else key_of(workload),
+                target_key=None if target is None else key_of(target))
+
+    def import_jsonl(self, fp: IO[str]) -> int:
+        """Insert JSON-line records from ``fp`` in one transaction, skipping duplicates."""
+        with self.session() as s:
+            return jsonl.import_jsonl(s, fp)
+
+    def export_jsonl_path(self, path: jsonl.PathLike, *, workload: Optional[KeyOrObject] = None,
+                          target: Optional[KeyOrObject] = None) -> int:
+        """``export_jsonl`` to a file; gzip-compressed when the name ends in ``.gz``."""
+        with jsonl.open_text(path, "w") as fp:
+            return self.export_jsonl(fp, workload=workload, target=target)
+
+    def import_jsonl_path(self, path: jsonl.PathLike) -> int:
+        """``import_jsonl`` from a file, plain or gzip-compressed."""
+        with jsonl.open_text(path, "r") as fp:
+            return self.import_jsonl(fp)

@@ -1,0 +1,159 @@
+"""Trial queries: insert measured configs, best/top records, history, per-job listings."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from autotune.db.entities import insert_ignore
+from autotune.db.records import ConfigLike, TrialRecord, trial_record
+from autotune.db.schema import TargetRow, TrialRow, WorkloadRow, utcnow
+
+if TYPE_CHECKING:
+    from autotune.measure.result import MeasureResult
+
+# Sort keys accepted by ``job_trials``; failed trials (NULL cost/gflops) always sort last.
+SORTS = ("id", "-id", "gflops", "-gflops", "cost", "-cost")
+
+
+def _error_name(error: Any) -> str:
+    return str(getattr(error, "value", error))
+
+
+def trial_row(*, workload_id: int, target_id: int, job_id: Optional[int], config: ConfigLike,
+              result: "MeasureResult", flops: int) -> dict[str, Any]:
+    """The column values of one measured config (cost/gflops None unless it is valid)."""
+    error = _error_name(result.error)
+    valid = error == "none" and bool(result.costs)
+    cost = float(result.cost) if valid else None
+    gflops = flops / cost / 1e9 if cost is not None and cost > 0 else None
+    return {
+        "workload_id": workload_id,
+        "target_id": target_id,
+        "job_id": job_id,
+        "config_key": str(int(config.index)),
+        "config": dict(config.to_dict()),
+        "costs": [float(c) for c in result.costs],
+        "cost": cost,
+        "gflops": gflops,
+        "error": error,
+        "error_msg": result.error_msg,
+        "build_s": float(result.build_s),
+        "run_s": float(result.run_s),
+        "timestamp": float(result.timestamp),
+        "extra": dict(result.extra),
+        "created_at": utcnow(),
+    }
+
+
+def insert_rows(session: Session, *, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert trial rows in one statement, skipping configs already recorded; returns count."""
+    if not rows:
+        return 0
+    stmt = insert_ignore(session, TrialRow.__table__,  # type: ignore[arg-type]
+                         ["workload_id", "target_id", "config_key"])
+    # RETURNING counts what was inserted on every dialect (executemany rowcounts do not).
+    result = session.execute(stmt.returning(TrialRow.id), list(rows))
+    return len(result.all())
+
+
+def _records() -> Select[Any]:
+    return (select(TrialRow, WorkloadRow.key, TargetRow.key)
+            .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
+            .join(TargetRow, TrialRow.target_id == TargetRow.id))
+
+
+def _of(stmt: Select[Any], workload_key: str, target_key: str) -> Select[Any]:
+    return stmt.where(WorkloadRow.key == workload_key, TargetRow.key == target_key)
+
+
+def _run(session: Session, stmt: Select[Any]) -> list[TrialRecord]:
+    return [trial_record(row, wkey, tkey) for row, wkey, tkey in session.execute(stmt)]
+
+
+def top(session: Session, *, workload_key: str, target_key: str, k: int) -> list[TrialRecord]:
+    """The ``k`` fastest valid records, fastest first (ties: earliest measured)."""
+    stmt = (_of(_records(), workload_key, target_key)
+            .where(TrialRow.error == "none", TrialRow.cost.is_not(None))
+            .order_by(TrialRow.cost, TrialRow.id).limit(max(k, 0)))
+    return _run(session, stmt)
+
+
+def measured_indices(session: Session, *, workload_key: str, target_key: str) -> set[int]:
+    """Space indices already measured (valid or not) for a workload on a target."""
+    stmt = (select(TrialRow.config_key)
+            .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
+            .join(TargetRow, TrialRow.target_id == TargetRow.id))
+    return {int(key) for key in session.scalars(_of(stmt, workload_key, target_key))}
+
+
+def trials_for(session: Session, *, workload_key: str, target_key: str) -> list[TrialRecord]:
+    """Every record of a workload on a target, in measurement order."""
+    return _run(session, _of(_records(), workload_key, target_key).order_by(TrialRow.id))
+
+
+def history(session: Session, *, op: str, target_kind: str,
+            exclude_workload_key: Optional[str]) -> dict[str, list[TrialRecord]]:
+    """Records of other workloads of ``op`` on ``target_kind`` targets, by workload key."""
+    stmt = _records().where(WorkloadRow.op == op, TargetRow.kind == target_kind)
+    if exclude_workload_key is not None:
+        stmt = stmt.where(WorkloadRow.key != exclude_workload_key)
+    grouped: dict[str, list[TrialRecord]] = {}
+    for record in _run(session, stmt.order_by(TrialRow.id)):
+        grouped.setdefault(record.workload_key, []).append(record)
+    return grouped
+
+
+def _order(sort: str) -> list[Any]:
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}; got {sort!r}")
+    column = getattr(TrialRow, sort.lstrip("-"))
+    ordered = column.desc() if sort.startswith("-") else column.asc()
+    if sort.lstrip("-") == "id":
+        return [ordered]
+    return [ordered.nulls_last(), TrialRow.id.asc()]
+
+
+def job_trials(session: Session, *, job_id: int, offset: int = 0, limit: int = 100,
+               sort: str = "id", error: Optional[str] = None) -> tuple[list[TrialRecord], int]:
+    """One page of a job's records and the total matching count."""
+    order = _order(sort)
+    where = [TrialRow.job_id == job_id]
+    if error is not None:
+        where.append(TrialRow.error == error)
+    total = session.scalar(select(func.count()).select_from(TrialRow).where(*where)) or 0
+    stmt = _records().where(*where).order_by(*order).offset(max(offset, 0)).limit(max(limit, 0))
+    return _run(session, stmt), int(total)
+
+
+def job_trial_count(session: Session, *, job_id: int) -> int:
+    """How many records a job has written."""
+    stmt = select(func.count()).select_from(TrialRow).where(TrialRow.job_id == job_id)
+    return int(session.scalar(stmt) or 0)
+
+
+def job_trials_since(session: Session, *, job_id: int, after_id: int,
+                     limit: Optional[int] = None) -> list[TrialRecord]:
+    """A job's records with id greater than ``after_id``, oldest first (for event streams)."""
+    stmt = (_records().where(TrialRow.job_id == job_id, TrialRow.id > after_id)
+            .order_by(TrialRow.id).limit(limit))
+    return _run(session, stmt)
+
+
+def iter_trials(session: Session, *, workload_key: Optional[str] = None,
+                target_key: Optional[str] = None, batch: int = 1000) -> Iterator[TrialRecord]:
+    """All records (optionally of one workload and/or target) in id order, streamed in batches."""
+    stmt = _records()
+    if workload_key is not None:
+        stmt = stmt.where(WorkloadRow.key == workload_key)
+    if target_key is not None:
+        stmt = stmt.where(TargetRow.key == target_key)
+    last_id = 0
+    while True:
+        # Keyset pages: constant memory and no long-lived server cursor.
+        page = _run(session, stmt.where(TrialRow.id > last_id).order_by(TrialRow.id).limit(batch))
+        yield from page
+        if len(page) < batch:
+            return
+        last_id = page[-1].id  # type: ignore[assignment]

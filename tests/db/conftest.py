@@ -1,0 +1,144 @@
+"""Fixtures for the database tests: test doubles, and a ``db`` on SQLite and on PostgreSQL.
+
+PostgreSQL comes from scripts/start-postgres.sh (URL in AUTOTUNE_TEST_PG_URL, or its default).
+Unreachable: the postgres cases skip, or fail when CI=true.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from autotune.db import Database
+from autotune.measure.result import ErrorKind, MeasureResult
+
+PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/autotune_test"
+TABLES = ("trials", "jobs", "api_keys", "workloads", "targets")
+
+
+@dataclass(frozen=True)
+class FakeWorkload:
+    """Stands in for autotune.ops.Workload: only ``op`` and ``key`` are used."""
+
+    op: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def key(self) -> str:
+        # Same form as jsonl.canonical_workload_key's fallback, so exports re-import to this key.
+        return json.dumps({"op": self.op, "params": dict(self.params), "dtype": "float32"},
+                          sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class FakeTarget:
+    key: str
+
+    @property
+    def kind(self) -> str:
+        return self.key.split()[0]
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    index: int
+    knobs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "knobs": dict(self.knobs) or {"tile_x": self.index % 8}}
+
+
+class Make:
+    """Builders for the doubles (ops named ``fake_*`` so autotune.ops never claims them)."""
+
+    @staticmethod
+    def workload(op: str = "fake_matmul", **params: int) -> FakeWorkload:
+        return FakeWorkload(op, tuple(sorted((params or {"m": 64, "n": 64, "k": 64}).items())))
+
+    @staticmethod
+    def target(key: str = "llvm -mcpu=testcpu -cores=2") -> FakeTarget:
+        return FakeTarget(key)
+
+    @staticmethod
+    def config(index: int) -> FakeConfig:
+        return FakeConfig(index)
+
+    @staticmethod
+    def ok(*costs: float, **extra: Any) -> MeasureResult:
+        return MeasureResult(costs=tuple(costs), build_s=0.25, run_s=0.5, timestamp=1700000000.5,
+                             extra=extra)
+
+    @staticmethod
+    def fail(kind: ErrorKind = ErrorKind.COMPILE, msg: str = "boom") -> MeasureResult:
+        return MeasureResult.failure(kind, msg, build_s=0.1)
+
+
+@pytest.fixture
+def make() -> Make:
+    return Make()
+
+
+def _conninfo(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test session (dropped afterwards)."""
+    psycopg = pytest.importorskip("psycopg")
+    server_url = os.environ.get("AUTOTUNE_TEST_PG_URL", PG_DEFAULT_URL)
+    try:
+        admin = psycopg.connect(_conninfo(server_url), autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        reason = (f"PostgreSQL not reachable at {server_url}: {str(exc).strip()}; "
+                  "start it with scripts/start-postgres.sh")
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    # A database of our own: concurrent test runs on the same server must not collide.
+    name = f"autotune_test_{os.getpid()}_{secrets.token_hex(4)}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        try:
+            Database.open(url).dispose()
+            yield url
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _fresh_postgres(url: str) -> Database:
+    db = Database(url)
+    db.upgrade()  # a test may have dropped the schema
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    return db
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """The URL of an empty, migrated database of each dialect."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'tuning.db'}"
+        Database.open(url).dispose()
+        return url
+    url = request.getfixturevalue("pg_url")
+    _fresh_postgres(url).dispose()
+    return url
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def dialect(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgresql"
