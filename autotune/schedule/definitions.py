@@ -55,51 +55,51 @@ def _epilogue_args(wl: Workload) -> list[str]:
     return [a.name for a in wl.arg_specs if a.role == "input"][2:]
 
 
-def matmul_graph(wl: Workload, pack: int | None = None) -> OpGraph:
+def matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None = None) -> OpGraph:
     """C[i, j] = sum_k A[i, k] * B[k, j]; with ``pack``, B is read from panels
-    Bp[j // pack, k, j % pack] so that a register tile's row of B is contiguous."""
+    Bp[j // pack, k, j % pack] so that a register tile's row of B is contiguous; with
+    ``pack_a``, A from panels Ap[i // pack_a, k, i % pack_a] (a tile's column of A)."""
+    return _matmul(wl, batched=False, pack=pack, pack_a=pack_a)
+
+
+def batch_matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None = None
+                       ) -> OpGraph:
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] (A and B optionally packed per batch)."""
+    return _matmul(wl, batched=True, pack=pack, pack_a=pack_a)
+
+
+def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -> OpGraph:
     p = wl.params
     M, N, K = p["M"], p["N"], p["K"]
-    A, B = placeholder("A", (M, K)), placeholder("B", (K, N))
-    extra, post = _epilogue(wl, 1)
+    lead = (p["B"],) if batched else ()
+    A, B = placeholder("A", (*lead, M, K)), placeholder("B", (*lead, K, N))
+    extra, post = _epilogue(wl, len(lead) + 1)
     k = reduce_axis(K, "k")
-    temps, packed = [], None
+    bnames = ["b"] if batched else []
+    temps: list[Tensor] = []
+    read_a = lambda b, i, kk: A[(*b, i, kk)]  # noqa: E731
+    read_b = lambda b, kk, j: B[(*b, kk, j)]  # noqa: E731
+    packed = None
     if pack:
-        packed = compute("B_pack", (ceil(N / pack), K, pack),
-                         lambda jo, kk, ji: _guarded(B, (kk, jo * pack + ji), [(jo * pack + ji, N)]),
-                         axis_names=["jo", "k", "ji"])
+        packed = compute("B_pack", (*lead, ceil(N / pack), K, pack),
+                         lambda *ax: _guarded(B, (*ax[:-3], ax[-2], ax[-3] * pack + ax[-1]),
+                                              [(ax[-3] * pack + ax[-1], N)]),
+                         axis_names=[*bnames, "jo", "k", "ji"])
         temps.append(packed)
+        read_b = lambda b, kk, j: packed[(*b, j // pack, kk, j % pack)]  # noqa: E731
+    if pack_a:
+        apack = compute("A_pack", (*lead, ceil(M / pack_a), K, pack_a),
+                        lambda *ax: _guarded(A, (*ax[:-3], ax[-3] * pack_a + ax[-1], ax[-2]),
+                                             [(ax[-3] * pack_a + ax[-1], M)]),
+                        axis_names=[*bnames, "io", "k", "ii"])
+        temps.append(apack)
+        read_a = lambda b, i, kk: apack[(*b, i // pack_a, kk, i % pack_a)]  # noqa: E731
 
-        def body(i, j):
-            return A[i, k.var] * packed[j // pack, k.var, j % pack]
-    else:
-        def body(i, j):
-            return A[i, k.var] * B[k.var, j]
-    C = compute("C", (M, N), body, [k], post=post, axis_names=["i", "j"])
-    return OpGraph([A, B, *extra], C, temps, packed=packed)
+    def body(*ax):
+        b, i, j = ax[:-2], ax[-2], ax[-1]
+        return read_a(b, i, k.var) * read_b(b, k.var, j)
 
-
-def batch_matmul_graph(wl: Workload, pack: int | None = None) -> OpGraph:
-    """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] (B optionally packed per batch)."""
-    p = wl.params
-    Bn, M, N, K = p["B"], p["M"], p["N"], p["K"]
-    A, B = placeholder("A", (Bn, M, K)), placeholder("B", (Bn, K, N))
-    extra, post = _epilogue(wl, 2)
-    k = reduce_axis(K, "k")
-    temps, packed = [], None
-    if pack:
-        packed = compute("B_pack", (Bn, ceil(N / pack), K, pack),
-                         lambda b, jo, kk, ji: _guarded(B, (b, kk, jo * pack + ji),
-                                                        [(jo * pack + ji, N)]),
-                         axis_names=["b", "jo", "k", "ji"])
-        temps.append(packed)
-
-        def body(b, i, j):
-            return A[b, i, k.var] * packed[b, j // pack, k.var, j % pack]
-    else:
-        def body(b, i, j):
-            return A[b, i, k.var] * B[b, k.var, j]
-    C = compute("C", (Bn, M, N), body, [k], post=post, axis_names=["b", "i", "j"])
+    C = compute("C", (*lead, M, N), body, [k], post=post, axis_names=[*bnames, "i", "j"])
     return OpGraph([A, B, *extra], C, temps, packed=packed)
 
 

@@ -8,6 +8,7 @@ accumulator, attached at the innermost thread loop, stays dense.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 from typing import Sequence
 
@@ -20,6 +21,7 @@ THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 MAX_VTHREADS = 8           # per block; more only bloats registers and code
 UNROLL_STEPS = (0, 16, 64, 512)
 FLOAT_BYTES = 4
+SHARED_ALIGN = 16
 
 
 def limits(target: Target) -> CudaLimits:
@@ -44,23 +46,44 @@ def clamped_span(extent: int, inner: Sequence[int]) -> int:
     return total
 
 
-def launch_reason(lim: CudaLimits, threads: Sequence[int], vthreads: int,
-                  shared_floats: int, local_floats: int = 0) -> str | None:
-    """Why a block of ``threads`` (x, y, z) with these resources breaks ``lim``, or None."""
-    total = prod(threads)
+@dataclass(frozen=True)
+class BlockShape:
+    """What a config asks of one thread block: threads (x, y, z), virtual threads, floats
+    of each shared tile and local floats per thread (the register accumulator)."""
+
+    threads: tuple[int, int, int]
+    vthreads: int
+    shared_tiles: tuple[int, ...]
+    local_floats: int
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes of shared memory, each tile 16-byte aligned as codegen declares it."""
+        return sum(shared_bytes(n) for n in self.shared_tiles)
+
+
+def shared_bytes(floats: int) -> int:
+    """Bytes a shared tile of ``floats`` takes (aligned to 16 for float4 access)."""
+    return -(-floats * FLOAT_BYTES // SHARED_ALIGN) * SHARED_ALIGN
+
+
+def launch_reason(lim: CudaLimits, shape: BlockShape) -> str | None:
+    """Why a block of this shape breaks ``lim``, or None."""
+    total = prod(shape.threads)
     if total > lim.max_threads_per_block:
         return f"{total} threads per block > limit {lim.max_threads_per_block}"
-    for name, n, cap in zip("xyz", threads, lim.max_block_dim):
+    for name, n, cap in zip("xyz", shape.threads, lim.max_block_dim):
         if n > cap:
             return f"{n} threads in {name} > limit {cap}"
-    if vthreads > MAX_VTHREADS:
-        return f"{vthreads} virtual threads > limit {MAX_VTHREADS}"
-    shared = shared_floats * FLOAT_BYTES
+    if shape.vthreads > MAX_VTHREADS:
+        return f"{shape.vthreads} virtual threads > limit {MAX_VTHREADS}"
+    shared = shape.shared_bytes
     if shared > lim.max_shared_per_block:
         return f"{shared} bytes of shared memory > limit {lim.max_shared_per_block}"
     # a register tile beyond the per-thread register file only spills: reject it up front
-    if local_floats > lim.regs_per_thread // 2:
-        return f"{local_floats} accumulator registers per thread > {lim.regs_per_thread // 2}"
+    if shape.local_floats > lim.regs_per_thread // 2:
+        return (f"{shape.local_floats} accumulator registers per thread > "
+                f"{lim.regs_per_thread // 2}")
     return None
 
 

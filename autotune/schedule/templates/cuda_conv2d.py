@@ -14,8 +14,9 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, cooperative_fill,
-                                                     launch_reason, limits, span, unroll_inner)
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape,
+                                                     cooperative_fill, launch_reason, limits,
+                                                     span, unroll_inner)
 from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
 from autotune.target import Target
 
@@ -47,18 +48,25 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         "auto_unroll_max_step": 512,
     }
     lim = limits(target)
-    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
 
     def validity(cfg: Config) -> str | None:
-        tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
-        rc, ry, rx = cfg["tile_rc"][1], cfg["tile_ry"][1], cfg["tile_rx"][1]
-        rows = (span(ty) - 1) * sh + (ry - 1) * dh + 1
-        cols = (span(tx) - 1) * sw + (rx - 1) * dw + 1
-        shared = rc * rows * cols + span(tf) * rc * ry * rx
-        local = tf[1] * tf[3] * ty[1] * ty[3] * tx[1] * tx[3]
-        return launch_reason(lim, (tx[2], ty[2], tf[2]), tf[1] * ty[1] * tx[1], shared, local)
+        return launch_reason(lim, block_shape(wl, cfg))
 
     return ConfigSpace(knobs, default=default, validity=validity, name="cuda_conv2d")
+
+
+def block_shape(wl: Workload, cfg: Config) -> BlockShape:
+    """Threads, vthreads, shared tiles (input window and weights per reduction step) and
+    register tile of ``cfg``."""
+    p = wl.params
+    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
+    tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
+    rc, ry, rx = cfg["tile_rc"][1], cfg["tile_ry"][1], cfg["tile_rx"][1]
+    rows = (span(ty) - 1) * sh + (ry - 1) * dh + 1
+    cols = (span(tx) - 1) * sw + (rx - 1) * dw + 1
+    return BlockShape(threads=(tx[2], ty[2], tf[2]), vthreads=tf[1] * ty[1] * tx[1],
+                      shared_tiles=(rc * rows * cols, span(tf) * rc * ry * rx),
+                      local_floats=tf[1] * tf[3] * ty[1] * ty[3] * tx[1] * tx[3])
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:

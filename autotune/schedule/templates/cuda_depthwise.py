@@ -11,7 +11,7 @@ from __future__ import annotations
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, clamped_span,
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, clamped_span,
                                                      cooperative_fill, launch_reason, limits,
                                                      unroll_inner)
 from autotune.space import Choice, Config, ConfigSpace
@@ -20,8 +20,6 @@ from autotune.target import Target
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
     p = wl.params
-    R, S = p["R"], p["S"]
-    (sh, sw) = p["stride"]
     oh, ow = wl.out_h, wl.out_w
     knobs = [
         Choice("num_thread_y", [1, 2, 4, 8, 16, 32]),
@@ -37,9 +35,8 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     blocks_z = p["N"] * wl.channels
 
     def validity(cfg: Config) -> str | None:
-        ty, yi = cfg["num_thread_y"], cfg["tile_yi"]
-        vx, tx, xi = cfg["num_vthread_x"], cfg["num_thread_x"], cfg["tile_xi"]
-        span_y, span_x = ty * yi, vx * tx * xi
+        span_y = cfg["num_thread_y"] * cfg["tile_yi"]
+        span_x = cfg["num_vthread_x"] * cfg["num_thread_x"] * cfg["tile_xi"]
         # a tile twice the axis or more only repeats a smaller config with idle threads
         if span_y >= 2 * oh and span_y > 1:
             return f"tile of {span_y} rows for {oh} output rows"
@@ -47,11 +44,22 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
             return f"tile of {span_x} columns for {ow} output columns"
         if blocks_z > lim.max_grid_dim[2]:
             return f"{blocks_z} batch x channel blocks > grid limit {lim.max_grid_dim[2]}"
-        rows = (clamped_span(oh, (ty, yi)) - 1) * sh + R
-        cols = (clamped_span(ow, (vx, tx, xi)) - 1) * sw + S
-        return launch_reason(lim, (tx, ty, 1), vx, rows * cols + R * S, vx * yi * xi)
+        return launch_reason(lim, block_shape(wl, cfg))
 
     return ConfigSpace(knobs, default=default, validity=validity, name="cuda_depthwise_conv2d")
+
+
+def block_shape(wl: Workload, cfg: Config) -> BlockShape:
+    """Threads, vthreads, shared tiles (input window and the channel's filter) and register
+    tile of ``cfg``; tiles wider than the output are clamped as lowering clamps them."""
+    p = wl.params
+    (sh, sw), R, S = p["stride"], p["R"], p["S"]
+    ty, yi = cfg["num_thread_y"], cfg["tile_yi"]
+    vx, tx, xi = cfg["num_vthread_x"], cfg["num_thread_x"], cfg["tile_xi"]
+    rows = (clamped_span(wl.out_h, (ty, yi)) - 1) * sh + R
+    cols = (clamped_span(wl.out_w, (vx, tx, xi)) - 1) * sw + S
+    return BlockShape(threads=(tx, ty, 1), vthreads=vx, shared_tiles=(rows * cols, R * S),
+                      local_floats=vx * yi * xi)
 
 
 def _pow2_floor(n: int) -> int:

@@ -12,8 +12,9 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, cooperative_fill,
-                                                     launch_reason, limits, span, unroll_inner)
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape,
+                                                     cooperative_fill, launch_reason, limits,
+                                                     span, unroll_inner)
 from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
 from autotune.target import Target
 
@@ -40,12 +41,17 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     lim = limits(target)
 
     def validity(cfg: Config) -> str | None:
-        ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
-        shared = tk[1] * (span(ti) + span(tj))
-        local = ti[1] * ti[3] * tj[1] * tj[3]
-        return launch_reason(lim, (tj[2], ti[2], 1), ti[1] * tj[1], shared, local)
+        return launch_reason(lim, block_shape(wl, cfg))
 
     return ConfigSpace(knobs, default=default, validity=validity, name=f"cuda_{wl.op}")
+
+
+def block_shape(wl: Workload, cfg: Config) -> BlockShape:
+    """Threads, vthreads, shared tiles (A and B per k step) and register tile of ``cfg``."""
+    ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
+    return BlockShape(threads=(tj[2], ti[2], 1), vthreads=ti[1] * tj[1],
+                      shared_tiles=(tk[1] * span(ti), tk[1] * span(tj)),
+                      local_floats=ti[1] * ti[3] * tj[1] * tj[3])
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
