@@ -10,13 +10,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# name -> "module" or "module:attribute". The space of a workload is ``config_space``:
+# ``autotune.space`` is the subpackage of knobs, and a function of that name would be
+# shadowed by it as soon as the subpackage is imported.
 _EXPORTS = {
     "Workload": "autotune.ops",
     "workload": "autotune.ops",
     "Target": "autotune.target",
     "Config": "autotune.space",
     "ConfigSpace": "autotune.space",
-    "space": "autotune.driver",
+    "config_space": "autotune.driver:space",
     "lower": "autotune.driver",
     "compile": "autotune.driver",
     "Kernel": "autotune.codegen.kernel",
@@ -24,16 +27,18 @@ _EXPORTS = {
     "best": "autotune.api",
     "build": "autotune.api",
     "TuneResult": "autotune.api",
+    "BestRecord": "autotune.api",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'autotune' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr or name)
 
 
 def __dir__() -> list[str]:

@@ -96,6 +96,17 @@ class Database:
         self._remember(workload, target, ids)
         return inserted
 
+    def update_trial_costs(self, workload: WorkloadLike, target: TargetLike, config_index: int,
+                           *, costs: Sequence[float], extra: Mapping[str, Any]) -> bool:
+        """Replace a valid trial's repeat times after re-timing it (cost and GFLOP/s follow).
+
+        ``workload`` must know its ``flops()``; returns False when no valid record matches.
+        """
+        with self.session() as s:
+            return trials.update_costs(s, workload_key=key_of(workload), target_key=key_of(target),
+                                       config_key=str(int(config_index)), costs=costs,
+                                       flops=int(workload.flops()), extra=extra)
+
     def best(self, workload: KeyOrObject, target: KeyOrObject) -> Optional[TrialRecord]:
         """The valid record with the lowest cost, or None (failed trials are never best)."""
         found = self.top(workload, target, 1)

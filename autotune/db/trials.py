@@ -1,6 +1,7 @@
 """Trial queries: insert measured configs, best/top records, history, per-job listings."""
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy import Select, func, select
@@ -78,6 +79,23 @@ def top(session: Session, *, workload_key: str, target_key: str, k: int) -> list
             .where(TrialRow.error == "none", TrialRow.cost.is_not(None))
             .order_by(TrialRow.cost, TrialRow.id).limit(max(k, 0)))
     return _run(session, stmt)
+
+
+def update_costs(session: Session, *, workload_key: str, target_key: str, config_key: str,
+                 costs: Sequence[float], flops: int, extra: Mapping[str, Any]) -> bool:
+    """Replace a valid record's repeat times (a re-timing); cost and GFLOP/s follow."""
+    stmt = (select(TrialRow)
+            .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
+            .join(TargetRow, TrialRow.target_id == TargetRow.id))
+    row = session.scalars(_of(stmt, workload_key, target_key)
+                          .where(TrialRow.config_key == config_key)).first()
+    if row is None or row.error != "none" or not costs:
+        return False
+    row.costs = [float(c) for c in costs]
+    row.cost = float(statistics.median(row.costs))
+    row.gflops = flops / row.cost / 1e9 if row.cost > 0 else None
+    row.extra = {**(row.extra or {}), **dict(extra)}
+    return True
 
 
 def measured_indices(session: Session, *, workload_key: str, target_key: str) -> set[int]:

@@ -156,3 +156,20 @@ def test_batch_of_64_inserts_quickly_on_sqlite(tmp_path, make) -> None:
     # Best of five: the machine is shared, and one slow batch says nothing about the code.
     db.dispose()
     assert min(times) < 0.020, times
+
+
+def test_update_trial_costs_replaces_a_valid_records_repeats(db: Database, make) -> None:
+    class Sized(type(make.workload())):  # the re-timing needs the workload's flop count
+        def flops(self) -> int:
+            return FLOPS
+
+    w, t = Sized("fake_matmul", (("m", 64),)), make.target()
+    db.add_trials(w, t, None, [(make.config(1), make.ok(4e-3)), (make.config(2), make.ok(3e-3)),
+                               (make.config(3), make.fail())], FLOPS)
+    assert db.best(w, t).config_index == 2
+    assert db.update_trial_costs(w, t, 1, costs=(2e-3, 1e-3, 2e-3), extra={"retimed": True})
+    best = db.best(w, t)
+    assert best.config_index == 1 and best.cost == 2e-3 and best.costs == (2e-3, 1e-3, 2e-3)
+    assert best.gflops == FLOPS / 2e-3 / 1e9 and best.extra["retimed"] is True
+    assert not db.update_trial_costs(w, t, 3, costs=(1e-9,), extra={})  # failed stays failed
+    assert not db.update_trial_costs(w, t, 99, costs=(1e-9,), extra={})

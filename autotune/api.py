@@ -1,0 +1,310 @@
+"""The library API: `tune` a workload, fetch its `best` record, `build` its best kernel.
+
+Workloads may be given as `Workload`, wire dict or JSON; targets as `Target` or spec string;
+databases as URL or `Database`. A URL is opened (and migrated) for the call and closed after.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple,
+                    Optional, Union)
+
+from autotune.db import DEFAULT_URL, Database, TrialRecord
+from autotune.ops import Workload
+from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
+from autotune.search.registry import tuner_options as options_table
+from autotune.space import Config, ConfigSpace
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from autotune.codegen.kernel import Kernel
+    from autotune.measure import MeasureOptions
+    from autotune.search.loop import Executor
+
+__all__ = ["BestRecord", "NoTunedScheduleWarning", "ServiceError", "TuneResult", "best", "build",
+           "build_cache_info", "clear_build_cache", "tune"]
+
+WorkloadArg = Union[Workload, Mapping[str, Any], str]
+TargetArg = Union[Target, str]
+DbArg = Union[str, Database, None]
+
+
+class NoTunedScheduleWarning(UserWarning):
+    """`build` found no tuned record and used the template's default config."""
+
+
+class ServiceError(RuntimeError):
+    """The REST service could not answer a `best(url=...)` query."""
+
+
+@dataclass(frozen=True)
+class BestRecord:
+    """The best valid record of a workload on a target: its config, cost (s) and GFLOP/s."""
+
+    config: Config
+    cost: float
+    gflops: float
+    record: TrialRecord
+
+
+def as_workload(workload: WorkloadArg) -> Workload:
+    """A `Workload` from itself, its wire dict or its JSON (ValueError naming the bad field)."""
+    if isinstance(workload, Workload):
+        return workload
+    if isinstance(workload, (str, Mapping)):
+        return Workload.from_json(workload)
+    raise TypeError(f"workload: expected a Workload, dict or JSON string, "
+                    f"got {type(workload).__name__}")
+
+
+def as_target(target: TargetArg) -> Target:
+    """A `Target` from itself or its spec string."""
+    return target if isinstance(target, Target) else Target(target)
+
+
+def space_of(workload: Workload, target: Target) -> ConfigSpace:
+    """The workload's schedule space on ``target``."""
+    from autotune.driver import space
+
+    return space(workload, target)
+
+
+@contextmanager
+def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Database]]:
+    """The `Database` for a URL (opened and migrated, disposed after) or the one given.
+
+    With ``create=False`` a SQLite file that does not exist yields None instead of being made.
+    """
+    if db is None or isinstance(db, Database):
+        yield db
+        return
+    if not create and _missing_sqlite_file(db):
+        yield None
+        return
+    database = Database.open(db) if create else Database(db)
+    try:
+        yield database if create or database.revision() is not None else None
+    finally:
+        database.dispose()
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    name = parsed.database or ""
+    return (parsed.get_backend_name() == "sqlite" and name not in ("", ":memory:")
+            and not name.startswith("file:") and not Path(name).expanduser().exists())
+
+
+# --- tune ------------------------------------------------------------------------------
+
+def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200,
+         tuner: Optional[str] = None, db: DbArg = DEFAULT_URL,
+         early_stopping: Optional[int] = None, batch_size: int = DEFAULT_BATCH_SIZE,
+         seed: int = 0, options: Optional["MeasureOptions"] = None,
+         executor: Optional["Executor"] = None,
+         callbacks: Iterable[Callable[[Progress], Optional[bool]]] = (), transfer: bool = True,
+         job_id: Optional[int] = None,
+         tuner_options: Optional[Mapping[str, Any]] = None) -> TuneResult:
+    """Search ``workload``'s schedule space on ``target`` and record every trial in ``db``.
+
+    ``tuner`` defaults to DEFAULT_TUNER; ``transfer`` goes to tuners with that option. Without
+    ``job_id`` a job is created and its state kept; with one, only its progress is updated
+    and its recorded trials count toward ``trials``. ``executor`` defaults to a LocalExecutor
+    with ``options`` (closed at the end); a ReplayExecutor restricts the search to its pool.
+    ``db=None`` records nothing. See `autotune.search.tune_loop` for the loop's rules.
+    """
+    wl, tgt = as_workload(workload), as_target(target)
+    name = tuner or DEFAULT_TUNER
+    opts = dict(tuner_options or {})
+    if any(opt.name == "transfer" for opt in options_table(name)):
+        opts.setdefault("transfer", transfer)
+    space = space_of(wl, tgt)
+    pool = _replay_pool(executor, wl)
+    with open_database(db) as database:
+        own_job = database is not None and job_id is None
+        if own_job:
+            job_id = database.create_job(
+                workload=wl, target=tgt, tuner=name, trials=trials,
+                options={"seed": seed, "batch_size": batch_size,
+                         "early_stopping": early_stopping, "tuner_options": opts}).id
+            database.set_job_state(job_id, "running")
+        exe = executor if executor is not None else _local_executor(tgt, options)
+        try:
+            result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
+                               tuner_options=opts, seed=seed, db=database,
+                               batch_size=batch_size, early_stopping=early_stopping,
+                               job_id=job_id, callbacks=callbacks, pool=pool)
+        except BaseException as exc:
+            if own_job:
+                cancelled = isinstance(exc, KeyboardInterrupt)
+                database.set_job_state(job_id, "cancelled" if cancelled else "failed",
+                                       error=None if cancelled else f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if executor is None:
+                exe.close()
+        if own_job:
+            database.set_job_state(job_id, "cancelled" if result.stopped == "callback" else "done")
+        return result
+
+
+def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
+    from autotune.measure.replay import ReplayExecutor
+
+    return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
+
+
+def _local_executor(target: Target, options: Optional["MeasureOptions"]) -> "Executor":
+    from autotune.measure import LocalExecutor
+
+    return LocalExecutor(target) if options is None else LocalExecutor(target, options=options)
+
+
+# --- best ------------------------------------------------------------------------------
+
+def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFAULT_URL,
+         url: Optional[str] = None, timeout: float = 10.0) -> Optional[BestRecord]:
+    """The best valid record of ``workload`` on ``target``, or None when there is none.
+
+    With ``url``, asks the REST service (GET {url}/api/v1/best; 404 means none) instead of ``db``.
+    """
+    wl, tgt = as_workload(workload), as_target(target)
+    if url is not None:
+        record = _remote_best(url, wl, tgt, timeout)
+    else:
+        with open_database(db, create=False) as database:
+            record = None if database is None else database.best(wl, tgt)
+    if record is None or record.cost is None:
+        return None
+    flops = wl.flops()
+    gflops = record.gflops if record.gflops is not None else flops / record.cost / 1e9
+    return BestRecord(_config_of(record, wl, tgt), float(record.cost), float(gflops), record)
+
+
+def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:
+    """The record's config, validated against the space when this host knows the template."""
+    try:
+        space = space_of(workload, target)
+    except (ValueError, ImportError):
+        return Config.from_json(record.config)
+    return Config.from_json(record.config, space)
+
+
+def _remote_best(url: str, workload: Workload, target: Target,
+                 timeout: float) -> Optional[TrialRecord]:
+    import httpx
+
+    endpoint = url.rstrip("/") + "/api/v1/best"
+    try:
+        response = httpx.get(endpoint, params={"workload": workload.to_json(),
+                                               "target": target.key}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServiceError(f"cannot reach the autotune service at {url}: {exc}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise ServiceError(f"autotune service at {url} answered {response.status_code}: "
+                           f"{response.text[:200]}")
+    try:
+        body = response.json()
+        return record_from_json(body.get("record", body), workload, target)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ServiceError(f"autotune service at {url} sent an unexpected body: {exc}") from exc
+
+
+def record_from_json(obj: Mapping[str, Any], workload: Workload, target: Target) -> TrialRecord:
+    """A `TrialRecord` from its JSON form (the REST body or an exported line)."""
+    config = dict(obj["config"])
+    cost = obj.get("cost")
+    return TrialRecord(
+        workload_key=workload.key, target_key=str(obj.get("target_key", target.key)),
+        config=config, config_index=int(obj.get("config_index", config["index"])),
+        costs=tuple(float(c) for c in obj.get("costs", ()) or ()),
+        cost=None if cost is None else float(cost),
+        gflops=None if obj.get("gflops") is None else float(obj["gflops"]),
+        error=str(obj.get("error", "none")), error_msg=str(obj.get("error_msg", "")),
+        build_s=float(obj.get("build_s", 0.0)), run_s=float(obj.get("run_s", 0.0)),
+        timestamp=float(obj.get("timestamp", 0.0)), job_id=obj.get("job_id"),
+        extra=dict(obj.get("extra") or {}), id=obj.get("id"))
+
+
+# --- build -----------------------------------------------------------------------------
+
+class CacheInfo(NamedTuple):
+    """Counters of the in-process kernel cache of `build`."""
+
+    hits: int
+    misses: int
+    size: int
+
+
+class _KernelCache:
+    """Compiled kernels by (workload key, target key, config index); thread-safe."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[str, str, int], "Kernel"] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[str, str, int], make: Callable[[], "Kernel"]) -> "Kernel":
+        with self._lock:
+            kernel = self._kernels.get(key)
+            if kernel is not None:
+                self.hits += 1
+                return kernel
+            self.misses += 1
+        kernel = make()  # outside the lock: compiles take a while and may run in parallel
+        with self._lock:
+            return self._kernels.setdefault(key, kernel)
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self.hits, self.misses, len(self._kernels))
+
+
+@lru_cache(maxsize=1)
+def _kernel_cache() -> _KernelCache:
+    # Made on first use, not at import.
+    return _KernelCache()
+
+
+def build_cache_info() -> CacheInfo:
+    """Hits, misses and size of `build`'s kernel cache."""
+    return _kernel_cache().info()
+
+
+def clear_build_cache() -> None:
+    """Drop every cached kernel and reset the counters."""
+    _kernel_cache.cache_clear()
+
+
+def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFAULT_URL,
+          url: Optional[str] = None) -> "Kernel":
+    """A kernel compiled from the best record, or from the default config with a warning.
+
+    The record lookup runs on every call (it is cheap and the best may change); the compiled
+    kernel is cached in-process by (workload, target, config index), so repeats do not compile.
+    """
+    wl, tgt = as_workload(workload), as_target(target)
+    found = best(wl, tgt, db=db, url=url)
+    if found is not None:
+        config = found.config
+    else:
+        config = space_of(wl, tgt).default()
+        warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "
+                      f"default config (index {config.index})", NoTunedScheduleWarning,
+                      stacklevel=2)
+
+    def make() -> "Kernel":
+        from autotune.driver import compile as compile_kernel
+
+        return compile_kernel(wl, tgt, config)
+
+    return _kernel_cache().get((wl.key, tgt.key, config.index), make)

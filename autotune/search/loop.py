@@ -1,0 +1,226 @@
+"""`tune_loop`: ask the tuner, measure, record, repeat; then re-time the top candidates.
+
+The loop owns batching, the trial budget, early stopping, de-duplication against the
+database, job resumption, progress callbacks and the final re-timing. Tuners only choose.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from functools import partial
+from types import MappingProxyType
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Optional,
+                    Protocol, Sequence, Union)
+
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.search.base import Tuner, TuningTask
+from autotune.search.registry import make_tuner
+from autotune.search.result import Progress, Retimed, TuneResult
+from autotune.space import Config
+
+if TYPE_CHECKING:
+    from autotune.space import ConfigSpace
+
+# 16 = 8 builds for each of the 2 build workers: a batch keeps the pool busy, while batches
+# stay small enough for frequent model updates, progress events and early-stopping checks.
+DEFAULT_BATCH_SIZE = 16
+# Top valid candidates timed once more at the end (timings vary between processes).
+DEFAULT_RETIME = 3
+
+# Re-run failures that mean the kernel itself is broken, not the moment it ran in.
+_DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
+
+Callback = Callable[[Progress], Optional[bool]]
+TunerSpec = Union[str, Callable[..., Tuner]]
+
+
+class Executor(Protocol):
+    """Measures candidates; failures come back as results with an error kind."""
+
+    def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
+    def close(self) -> None: ...
+
+
+class TrialStore(Protocol):
+    """The part of `autotune.db.Database` the loop uses (search sits below the db layer)."""
+
+    def trials_for(self, workload: Any, target: Any) -> list[Any]: ...
+    def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
+                   items: Sequence[tuple[Any, MeasureResult]], flops: int) -> int: ...
+    def update_job_progress(self, job_id: int, *, trials_done: int,
+                            best_gflops: Optional[float]) -> bool: ...
+
+
+class _Tally:
+    """Running totals of one loop: trials done, best valid config, errors, history."""
+
+    def __init__(self, flops: int, done: int) -> None:
+        self.flops, self.done = flops, done
+        self.cost, self.config = float("inf"), None
+        self.valid: list[tuple[Config, tuple[float, ...]]] = []  # re-timing candidates
+        self.errors: Counter[str] = Counter()
+        self.history: list[tuple[int, float, float]] = []
+        self.since_best = 0
+
+    def offer(self, config: Config, cost: float) -> bool:
+        """Take ``config`` as the best if it is faster; whether it was."""
+        if cost < self.cost:
+            self.cost, self.config = cost, config
+            return True
+        return False
+
+    def add(self, config: Config, result: MeasureResult) -> None:
+        """Count one trial of this run."""
+        self.done += 1
+        if result.ok:
+            self.valid.append((config, tuple(result.costs)))
+        if result.ok and self.offer(config, result.cost):
+            self.since_best = 0
+        else:
+            self.since_best += 1
+        if not result.ok:
+            self.errors[result.error.value] += 1
+        gflops = self.flops / result.cost / 1e9 if result.ok and result.cost > 0 else 0.0
+        self.history.append((self.done, gflops, self.gflops))
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.cost / 1e9 if 0 < self.cost < float("inf") else 0.0
+
+
+def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Executor, *,
+              trials: int, tuner: TunerSpec = "ga",
+              tuner_options: Optional[Mapping[str, Any]] = None, seed: int = 0, db: Optional[TrialStore] = None, batch_size: int = DEFAULT_BATCH_SIZE,
+              early_stopping: Optional[int] = None, job_id: Optional[int] = None,
+              callbacks: Iterable[Callback] = (), pool: Optional[AbstractSet[int]] = None,
+              retime: int = DEFAULT_RETIME) -> TuneResult:
+    """Tune ``workload`` on ``target`` for ``trials`` measurements; see the module docstring.
+
+    With ``db``, configs recorded for this workload and target are never measured again and
+    feed the tuner first; with ``job_id`` too, the job's recorded trials count toward its
+    budget. ``early_stopping``: stop after that many trials without a new best (None: off),
+    checked after each batch. A callback returning False stops at once (no re-timing).
+    ``tuner``: a name in TUNERS or a Tuner class. ``pool``: replay mode (see `Tuner`).
+    """
+    if trials < 0 or batch_size < 1:
+        raise ValueError(f"tune: need trials >= 0 and batch_size >= 1; got {trials}, {batch_size}")
+    if early_stopping is not None and early_stopping < 1:
+        raise ValueError(f"tune: early_stopping must be >= 1 or None; got {early_stopping}")
+    prior = list(db.trials_for(workload, target)) if db is not None else []
+    factory = partial(make_tuner, tuner) if isinstance(tuner, str) else tuner
+    tune = factory(space, seed=seed, measured={r.config_index for r in prior}, pool=pool,
+                   task=TuningTask(workload, target, db), **dict(tuner_options or {}))
+    start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
+    tally = _Tally(int(workload.flops()), start)
+    _replay_history(tune, tally, workload, target, space, prior)
+    t0, stopped, callbacks = time.perf_counter(), "budget", tuple(callbacks)
+    while tally.done < trials:
+        configs = tune.next_batch(min(batch_size, trials - tally.done)) if tune.has_next() else []
+        if not configs:
+            stopped = "exhausted"
+            break
+        inputs = [MeasureInput(workload, target, c) for c in configs]
+        results = list(executor.submit(inputs))
+        if len(results) != len(inputs):
+            raise RuntimeError(f"executor returned {len(results)} results for {len(inputs)} inputs")
+        tune.update(inputs, results)
+        if db is not None:
+            db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
+        for cfg, res in zip(configs, results):
+            tally.add(cfg, res)
+        _report(db, job_id, tally)
+        progress = Progress(tally.done, trials, tally.gflops, tally.config,
+                            sum(tally.errors.values()), tuple(zip(configs, results)), job_id,
+                            time.perf_counter() - t0)
+        if any([cb(progress) is False for cb in callbacks]):  # a list: every callback runs
+            stopped = "callback"
+            break
+        if early_stopping is not None and tally.since_best >= early_stopping:
+            stopped = "early_stopping"
+            break
+    retimed: tuple[Retimed, ...] = ()
+    if stopped != "callback" and retime > 0:
+        retimed = _retime(workload, target, executor, db, tally, retime)
+        _report(db, job_id, tally)
+    return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - start,
+                      tuple(tally.history), MappingProxyType(dict(tally.errors)), stopped, job_id,
+                      retimed)
+
+
+def _report(db: Optional[TrialStore], job_id: Optional[int], tally: _Tally) -> None:
+    if db is not None and job_id is not None:
+        db.update_job_progress(job_id, trials_done=tally.done, best_gflops=tally.gflops or None)
+
+
+def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
+    """The record's config in this space, or None when the space has changed since."""
+    try:
+        return Config.from_json(record.config, space)
+    except (ValueError, IndexError, TypeError):
+        return None
+
+
+def _result_of(record: Any) -> MeasureResult:
+    try:
+        error = ErrorKind(record.error)
+    except ValueError:
+        error = ErrorKind.RUNTIME  # an error kind this version does not know: still a failure
+    return MeasureResult(costs=tuple(record.costs), error=error, error_msg=record.error_msg,
+                         build_s=record.build_s, run_s=record.run_s, timestamp=record.timestamp)
+
+
+def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
+                    space: "ConfigSpace", prior: Sequence[Any]) -> None:
+    """Tell the tuner what earlier runs measured, and start the tally from their best."""
+    inputs, results = [], []
+    for record in prior:
+        cfg = _config_of(space, record)
+        if cfg is None:
+            continue
+        res = _result_of(record)
+        inputs.append(MeasureInput(workload, target, cfg))
+        results.append(res)
+        if res.ok:
+            tally.offer(cfg, res.cost)
+            tally.valid.append((cfg, res.costs))
+    if inputs:
+        tune.update(inputs, results)
+
+
+def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialStore],
+            tally: _Tally, k: int) -> tuple[Retimed, ...]:
+    """Measure the top ``k`` valid configs again; rank them by the median of all their repeats.
+
+    A re-run giving a wrong answer or crashing disqualifies the config (a timeout does not:
+    the machine may have been busy). The re-run is not a trial: budget and history are
+    unchanged. When the database has ``update_trial_costs``, the pooled repeats replace the
+    record's costs so that ``best()`` agrees with this ranking; otherwise only the returned
+    `TuneResult` reflects it.
+    """
+    candidates = _top(tally.valid, k)
+    if not candidates:
+        return ()
+    inputs = [MeasureInput(workload, target, cfg) for cfg, _ in candidates]
+    results = list(executor.submit(inputs))
+    out = []
+    tally.cost, tally.config = float("inf"), None
+    for (cfg, first), res in zip(candidates, results):
+        first_cost = statistics.median(first)
+        pooled = tuple(first) + (tuple(res.costs) if res.ok else ())
+        cost = statistics.median(pooled)
+        out.append(Retimed(cfg.index, first_cost, res.cost if res.ok else None, cost,
+                           res.error.value))
+        if res.error not in _DISQUALIFY:
+            tally.offer(cfg, cost)
+        updater = getattr(db, "update_trial_costs", None)
+        if res.ok and updater is not None:
+            updater(workload, target, cfg.index, costs=pooled,
+                    extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
+    return tuple(out)
+
+
+def _top(valid: Sequence[tuple[Config, tuple[float, ...]]],
+         k: int) -> list[tuple[Config, tuple[float, ...]]]:
+    """The ``k`` valid measurements with the lowest median cost."""
+    return sorted(valid, key=lambda item: statistics.median(item[1]))[:k]

@@ -1,0 +1,141 @@
+"""tune_loop: budget, batching, early stopping, callbacks, de-duplication, resume, re-timing."""
+from __future__ import annotations
+
+import pytest
+
+from autotune.measure.result import ErrorKind, MeasureResult
+from autotune.search import Progress, tune_loop
+from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+
+
+def test_budget_and_batches(wl, target, space, executor):
+    result = tune_loop(wl, target, space, executor, trials=40, batch_size=16, retime=0)
+    assert result.trials == 40 and result.stopped == "budget"
+    assert executor.batches == [16, 16, 8]
+    assert len(set(executor.submitted)) == 40
+    assert [h[0] for h in result.history] == list(range(1, 41))
+
+
+def test_history_errors_and_best(wl, target, space, executor, objective):
+    result = tune_loop(wl, target, space, executor, trials=64, retime=0)
+    failed = [i for i in executor.submitted if objective.fails(space.get(i))]
+    assert failed and dict(result.errors) == {"compile": len(failed)}
+    costs = [objective.cost(space.get(i)) for i in executor.submitted if i not in failed]
+    assert result.best_cost == pytest.approx(min(costs))
+    assert result.best_gflops == pytest.approx(wl.flops() / min(costs) / 1e9)
+    bests = [h[2] for h in result.history]
+    assert bests == sorted(bests) and bests[-1] == pytest.approx(result.best_gflops)
+    assert all(h[1] == 0.0 for h in result.history if h[0] - 1 in
+               [executor.submitted.index(i) for i in failed])
+
+
+def test_early_stopping_after_n_trials_without_improvement(wl, target, space):
+    class Flat(SyntheticObjective):
+        def cost(self, config):  # the first config measured stays the best
+            return 1e-3 * (1 + config.index / space.size) if config.index != 17 else 1.0
+
+    executor = SyntheticExecutor(Flat(space))
+    result = tune_loop(wl, target, space, executor, trials=1000, batch_size=8,
+                       early_stopping=20, tuner="grid", retime=0)
+    assert result.stopped == "early_stopping"
+    assert result.trials == 24  # best at trial 1; checked per batch: 23 without a new best
+    assert result.best_config.index == 0
+
+
+def test_callbacks_see_progress_and_can_stop(wl, target, space, executor):
+    seen: list[Progress] = []
+
+    def stop_after_two(p: Progress):
+        seen.append(p)
+        return False if len(seen) == 2 else None
+
+    result = tune_loop(wl, target, space, executor, trials=100, batch_size=10,
+                       callbacks=[stop_after_two])
+    assert result.stopped == "callback" and result.trials == 20
+    assert [p.trials_done for p in seen] == [10, 20] and seen[0].budget == 100
+    assert len(seen[1].last_batch) == 10 and seen[1].best_gflops == result.best_gflops
+    assert seen[1].errors == sum(result.errors.values())
+    assert len(executor.submitted) == 20  # stopped by a callback: no re-timing
+
+
+def test_exhausted_space_stops_early(wl, target, small_space):
+    executor = SyntheticExecutor(SyntheticObjective(small_space))
+    result = tune_loop(wl, target, small_space, executor, trials=100, retime=0)
+    assert result.stopped == "exhausted" and result.trials == 25
+
+
+def test_retime_top3_does_not_count_as_trials(wl, target, space, executor, db):
+    result = tune_loop(wl, target, space, executor, trials=32, db=db)
+    assert result.trials == 32 and len(result.history) == 32
+    assert len(executor.submitted) == 35 and executor.batches[-1] == 3
+    retimed = [r.config_index for r in result.retimed]
+    assert len(retimed) == 3 and retimed == executor.submitted[-3:]
+    assert result.best_config.index in retimed
+    assert len(db.trials_for(wl, target)) == 32
+    first = {r.config_index: r.cost for r in db.trials_for(wl, target)}
+    assert all(r.first_cost == pytest.approx(first[r.config_index]) for r in result.retimed)
+
+
+def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective):
+    class Flaky(SyntheticExecutor):
+        def submit(self, inputs):
+            if len(inputs) == 3 and len(self.submitted) >= 32:  # the re-timing batch
+                self.submitted += [i.config.index for i in inputs]
+                return [MeasureResult.failure(ErrorKind.WRONG_ANSWER, "flaky")] + \
+                    [MeasureResult(costs=(1.0,))] * 2
+            return super().submit(inputs)
+
+    executor = Flaky(objective)
+    result = tune_loop(wl, target, space, executor, trials=32)
+    assert result.retimed[0].error == "wrong_answer" and result.retimed[0].retimed_cost is None
+    assert result.best_config.index == result.retimed[1].config_index
+
+
+def test_retime_writes_pooled_costs_when_the_store_can(wl, target, space, executor, db):
+    calls = []
+
+    class Store:
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        def update_trial_costs(self, workload, target, index, *, costs, extra):
+            calls.append((index, costs, extra))
+
+    result = tune_loop(wl, target, space, executor, trials=16, db=Store())
+    assert [c[0] for c in calls] == [r.config_index for r in result.retimed]
+    assert len(calls[0][1]) == 6 and set(calls[0][2]) == {"first_costs", "retimed_costs"}
+
+
+def test_dedup_across_runs_with_a_database(wl, target, space, objective, db):
+    first = SyntheticExecutor(objective)
+    r1 = tune_loop(wl, target, space, first, trials=48, db=db, tuner="ga", seed=0, retime=0)
+    second = SyntheticExecutor(objective)
+    r2 = tune_loop(wl, target, space, second, trials=48, db=db, tuner="ga", seed=0, retime=0)
+    assert r1.trials == r2.trials == 48
+    assert not set(first.submitted) & set(second.submitted)
+    assert len(db.measured_indices(wl, target)) == 96
+    assert r2.best_cost <= r1.best_cost  # the best known includes the first run's
+
+
+def test_resuming_a_job_counts_its_recorded_trials(wl, target, space, objective, db):
+    job = db.create_job(workload=wl, target=target, tuner="random", trials=40, options={})
+    first = SyntheticExecutor(objective)
+    r1 = tune_loop(wl, target, space, first, trials=40, db=db, job_id=job.id, tuner="random",
+                   batch_size=8, callbacks=[lambda p: p.trials_done < 16])
+    assert r1.trials == 16 and r1.stopped == "callback"
+    second = SyntheticExecutor(objective)
+    r2 = tune_loop(wl, target, space, second, trials=40, db=db, job_id=job.id, tuner="random",
+                   batch_size=8, retime=0)
+    assert r2.trials == 24 and r2.history[0][0] == 17 and r2.history[-1][0] == 40
+    assert len(second.submitted) == 24
+    assert db.job_trial_count(job.id) == 40
+    assert db.get_job(job.id).trials_done == 40
+
+
+def test_bad_arguments(wl, target, space, executor):
+    with pytest.raises(ValueError, match="early_stopping"):
+        tune_loop(wl, target, space, executor, trials=8, early_stopping=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        tune_loop(wl, target, space, executor, trials=8, batch_size=0)
+    with pytest.raises(ValueError, match="unknown tuner"):
+        tune_loop(wl, target, space, executor, trials=8, tuner="nope")

@@ -1,0 +1,38 @@
+"""Settings: defaults, the AUTOTUNE_ environment, and MeasureOptions built from them."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from autotune.measure import MeasureOptions
+from autotune.settings import MEASURE_FIELDS, Settings
+
+
+def test_defaults(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no .env here
+    for name in Settings.model_fields:
+        monkeypatch.delenv(f"AUTOTUNE_{name.upper()}", raising=False)
+    s = Settings()
+    assert (s.db_url, s.host, s.port, s.max_concurrent_jobs) == (
+        "sqlite:///autotune.db", "127.0.0.1", 8000, 2)
+    assert s.require_key_for_reads is False
+    defaults = MeasureOptions()
+    assert all(getattr(s, name) == getattr(defaults, name) for name in MEASURE_FIELDS)
+
+
+def test_environment_and_env_file(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("AUTOTUNE_PORT=9100\n")
+    monkeypatch.setenv("AUTOTUNE_DB_URL", "postgresql://db/autotune")
+    monkeypatch.setenv("AUTOTUNE_REPEAT", "7")
+    monkeypatch.setenv("AUTOTUNE_REQUIRE_KEY_FOR_READS", "true")
+    s = Settings()
+    assert s.db_url == "postgresql://db/autotune" and s.port == 9100 and s.require_key_for_reads
+    opts = s.measure_options(run_timeout=3.0)
+    assert isinstance(opts, MeasureOptions) and opts.repeat == 7 and opts.run_timeout == 3.0
+
+
+def test_bad_values_are_rejected(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_PORT", "0")
+    with pytest.raises(ValidationError, match="port"):
+        Settings()
