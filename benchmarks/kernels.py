@@ -1,0 +1,104 @@
+"""Kernel quality: GFLOP/s of autotune's kernels against numpy and torch CPU.
+
+Per workload: the default config, the best of N random configs, the best after a tuned
+search (xgb, 256 trials), numpy's best way (OpenBLAS GEMM / im2col+GEMM / strided sums) and
+torch CPU (oneDNN) when installed; then the ratios. Prints a table; asserts nothing.
+
+    .venv/bin/python benchmarks/kernels.py [--random 200] [--tuned 256] [--only mm1024,dw]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import autotune  # noqa: E402
+from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
+from baselines import numpy_baseline, time_call, torch_baseline  # noqa: E402
+
+WORKLOADS = {
+    "matmul 1024^3": autotune.workload("matmul", M=1024, N=1024, K=1024),
+    "matmul 512^3": autotune.workload("matmul", M=512, N=512, K=512),
+    "conv2d 128x28x28 3x3": autotune.workload("conv2d", N=1, C=128, H=28, W=28, K=128, R=3, S=3,
+                                              stride=1, pad=1),
+    "conv2d 64->128 56x56 1x1 s2": autotune.workload("conv2d", N=1, C=64, H=56, W=56, K=128,
+                                                     R=1, S=1, stride=2, pad=0),
+    "depthwise 128x56x56 3x3": autotune.workload("depthwise_conv2d", N=1, C=128, H=56, W=56,
+                                                 R=3, S=3, stride=1, pad=1),
+}
+
+
+def gflops(wl: autotune.Workload, seconds: float) -> float:
+    return wl.flops() / seconds / 1e9 if seconds and seconds < float("inf") else 0.0
+
+
+def measure_default(executor: LocalExecutor, wl, target) -> float:
+    cfg = autotune.config_space(wl, target).default()
+    (res,) = executor.submit([MeasureInput(wl, target, cfg)])
+    return gflops(wl, res.cost) if res.ok else 0.0
+
+
+def tune_best(wl, target, trials: int, tuner: str, executor, seed: int = 0) -> tuple[float, float]:
+    """Best GFLOP/s of a fresh tune (own throw-away database) and its minutes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        res = autotune.tune(wl, target, trials=trials, tuner=tuner, seed=seed,
+                            db=f"sqlite:///{tmp}/bench.db", executor=executor, transfer=False)
+        return res.best_gflops or 0.0, (time.perf_counter() - t0) / 60
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--random", type=int, default=200, help="random configs (0: skip)")
+    ap.add_argument("--tuned", type=int, default=256, help="xgb trials (0: skip)")
+    ap.add_argument("--tuner", default="xgb", help="tuner of the tuned column")
+    ap.add_argument("--only", default="", help="comma-separated substrings of workload names")
+    args = ap.parse_args(argv)
+    target = autotune.Target("llvm")
+    names = [n for n in WORKLOADS if not args.only or any(s in n for s in args.only.split(","))]
+    rows = []
+    with LocalExecutor(target, MeasureOptions()) as executor:
+        for name in names:
+            wl = WORKLOADS[name]
+            data = wl.random_args(0)
+            label, fn = numpy_baseline(wl, data)
+            np_g = gflops(wl, time_call(fn))
+            tfn = torch_baseline(wl, data)
+            torch_g = gflops(wl, time_call(tfn)) if tfn else None
+            default_g = measure_default(executor, wl, target)
+            rand_g, rand_min = tune_best(wl, target, args.random, "random", executor) \
+                if args.random else (None, None)
+            tuned_g, tuned_min = tune_best(wl, target, args.tuned, args.tuner, executor) \
+                if args.tuned else (None, None)
+            rows.append((name, default_g, rand_g, tuned_g, tuned_min, label, np_g, torch_g))
+            print(f"# {name}: done", file=sys.stderr, flush=True)
+    print_table(rows, target, args)
+
+
+def fmt(x: float | None, spec: str = "7.1f") -> str:
+    return "-".rjust(7) if x is None else format(x, spec)
+
+
+def print_table(rows, target, args) -> None:
+    print(f"\nautotune kernels on {target.key} ({os.cpu_count()} cores), GFLOP/s "
+          f"(random = best of {args.random} random configs, tuned = {args.tuner} "
+          f"{args.tuned} trials)\n")
+    head = (f"{'workload':30s} {'default':>7s} {'random':>7s} {'tuned':>7s} {'min':>5s} "
+            f"{'numpy':>7s} {'torch':>7s}  {'def/np':>6s} {'rnd/np':>6s} {'tun/np':>6s} "
+            f"{'tun/torch':>9s}  baseline")
+    print(head)
+    print("-" * len(head))
+    for name, d, r, t, tmin, label, npg, tg in rows:
+        def ratio(a, b):
+            return "-".rjust(6) if not a or not b else f"{a / b:6.2f}"
+        print(f"{name:30s} {fmt(d)} {fmt(r)} {fmt(t)} {fmt(tmin, '5.1f')} {fmt(npg)} "
+              f"{fmt(tg)}  {ratio(d, npg)} {ratio(r, npg)} {ratio(t, npg)} "
+              f"{ratio(t, tg):>9s}  {label}")
+
+
+if __name__ == "__main__":
+    main()
