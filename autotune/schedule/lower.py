@@ -13,7 +13,7 @@ from math import ceil
 
 from autotune.ir.analysis import (affine, affine_range, from_affine, index_range, loads_of,
                                   loop_extents, map_expr, map_stmt_exprs, simplify, substitute)
-from autotune.ir.expr import FLOAT, Const, Expr, Load, Select, Var, add, cmp, mul, walk
+from autotune.ir.expr import FLOAT, Cmp, Const, Expr, Load, Select, Var, add, cmp, mul, walk
 from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
                               Stmt, Store, Sync)
 from autotune.schedule.schedule import Axis, FuseRel, Schedule, SplitRel, Stage
@@ -181,19 +181,23 @@ class _Lowerer:
         return stmt, buf
 
     def _load_guards(self, value: Expr) -> list[Expr]:
-        """Conditions keeping the unguarded loads of ``value`` inside their buffers."""
+        """Conditions keeping the loads of ``value`` inside their buffers. A load in an arm of
+        a ``Select`` (zero padding) needs none for the indices the select's condition tests."""
         out: list[Expr] = []
-        stack = [value]
+        stack: list[tuple[Expr, frozenset[Expr]]] = [(value, frozenset())]
         while stack:
-            e = stack.pop()
-            if isinstance(e, Select):  # its arms are protected by its condition
-                stack.append(e.cond)
+            e, tested = stack.pop()
+            if isinstance(e, Select):
+                covered = tested | _compared(simplify(e.cond, self.ext))
+                stack += [(e.cond, tested), (e.t, covered), (e.f, covered)]
                 continue
-            stack.extend(e.children())
+            stack.extend((c, tested) for c in e.children())
             if not isinstance(e, Load):
                 continue
             for i, n in zip(e.indices, e.buffer.shape):
                 i = simplify(i, self.ext)
+                if i in tested:
+                    continue
                 r = index_range(i, self.ext)
                 if r is None or r[1] >= n:
                     out.append(cmp("<", i, n))
@@ -307,6 +311,12 @@ class _Lowerer:
             if ax not in region.consumer_vars:
                 raise LoweringError(f"{child}: consumer loop {ax} does not index it")
         return region
+
+
+def _compared(cond: Expr) -> frozenset[Expr]:
+    """The integer expressions a condition compares with constants."""
+    return frozenset(x.a for x in walk(cond)
+                     if isinstance(x, Cmp) and isinstance(x.b, Const) and x.a.dtype == "int64")
 
 
 def _guard(stmt: Stmt, conds: list[Expr]) -> Stmt:

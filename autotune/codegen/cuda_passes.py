@@ -1,0 +1,307 @@
+"""Loop-AST rewrites that prepare a PrimFunc for CUDA C: launch dimensions, hoisted shared
+buffers, guards normalised and kept away from barriers.
+
+After ``prepare`` every blockIdx/threadIdx loop spans its full launch dimension (a narrower
+one gets an explicit ``idx < extent`` guard), no ``Sync`` sits under a guard that depends on
+a thread index (such guards are pushed inside, around the statements between barriers), and
+guards proven true by interval bounds are gone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Iterable, Mapping
+
+from autotune.ir.analysis import map_stmt_exprs, stmt_exprs, substitute
+from autotune.ir.expr import And, BinOp, Cmp, Const, Expr, Load, Var, cmp, walk
+from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
+                              Stmt, Store, Sync, walk_stmts)
+
+Interval = tuple[int, int]
+
+
+class CudaCodegenError(ValueError):
+    """The loop AST cannot become a correct CUDA kernel (e.g. a barrier in divergent code)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch configuration: grid and block dims (x, y, z), static and dynamic shared bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    dynamic_shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def to_dict(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block),
+                "shared_bytes": self.shared_bytes,
+                "dynamic_shared_bytes": self.dynamic_shared_bytes}
+
+
+_BLOCK = (ForKind.BLOCK_X, ForKind.BLOCK_Y, ForKind.BLOCK_Z)
+_THREAD = (ForKind.THREAD_X, ForKind.THREAD_Y, ForKind.THREAD_Z)
+_LAUNCH_KINDS = (*_BLOCK, *_THREAD)
+
+
+def launch_of(func: PrimFunc) -> Launch:
+    """Grid/block dims (the largest extent bound to each tag) and shared bytes of ``func``."""
+    dims = {k: 1 for k in (*_BLOCK, *_THREAD)}
+    shared = 0
+    for s in walk_stmts(func.body):
+        if isinstance(s, For) and s.kind in dims:
+            dims[s.kind] = max(dims[s.kind], s.extent)
+        elif isinstance(s, Allocate) and s.buffer.scope is Scope.SHARED:
+            shared += -(-s.buffer.size * 4 // 16) * 16  # declared 16-byte aligned
+    grid = tuple(dims[k] for k in _BLOCK)
+    block = tuple(dims[k] for k in _THREAD)
+    return Launch(grid, block, shared)  # type: ignore[arg-type]
+
+
+def contains_sync(s: Stmt) -> bool:
+    return any(isinstance(x, Sync) for x in walk_stmts(s))
+
+
+def shared_buffers(s: Stmt) -> list[Buffer]:
+    return [x.buffer for x in walk_stmts(s)
+            if isinstance(x, Allocate) and x.buffer.scope is Scope.SHARED]
+
+
+def prepare(func: PrimFunc, launch: Launch) -> Stmt:
+    """The kernel body, rewritten as described in the module docstring."""
+    check_stages(func, launch)
+    dims = dict(zip(_BLOCK, launch.grid)) | dict(zip(_THREAD, launch.block))
+    body = _Normalizer(dims).stmt(func.body, {}, frozenset())
+    body = _fix_barriers(body, set())
+    return _drop_idle_syncs(_dedupe_syncs(body), False)
+
+
+def check_stages(func: PrimFunc, launch: Launch) -> None:
+    """Raise CudaCodegenError when the root stages cannot share one launch: a stage that
+    reads what an earlier one wrote to global memory (that needs a grid-wide barrier), or
+    an unbound stage in a multi-thread launch (every thread would run all of it)."""
+    roots = func.body.stmts if isinstance(func.body, Seq) else (func.body,)
+    written: set[Buffer] = set()
+    for s in roots:
+        read = {e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)}
+        clash = sorted(b.name for b in read & written)
+        if clash:
+            raise CudaCodegenError(f"{func.name}: a stage reads {', '.join(clash)} written by "
+                                   "an earlier stage; that needs a grid-wide barrier")
+        bound = any(isinstance(x, For) and x.kind.is_thread_binding for x in walk_stmts(s))
+        if not bound and launch.threads * prod(launch.grid) > 1:
+            raise CudaCodegenError(f"{func.name}: a stage has no blockIdx/threadIdx loop, so "
+                                   "every thread would run all of it; bind its loops")
+        written |= {x.buffer for x in walk_stmts(s)
+                    if isinstance(x, Store) and x.buffer.scope is Scope.GLOBAL}
+
+
+# ---------------------------------------------------------------- bounds and guards
+
+def bounds(e: Expr, ranges: Mapping[Var, Interval]) -> Interval | None:
+    """Closed integer interval of ``e`` given var ranges (floor semantics for // and %)."""
+    if isinstance(e, Const):
+        return (int(e.value), int(e.value)) if e.dtype != "float32" else None
+    if isinstance(e, Var):
+        return ranges.get(e)
+    if isinstance(e, BinOp):
+        a, b = bounds(e.a, ranges), bounds(e.b, ranges)
+        if e.op == "%" and b is not None and b[0] > 0:
+            if a is not None and a[0] >= 0 and a[1] < b[0]:
+                return a
+            return (0, b[1] - 1)
+        if a is None or b is None:
+            return None
+        if e.op == "+":
+            return a[0] + b[0], a[1] + b[1]
+        if e.op == "-":
+            return a[0] - b[1], a[1] - b[0]
+        if e.op == "*":
+            ps = [x * y for x in a for y in b]
+            return min(ps), max(ps)
+        if e.op == "//" and b[0] > 0:
+            qs = [x // y for x in a for y in b]
+            return min(qs), max(qs)
+        if e.op == "min":
+            return min(a[0], b[0]), min(a[1], b[1])
+        if e.op == "max":
+            return max(a[0], b[0]), max(a[1], b[1])
+    return None
+
+
+def decide(c: Expr, ranges: Mapping[Var, Interval]) -> bool | None:
+    """True/False when the ranges decide condition ``c``, else None."""
+    if isinstance(c, Const):
+        return bool(c.value)
+    if isinstance(c, And):
+        a, b = decide(c.a, ranges), decide(c.b, ranges)
+        if a is False or b is False:
+            return False
+        return True if a and b else None
+    if not isinstance(c, Cmp):
+        return None
+    a, b = bounds(c.a, ranges), bounds(c.b, ranges)
+    if a is None or b is None:
+        return None
+    lo, hi = a[0] - b[1], a[1] - b[0]  # range of a - b
+    yes, no = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
+               ">=": (lo >= 0, hi < 0), "==": (lo == hi == 0, lo > 0 or hi < 0),
+               "!=": (lo > 0 or hi < 0, lo == hi == 0)}[c.op]
+    return True if yes else (False if no else None)
+
+
+def conjuncts(c: Expr) -> list[Expr]:
+    return conjuncts(c.a) + conjuncts(c.b) if isinstance(c, And) else [c]
+
+
+class _Normalizer:
+    """Full-width launch loops, guards that the ranges decide removed, repeated ones merged."""
+
+    def __init__(self, dims: Mapping[ForKind, int]):
+        self.dims = dims
+
+    def stmt(self, s: Stmt, ranges: dict[Var, Interval], known: frozenset) -> Stmt:
+        if isinstance(s, Seq):
+            return Seq([self.stmt(c, ranges, known) for c in s.stmts])
+        if isinstance(s, For):
+            full = self.dims.get(s.kind)
+            if s.extent == 1 and full in (None, 1):  # a one-trip loop: its index is 0
+                zero = {s.var: Const(0)}
+                body = map_stmt_exprs(s.body, lambda e: substitute(e, zero))
+                return self.stmt(body, ranges, known)
+            inner = {**ranges, s.var: (0, s.extent - 1)}
+            body = self.stmt(s.body, inner, known)
+            if full is not None and s.extent < full:
+                # the loop is a launch index: threads past its extent skip the body
+                return For(s.var, full, s.kind, IfThenElse(cmp("<", s.var, s.extent), body))
+            return For(s.var, s.extent, s.kind, body)
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self.stmt(s.body, ranges, known))
+        if isinstance(s, IfThenElse):
+            if s.else_ is not None:
+                return IfThenElse(s.cond, self.stmt(s.then, ranges, known),
+                                  self.stmt(s.else_, ranges, known))
+            keep = [c for c in conjuncts(s.cond)
+                    if c not in known and decide(c, ranges) is not True]
+            if any(decide(c, ranges) is False for c in keep):
+                return Seq([])
+            body = self.stmt(s.then, ranges, known | frozenset(keep))
+            for c in reversed(keep):
+                body = IfThenElse(c, body)
+            return body
+        return s
+
+
+# ---------------------------------------------------------------- barriers
+
+def _uses_thread_var(c: Expr, thread_vars: set[Var]) -> bool:
+    return any(isinstance(x, Var) and x in thread_vars for x in walk(c))
+
+
+def _fix_barriers(s: Stmt, thread_vars: set[Var]) -> Stmt:
+    """Push thread-dependent guards that enclose a ``Sync`` inside, bottom-up."""
+    if isinstance(s, Seq):
+        return Seq([_fix_barriers(c, thread_vars) for c in s.stmts])
+    if isinstance(s, For):
+        inner = thread_vars | {s.var} if s.kind in _THREAD else thread_vars
+        return For(s.var, s.extent, s.kind, _fix_barriers(s.body, inner))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _fix_barriers(s.body, thread_vars))
+    if isinstance(s, IfThenElse):
+        then = _fix_barriers(s.then, thread_vars)
+        els = None if s.else_ is None else _fix_barriers(s.else_, thread_vars)
+        divergent = _uses_thread_var(s.cond, thread_vars)
+        if not divergent or not (contains_sync(then) or (els is not None and contains_sync(els))):
+            return IfThenElse(s.cond, then, els)
+        if els is not None or any(isinstance(x, Load) for x in walk(s.cond)):
+            raise CudaCodegenError("a barrier sits under a thread-dependent if/else")
+        return _push_guard(s.cond, then)
+    return s
+
+
+def _push_guard(c: Expr, s: Stmt) -> Stmt:
+    """``if (c) s`` with the guard moved inside so that every thread reaches each barrier;
+    ``c`` depends only on enclosing loop indices, so it is the same wherever it is tested."""
+    if not contains_sync(s):
+        return IfThenElse(c, s)
+    if isinstance(s, Sync):
+        return s
+    if isinstance(s, Seq):
+        return Seq([_push_guard(c, x) for x in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _push_guard(c, s.body))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _push_guard(c, s.body))
+    if isinstance(s, IfThenElse) and s.else_ is None:
+        return IfThenElse(s.cond, _push_guard(c, s.then))
+    raise CudaCodegenError(f"cannot move a guard past {type(s).__name__}")
+
+
+def _dedupe_syncs(s: Stmt) -> Stmt:
+    """Splice shared allocations into their sequence (CUDA C declares them at function
+    scope) and drop a barrier that directly follows another (nested caches end in two)."""
+    if isinstance(s, Seq):
+        out: list[Stmt] = []
+        for c in _flatten_shared(s.stmts):
+            c = _dedupe_syncs(c)
+            if isinstance(c, Sync) and out and isinstance(out[-1], Sync):
+                continue
+            if isinstance(c, Seq) and not c.stmts:
+                continue
+            out.append(c)
+        return Seq(out)
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _dedupe_syncs(s.body))
+    if isinstance(s, Allocate):
+        if s.buffer.scope is Scope.SHARED:
+            return _dedupe_syncs(Seq([s.body]))
+        return Allocate(s.buffer, _dedupe_syncs(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _dedupe_syncs(s.then),
+                          None if s.else_ is None else _dedupe_syncs(s.else_))
+    return s
+
+
+def _touches_shared(s: Stmt) -> bool:
+    for x in walk_stmts(s):
+        if isinstance(x, Store) and x.buffer.scope is Scope.SHARED:
+            return True
+    return any(isinstance(e, Load) and e.buffer.scope is Scope.SHARED
+               for top in stmt_exprs(s) for e in walk(top))
+
+
+def _drop_idle_syncs(s: Stmt, later: bool) -> Stmt:
+    """Drop barriers after which no shared memory is touched (``later``: whether something
+    after ``s``, or a later trip of an enclosing loop, touches it)."""
+    if isinstance(s, Seq):
+        out: list[Stmt] = []
+        for c in reversed(s.stmts):
+            if isinstance(c, Sync) and not later:
+                continue
+            out.append(_drop_idle_syncs(c, later))
+            later = later or _touches_shared(c)
+        return Seq(out[::-1])
+    if isinstance(s, For):
+        # a launch index is no loop: each thread runs one trip
+        again = s.kind not in _LAUNCH_KINDS and s.extent > 1 and _touches_shared(s.body)
+        return For(s.var, s.extent, s.kind, _drop_idle_syncs(s.body, later or again))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _drop_idle_syncs(s.body, later))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _drop_idle_syncs(s.then, later),
+                          None if s.else_ is None else _drop_idle_syncs(s.else_, later))
+    return s
+
+
+def _flatten_shared(stmts: Iterable[Stmt]) -> list[Stmt]:
+    out: list[Stmt] = []
+    for c in stmts:
+        if isinstance(c, Allocate) and c.buffer.scope is Scope.SHARED:
+            out.extend(_flatten_shared(c.body.stmts if isinstance(c.body, Seq) else (c.body,)))
+        else:
+            out.append(c)
+    return out

@@ -1,0 +1,192 @@
+"""``CudaKernel``: a cubin loaded with pycuda, callable on numpy or device arrays.
+
+Loading is lazy: without pycuda or a GPU a kernel still exists (its ``source`` and
+``binary`` can be read) and calling it raises ``RuntimeError("no CUDA device is present:
+...")``. The CUDA context is the device's primary context, made current in the calling
+thread on first use (one kernel object should be used from one thread).
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from autotune.codegen.kernel import Kernel
+from autotune.ir.stmt import Buffer, PrimFunc
+
+_F32 = np.dtype(np.float32)
+
+
+class NoCudaDevice(RuntimeError):
+    """pycuda is missing, or the CUDA driver finds no device."""
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_device(ordinal: int = 0) -> Any:
+    """pycuda's driver module with device ``ordinal``'s primary context current; raises
+    NoCudaDevice saying why there is none. Cached: the context lives for the process."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as e:
+        raise NoCudaDevice(f"no CUDA device is present: pycuda cannot be imported ({e}); "
+                           "install the 'cuda' extra on a GPU host") from None
+    try:
+        cuda.init()
+        count = cuda.Device.count()
+    except Exception as e:  # pycuda raises its own types for a missing driver
+        raise NoCudaDevice(f"no CUDA device is present: the CUDA driver failed ({e})") from None
+    if count <= ordinal:
+        raise NoCudaDevice(f"no CUDA device is present: {count} device(s), asked for "
+                           f"#{ordinal}")
+    if cuda.Context.get_current() is None:
+        ctx = cuda.Device(ordinal).retain_primary_context()
+        ctx.push()
+        atexit.register(_pop_context, cuda)  # pycuda aborts at exit on a non-empty stack
+    return cuda
+
+
+def _pop_context(cuda: Any) -> None:
+    try:
+        cuda.Context.pop()
+    except Exception:  # already torn down: nothing left to release
+        pass
+
+
+def load_cuda_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> "CudaKernel":
+    """Wrap a cubin from ``autotune.codegen.cuda.compile_cuda`` (which recorded the launch
+    config and entry name in ``func.attrs``); the module is loaded on first use."""
+    return CudaKernel(func, source, binary, target)
+
+
+class CudaKernel(Kernel):
+    """A CUDA kernel: ``kernel(*arrays)`` copies numpy arrays in and the output back, or
+    runs in place on device arrays (pycuda allocations or ``__cuda_array_interface__``)."""
+
+    def __init__(self, func: PrimFunc, source: str, binary: bytes, target: Any):
+        super().__init__(func, source, binary, target)
+        launch = func.attrs.get("launch")
+        if launch is None or "cuda_kernel" not in func.attrs:
+            raise ValueError(f"kernel {func.name!r}: func.attrs lack the launch config; "
+                             "compile it with autotune.codegen.cuda.compile_cuda")
+        self.entry: str = func.attrs["cuda_kernel"]
+        self.grid = tuple(int(x) for x in launch["grid"])
+        self.block = tuple(int(x) for x in launch["block"])
+        self.dynamic_shared = int(launch.get("dynamic_shared_bytes", 0))
+        self._cuda: Any = None
+        self._module: Any = None
+        self._function: Any = None
+        self._workspaces: list[Any] = []
+        self._staging: list[Any] | None = None  # device copies of numpy arguments
+
+    # ------------------------------------------------------------------ loading
+    def _load(self) -> Any:
+        """pycuda's driver, with the module loaded and workspaces allocated (once)."""
+        if self._function is None:
+            cuda = cuda_device(0)
+            module = cuda.module_from_buffer(self.binary)
+            fn = module.get_function(self.entry)
+            fn.prepare("P" * (len(self.func.args) + len(self.func.workspaces)))
+            self._module = module  # the function is valid only while its module lives
+            self._workspaces = [_zeroed(cuda, b) for b in self.func.workspaces]
+            self._cuda, self._function = cuda, fn
+        return self._cuda
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *arrays: Any) -> None:
+        launch, copy_back = self._prepare(arrays)
+        launch()
+        if copy_back is not None:
+            copy_back()
+
+    def bind(self, *arrays: Any) -> Callable[[], None]:
+        """Validate once, copy numpy inputs to the device, and return a zero-argument
+        launcher (numpy outputs are not copied back: use ``__call__`` or ``time``)."""
+        return self._prepare(arrays)[0]
+
+    def time(self, arrays: Sequence[Any], number: int = 10, repeat: int = 3) -> list[float]:
+        """Seconds per call of each of ``repeat`` runs of ``number`` back-to-back launches,
+        timed with CUDA events after one warm-up launch; the output is copied back."""
+        if number < 1 or repeat < 1:
+            raise ValueError(f"time: number and repeat must be >= 1, got {number}, {repeat}")
+        launch, copy_back = self._prepare(arrays)
+        cuda = self._cuda
+        launch()
+        start, end = cuda.Event(), cuda.Event()
+        costs = []
+        for _ in range(repeat):
+            start.record()
+            for _ in range(number):
+                launch()
+            end.record()
+            end.synchronize()
+            costs.append(end.time_since(start) / 1e3 / number)  # time_since is in ms
+        if copy_back is not None:
+            copy_back()
+        return costs
+
+    def _prepare(self, arrays: Sequence[Any]
+                 ) -> tuple[Callable[[], None], Callable[[], None] | None]:
+        """A launcher on the arguments' device copies, and how to fetch a numpy output."""
+        cuda = self._load()
+        ptrs, copy_back = self._device_pointers(cuda, arrays)
+        fn, grid, block, shared = self._function, self.grid, self.block, self.dynamic_shared
+        args = (*ptrs, *(int(w) for w in self._workspaces))
+
+        def launch() -> None:
+            fn.prepared_call(grid, block, *args, shared_size=shared)
+
+        return launch, copy_back
+
+    def _device_pointers(self, cuda: Any, arrays: Sequence[Any]
+                         ) -> tuple[list[int], Callable[[], None] | None]:
+        """Device pointers of the arguments; numpy arrays go through staging buffers
+        allocated once per kernel."""
+        bufs = self.func.args
+        if len(arrays) != len(bufs) or all(isinstance(a, np.ndarray) for a in arrays):
+            self.check_args(arrays)
+        if all(isinstance(a, np.ndarray) for a in arrays):
+            if self._staging is None:
+                self._staging = [cuda.mem_alloc(max(b.size, 1) * 4) for b in bufs]
+            for dev, a in zip(self._staging[:-1], arrays[:-1]):
+                cuda.memcpy_htod(dev, a)
+            out, dev_out = arrays[-1], self._staging[-1]
+            return [int(d) for d in self._staging], lambda: cuda.memcpy_dtoh(out, dev_out)
+        return [_pointer(a, b, i, self.name) for i, (a, b) in enumerate(zip(arrays, bufs))], None
+
+    def _launch(self, arrays: Sequence[Any]) -> None:  # Kernel's hook; __call__ is overridden
+        self(*arrays)
+
+
+def _zeroed(cuda: Any, b: Buffer) -> Any:
+    mem = cuda.mem_alloc(max(b.size, 1) * 4)
+    cuda.memset_d32(mem, 0, max(b.size, 1))
+    return mem
+
+
+def _pointer(a: Any, b: Buffer, i: int, kernel: str) -> int:
+    """Device address of argument ``i``, checking shape and dtype where the object says."""
+    what = f"argument {i} ({b.name}) of kernel {kernel!r}"
+    if isinstance(a, np.ndarray):
+        raise TypeError(f"{what}: mix of numpy and device arrays; pass all of one kind")
+    iface = getattr(a, "__cuda_array_interface__", None)
+    if iface is not None:
+        if tuple(iface["shape"]) != b.shape:
+            raise ValueError(f"{what}: expected shape {b.shape}, got {tuple(iface['shape'])}")
+        if np.dtype(iface["typestr"]) != _F32:
+            raise TypeError(f"{what}: expected float32, got {np.dtype(iface['typestr'])}")
+        if iface.get("strides") not in (None, tuple(s * 4 for s in b.strides)):
+            raise ValueError(f"{what}: device array must be C-contiguous")
+        return int(iface["data"][0])
+    gpudata = getattr(a, "gpudata", None)  # pycuda GPUArray
+    if gpudata is not None:
+        if tuple(a.shape) != b.shape or np.dtype(a.dtype) != _F32:
+            raise ValueError(f"{what}: expected float32{list(b.shape)}, got "
+                             f"{np.dtype(a.dtype)}{list(a.shape)}")
+        return int(gpudata)
+    try:
+        return int(a)  # a pycuda DeviceAllocation (or a raw address): size is unchecked
+    except TypeError:
+        raise TypeError(f"{what}: expected a numpy array or a device array, "
+                        f"got {type(a).__name__}") from None

@@ -1,0 +1,27 @@
+"""Fixtures of the CUDA tests: nvcc (skip with a reason when absent) and a CUDA device
+(tests marked ``cuda_device`` skip unless pycuda finds a GPU)."""
+from __future__ import annotations
+
+import pytest
+
+from autotune.codegen.cuda_nvcc import find_nvcc
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    path = find_nvcc()
+    if path is None:
+        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): "
+                    "CUDA compile tests skipped")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """pycuda's driver module with a current context, or skip saying why there is none."""
+    from autotune.codegen.cuda_runtime import NoCudaDevice, cuda_device
+    try:
+        return cuda_device(0)
+    except NoCudaDevice as e:
+        pytest.skip(str(e))
+

@@ -1,0 +1,74 @@
+"""CudaKernel: without a device a compiled kernel still carries its CUDA C and cubin and
+says clearly why it cannot run; on a GPU host (marker ``cuda_device``) it matches numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_cases import EPILOGUES, SHAPES, target
+
+import autotune
+from autotune.codegen.cuda_runtime import CudaKernel, NoCudaDevice, load_cuda_kernel
+from autotune.codegen.kernel import Kernel
+
+
+def _no_device() -> bool:
+    from autotune.codegen.cuda_runtime import cuda_device
+    try:
+        cuda_device(0)
+    except NoCudaDevice:
+        return True
+    return False
+
+
+def test_compile_without_a_device_gives_source_and_cubin(nvcc):
+    if not _no_device():
+        pytest.skip("a CUDA device is present: the no-device error cannot be observed")
+    wl = autotune.workload("matmul", epilogue=("bias", "relu"), **SHAPES["matmul"][0])
+    k = autotune.compile(wl, target())
+    assert isinstance(k, Kernel) and isinstance(k, CudaKernel)
+    assert '__global__ void __launch_bounds__' in k.source
+    assert k.binary[:4] == b"\x7fELF"
+    with pytest.raises(RuntimeError, match="no CUDA device is present: "):
+        k(*wl.random_args(0))
+    with pytest.raises(RuntimeError, match="no CUDA device is present"):
+        k.time(wl.random_args(0), number=1, repeat=1)
+
+
+def test_loading_needs_the_launch_config():
+    from autotune import driver
+    wl = autotune.workload("matmul", **SHAPES["matmul"][0])
+    f = driver.lower(wl, target())  # lowered, never compiled: no launch config recorded
+    with pytest.raises(ValueError, match="compile_cuda"):
+        load_cuda_kernel(f, target(), "", b"")
+
+
+@pytest.mark.cuda_device
+@pytest.mark.parametrize("op", list(SHAPES))
+def test_kernels_match_numpy_on_the_gpu(op, gpu, nvcc):
+    from cuda_cases import sample_valid
+    for shape in SHAPES[op]:
+        for epi in EPILOGUES:
+            wl = autotune.workload(op, epilogue=epi, **shape)
+            for cfg in [None, *sample_valid(wl, 2, seed=11)]:
+                k = autotune.compile(wl, target(), cfg)
+                args = wl.random_args(1)
+                ref = wl.reference(args)
+                k(*args)
+                np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4,
+                                           err_msg=f"{wl} {cfg}")
+
+
+@pytest.mark.cuda_device
+def test_device_arrays_and_event_timing(gpu, nvcc):
+    wl = autotune.workload("conv2d", epilogue=("scale_shift", "relu"), **SHAPES["conv2d"][0])
+    k = autotune.compile(wl, target())
+    args = wl.random_args(2)
+    ref = wl.reference(args)
+    costs = k.time(args, number=5, repeat=3)
+    assert len(costs) == 3 and all(0 < c < 1 for c in costs)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4)
+    dev = [gpu.to_device(a) for a in args]  # pycuda DeviceAllocations, run in place
+    k(*dev)
+    out = np.empty_like(args[-1])
+    gpu.memcpy_dtoh(out, dev[-1])
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
