@@ -21,6 +21,7 @@ TUNERS: Mapping[str, str] = MappingProxyType({
     "random": "autotune.search.random_tuner:RandomTuner",
     "grid": "autotune.search.grid_tuner:GridTuner",
     "ga": "autotune.search.ga_tuner:GATuner",
+    "xgb": "autotune.search.xgb_tuner:XGBTuner",
 })
 
 # The model-guided tuner is the default once it is in the table.

@@ -1,0 +1,143 @@
+"""Feature rows for configs of one workload on one target, cached by config index.
+
+``features_for`` is the batch entry point the tuner and the models use. Lowering dominates
+the cost of a new row (see benchmarks/features.py), so rows are kept in an LRU cache; an
+invalid config (it fails to lower) gets an all-NaN row, which is cached too.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from autotune.costmodel.features import (
+    CURVE_SLICE,
+    N_AST,
+    extract_raw,
+    finish,
+    knob_features,
+)
+from autotune.costmodel.nest import summarize
+from autotune.ir.stmt import PrimFunc
+from autotune.space import Config
+
+KINDS = ("ast", "curve", "knob")
+# ~5 KB per row: 16k rows is ~85 MB, about the distinct candidates of a long tuning job
+DEFAULT_CACHE_SIZE = 16384
+
+LowerFn = Callable[[Any, Any, Config], PrimFunc]
+
+
+class FeatureCache:
+    """LRU map from config index to its full "ast" row, for one (workload, target) pair.
+
+    ``stats`` counts hits and misses and the seconds spent lowering and extracting.
+    """
+
+    def __init__(self, maxsize: int = DEFAULT_CACHE_SIZE) -> None:
+        if maxsize < 1:
+            raise ValueError(f"FeatureCache: maxsize must be >= 1, got {maxsize}")
+        self.maxsize = maxsize
+        self.owner: tuple[str, str] | None = None
+        self._rows: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.stats = {"hits": 0, "misses": 0, "lower_s": 0.0, "extract_s": 0.0}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, index: int) -> bool:
+        return index in self._rows
+
+    def get(self, index: int) -> np.ndarray | None:
+        """The cached row of ``index`` (marked recently used), or None."""
+        row = self._rows.get(index)
+        if row is not None:
+            self._rows.move_to_end(index)
+        return row
+
+    def put(self, index: int, row: np.ndarray) -> None:
+        self._rows[index] = row
+        self._rows.move_to_end(index)
+        while len(self._rows) > self.maxsize:
+            self._rows.popitem(last=False)
+
+    def bind(self, workload: Any, target: Any) -> None:
+        """Tie the cache to one workload and target: indices mean nothing across spaces."""
+        key = (str(getattr(workload, "key", workload)), str(getattr(target, "key", target)))
+        if self.owner is None:
+            self.owner = key
+        elif self.owner != key:
+            raise ValueError(f"FeatureCache holds rows of {self.owner}, not of {key}")
+
+
+def _default_lower(workload: Any, target: Any, config: Config) -> PrimFunc:
+    from autotune.driver import lower  # deferred: pulls in the templates
+    return lower(workload, target, config)
+
+
+def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: FeatureCache,
+             lower: LowerFn = _default_lower) -> np.ndarray:
+    """Full "ast" rows of ``configs`` (NaN rows for configs that fail to lower)."""
+    from autotune.driver import InvalidConfig
+    from autotune.schedule.lower import LoweringError
+    cache.bind(workload, target)
+    out = np.empty((len(configs), N_AST), dtype=np.float32)
+    todo: list[int] = []
+    raws: list[np.ndarray] = []
+    failed: list[int] = []
+    for i, cfg in enumerate(configs):
+        row = cache.get(cfg.index)
+        if row is not None:
+            out[i] = row
+            continue
+        t0 = time.perf_counter()
+        try:
+            func = lower(workload, target, cfg)
+        except (InvalidConfig, LoweringError):
+            failed.append(i)
+            func = None
+        t1 = time.perf_counter()
+        if func is not None:
+            todo.append(i)
+            raws.append(np.frombuffer(extract_raw(summarize(func))))
+        cache.stats["lower_s"] += t1 - t0
+        cache.stats["extract_s"] += time.perf_counter() - t1
+    cache.stats["hits"] += len(configs) - len(todo) - len(failed)
+    cache.stats["misses"] += len(todo) + len(failed)
+    if todo:
+        t0 = time.perf_counter()
+        out[todo] = finish(np.stack(raws))
+        cache.stats["extract_s"] += time.perf_counter() - t0
+    out[failed] = np.nan
+    for i in sorted(todo + failed):  # in input order, so the LRU keeps the latest configs
+        cache.put(configs[i].index, out[i].copy())
+    return out
+
+
+def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: str = "ast",
+                 cache: FeatureCache | None = None, lower: LowerFn = _default_lower
+                 ) -> np.ndarray:
+    """Feature matrix of ``configs``: kind "ast" (``N_AST`` columns), "curve" (its
+    structure-independent block) or "knob" (``knob_features``; no lowering, no cache).
+
+    Pass the same ``cache`` across calls for one workload and target to reuse rows.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"features_for: kind must be one of {KINDS}, got {kind!r}")
+    configs = list(configs)
+    if kind == "knob":
+        from autotune.driver import space
+        return knob_features(space(workload, target), configs)
+    if cache is None:  # (an empty cache is falsy: test for None)
+        cache = FeatureCache(max(1, len(configs)))
+    rows = ast_rows(workload, target, configs, cache,
+                    lower)
+    return rows if kind == "ast" else np.ascontiguousarray(rows[:, CURVE_SLICE])
+
+
+def invalid_rows(X: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows of configs that failed to lower (all NaN)."""
+    return np.isnan(X).all(axis=1) if X.size else np.zeros(len(X), dtype=bool)

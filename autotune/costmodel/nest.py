@@ -1,0 +1,203 @@
+"""Loop-nest summary of a PrimFunc: one ``StoreSite`` per Store, with its enclosing loops.
+
+Feature extraction reads only this summary, so the AST is walked once per function. Loops
+of extent 1 are dropped (they run once and would only shift the level alignment).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autotune.ir.analysis import affine
+from autotune.ir.expr import FLOAT, INT, BinOp, Cmp, Expr, Load, Select, Var
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+)
+
+ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1}
+
+
+@dataclass
+class Access:
+    """One read or write of a buffer. Per dimension: the affine part of the index as
+    ``(coefs by level, const)`` and the levels whose vars occur in non-affine terms (say
+    ``f // 4`` of a fused loop ``f``), which are constant below those levels."""
+
+    buffer: Buffer
+    dims: list[tuple[dict[int, int], int]]
+    opaque: list[frozenset[int]]
+
+
+@dataclass
+class StoreSite:
+    """A Store with the loops (outer to inner, extent > 1) and guards on its path."""
+
+    buffer: Buffer
+    extents: list[int]
+    kinds: list[ForKind]
+    guard_depths: list[int]   # per guard on the path: how many kept loops enclose it
+    accesses: list[Access]     # the write first, then loads in expression order
+    is_reduction: bool         # the value reads the stored element (acc = acc + ...)
+    ops: dict[str, int]        # float add/mul/fma/other and int index ops per execution
+    n_loads: int
+
+
+@dataclass
+class NestSummary:
+    """Every store site plus function-wide allocation and barrier counts."""
+
+    sites: list[StoreSite] = field(default_factory=list)
+    alloc_bytes: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Scope})
+    n_allocs: int = 0
+    n_syncs: int = 0
+
+
+def summarize(func: PrimFunc) -> NestSummary:
+    """Walk ``func`` once and summarise each store's loop nest and accesses."""
+    out = NestSummary()
+    for w in func.workspaces:
+        out.alloc_bytes[Scope.GLOBAL.value] += w.size * ITEMSIZE.get(w.dtype, 4)
+    _walk(func.body, [], [], [], [], out)
+    return out
+
+
+def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
+          guards: list[int], out: NestSummary) -> None:
+    # Explicit recursion with shared path lists (push/pop): the AST is shallow, and copying
+    # the path per node would dominate the cost.
+    if isinstance(s, Seq):
+        for c in s.stmts:
+            _walk(c, vars_, extents, kinds, guards, out)
+    elif isinstance(s, For):
+        if s.extent > 1:
+            vars_.append(s.var)
+            extents.append(s.extent)
+            kinds.append(s.kind)
+            _walk(s.body, vars_, extents, kinds, guards, out)
+            vars_.pop()
+            extents.pop()
+            kinds.pop()
+        else:
+            _walk(s.body, vars_, extents, kinds, guards, out)
+    elif isinstance(s, Store):
+        out.sites.append(_site(s, vars_, extents, kinds, guards))
+    elif isinstance(s, IfThenElse):
+        guards.append(len(vars_))
+        _walk(s.then, vars_, extents, kinds, guards, out)
+        if s.else_ is not None:
+            _walk(s.else_, vars_, extents, kinds, guards, out)
+        guards.pop()
+    elif isinstance(s, Allocate):
+        b = s.buffer
+        out.alloc_bytes[b.scope.value] += b.size * ITEMSIZE.get(b.dtype, 4)
+        out.n_allocs += 1
+        _walk(s.body, vars_, extents, kinds, guards, out)
+    elif isinstance(s, Sync):
+        out.n_syncs += 1
+
+
+def _site(st: Store, vars_: list[Var], extents: list[int], kinds: list[ForKind],
+          guards: list[int]) -> StoreSite:
+    if any(k.is_thread_binding for k in kinds):
+        vars_, extents, kinds, guards = _rebind(vars_, extents, kinds, guards)
+    level = {v: i for i, v in enumerate(vars_)}
+    ops = {"add": 0, "mul": 0, "fma": 0, "other": 0, "int": 0}
+    loads: list[Load] = []
+    _count(st.value, ops, loads)
+    for ix in st.indices:
+        _count(ix, ops, loads)
+    accesses = [_access(st.buffer, st.indices, level, ops)]
+    for ld in loads:
+        accesses.append(_access(ld.buffer, ld.indices, level, ops))
+    is_red = any(ld.buffer is st.buffer and ld.indices == st.indices for ld in loads)
+    return StoreSite(st.buffer, list(extents), list(kinds), list(guards), accesses, is_red, ops,
+                     len(loads))
+
+
+def _rebind(vars_: list[Var], extents: list[int], kinds: list[ForKind], guards: list[int]
+            ) -> tuple[list[Var], list[int], list[ForKind], list[int]]:
+    """Drop loops re-bound by an inner loop of the same thread tag (a block's threads
+    share a copy into shared memory): the same threads, not a further trip."""
+    keep = [True] * len(kinds)
+    seen: set[ForKind] = set()
+    for i in range(len(kinds) - 1, -1, -1):
+        if kinds[i].is_thread_binding:
+            keep[i] = kinds[i] not in seen
+            seen.add(kinds[i])
+    if all(keep):
+        return vars_, extents, kinds, guards
+    depth = [0] * (len(kinds) + 1)  # kept loops among the first d
+    for i, k in enumerate(keep):
+        depth[i + 1] = depth[i] + k
+    idx = [i for i, k in enumerate(keep) if k]
+    return ([vars_[i] for i in idx], [extents[i] for i in idx], [kinds[i] for i in idx],
+            [depth[g] for g in guards])
+
+
+def _count(e: Expr, ops: dict[str, int], loads: list[Load]) -> None:
+    """Count float arithmetic (a + b*c counts as one fma) and collect loads (not their
+    index arithmetic, which ``_access`` counts)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Load):
+            loads.append(x)
+            continue
+        if isinstance(x, BinOp):
+            if x.dtype != FLOAT:
+                ops["int"] += 1
+            elif x.op in ("+", "-"):
+                fused = next((c for c in (x.a, x.b) if isinstance(c, BinOp) and c.op == "*"
+                              and c.dtype == FLOAT), None)
+                if fused is not None:
+                    ops["fma"] += 1
+                    stack.extend(fused.children())
+                    stack.append(x.b if fused is x.a else x.a)
+                    continue
+                ops["add"] += 1
+            elif x.op == "*":
+                ops["mul"] += 1
+            else:
+                ops["other"] += 1
+        elif isinstance(x, (Select, Cmp)) and (x.dtype == FLOAT or isinstance(x, Cmp)):
+            ops["other"] += 1
+        stack.extend(x.children())
+
+
+def _access(buf: Buffer, indices: tuple[Expr, ...], level: dict[Var, int],
+            ops: dict[str, int]) -> Access:
+    dims: list[tuple[dict[int, int], int]] = []
+    opaque: list[frozenset[int]] = []
+    for ix in indices:
+        # inner=(): every non-affine sub-expression becomes an opaque term of its own
+        form = affine(ix, inner=())
+        coefs, c = form if form is not None else ({ix: 1}, 0)
+        lin: dict[int, int] = {}
+        hidden: set[int] = set()
+        for v, k in coefs.items():
+            if isinstance(v, Var):
+                if v in level:
+                    lin[level[v]] = k
+                continue
+            ops["int"] += 3  # a division, a modulo or a product of vars: a few instructions
+            stack = [v]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, Var):
+                    if x in level:
+                        hidden.add(level[x])
+                else:
+                    stack.extend(x.children())
+        ops["int"] += max(0, 2 * len(coefs) - 1 + (c != 0))
+        dims.append((lin, c))
+        opaque.append(frozenset(hidden))
+    return Access(buf, dims, opaque)

@@ -1,0 +1,150 @@
+"""Loop-AST features: fixed length, determinism, meaning of the documented slots, the cache."""
+import numpy as np
+import pytest
+from cm_helpers import hand_matmul
+
+import autotune
+from autotune.costmodel.cache import FeatureCache, features_for, invalid_rows
+from autotune.costmodel.features import (
+    B_BUFFERS,
+    CURVE_SLICE,
+    N_AST,
+    N_CURVE,
+    N_LEVEL,
+    extract,
+    extract_curve,
+    extract_many,
+    feature_names,
+    knob_features,
+)
+from autotune.driver import space
+from autotune.target import Target
+
+TARGET = Target("llvm -mcpu=skylake-avx512 -cores=2")
+WORKLOADS = {
+    "matmul": [dict(M=64, N=64, K=64), dict(M=96, N=160, K=128)],
+    "conv2d": [dict(N=1, C=16, H=14, W=14, K=32, R=3, S=3, stride=1, pad=1),
+               dict(N=1, C=8, H=9, W=11, K=8, R=1, S=1, stride=2, pad=0)],
+    "depthwise_conv2d": [dict(N=1, C=16, H=28, W=28, R=3, S=3, stride=1, pad=1)],
+}
+NAMES = feature_names()
+
+
+def col(name: str) -> int:
+    return NAMES.index(name)
+
+
+@pytest.mark.parametrize("op", sorted(WORKLOADS))
+def test_fixed_length_across_configs_and_workloads_of_an_op(op):
+    for params in WORKLOADS[op]:
+        wl = autotune.workload(op, **params)
+        configs = space(wl, TARGET).sample(np.random.default_rng(1), 12)
+        X = features_for(wl, TARGET, configs, "ast")
+        assert X.shape == (12, N_AST) and X.dtype == np.float32
+        valid = X[~invalid_rows(X)]
+        assert len(valid) >= 6
+        assert np.isfinite(valid[:, CURVE_SLICE][:, :B_BUFFERS * 17]).all()  # strides may be NaN
+        assert len({row.tobytes() for row in valid}) > len(valid) // 2  # configs differ
+        assert features_for(wl, TARGET, configs, "curve").shape == (12, N_CURVE)
+
+
+def test_same_config_twice_and_identical_asts_give_equal_features():
+    wl = autotune.workload("matmul", M=64, N=64, K=64)
+    cfg = space(wl, TARGET).sample(np.random.default_rng(3), 1)[0]
+    a = extract(autotune.lower(wl, TARGET, cfg))
+    b = extract(autotune.lower(wl, TARGET, cfg))
+    assert np.array_equal(a, b, equal_nan=True)
+    f1, f2 = hand_matmul(64, 64, 64, 4, 16, 8), hand_matmul(64, 64, 64, 4, 16, 8)
+    assert f1 is not f2 and np.array_equal(extract(f1), extract(f2), equal_nan=True)
+    assert not np.array_equal(extract(f1), extract(hand_matmul(64, 64, 64, 8, 16, 8)))
+    assert np.array_equal(extract_many([f1, f2]), np.stack([extract(f1)] * 2))
+
+
+def test_documented_slots_of_a_hand_built_matmul():
+    # update store: for i.o(par 16) j.o(4) k.o(8) k.i(8) i.i(unroll 4) j.i(vec 16)
+    x = extract(hand_matmul(64, 64, 64, ti=4, tj=16, tk=8))
+    lg = lambda v: np.log2(1 + v)
+    assert x[col("s0.l0.extent")] == pytest.approx(lg(16))
+    assert x[col("s0.l0.kind_vectorized")] == 1 and x[col("s0.l1.kind_unrolled")] == 1
+    assert x[col("s0.l5.kind_parallel")] == 1 and x[col("s0.l5.depth")] == 0
+    assert x[col("s0.l0.outer")] == pytest.approx(lg(16 * 4 * 8 * 8 * 4))
+    assert x[col("s0.l2.inner")] == pytest.approx(lg(8 * 4 * 16))
+    assert x[col("s0.is_reduction")] == 1 and x[col("s0.scope_local")] == 1
+    assert x[col("s0.trip")] == pytest.approx(lg(64 ** 3))
+    assert x[col("s0.fmas")] == pytest.approx(lg(64 ** 3))
+    # buffers: C_local (stored) first, then A and B (one load each: by name)
+    assert x[col("s0.l0.b0.stride")] == pytest.approx(lg(1))     # C_local[ii, ji]
+    assert x[col("s0.l0.b1.stride")] == 0                        # A does not move with ji
+    assert x[col("s0.l0.b2.stride")] == pytest.approx(lg(1))     # B[k, j]: unit stride
+    assert x[col("s0.l2.b2.stride")] == pytest.approx(lg(64))    # k.i walks B's rows
+    assert x[col("s0.l1.b1.foot")] == pytest.approx(lg(4))       # A: 4 rows, one k
+    assert x[col("s0.l2.b2.foot")] == pytest.approx(lg(8 * 16))  # B: 8 x 16 tile
+    assert x[col("s0.l2.b2.reuse")] == pytest.approx(lg(4))      # each B element used 4x
+    assert x[col("s0.l0.b2.bytes")] == pytest.approx(lg(64))     # 16 floats: one line
+    assert x[col("g.local_bytes")] == pytest.approx(lg(4 * 16 * 4))
+    assert x[col("c.vectorized")] == pytest.approx(lg(16))
+    assert x[col("c.parallel")] == pytest.approx(lg(16))
+    assert x[col("c.flop_share")] == pytest.approx(1.0)
+    assert len(NAMES) == N_AST and N_LEVEL == 12 + 5 * B_BUFFERS
+
+
+def test_non_affine_index_gives_a_missing_stride():
+    x = extract(hand_matmul(64, 64, 64, ti=4, tj=16, tk=8, fuse=True))
+    # the write-back C[(f // 4) * 4 + ii, (f % 4) * 16 + ji] under the fused parallel loop
+    assert np.isnan(x).any()
+    assert np.isfinite(x[CURVE_SLICE][:B_BUFFERS * 17]).all()
+
+
+def test_curve_block_is_the_tail_of_the_ast_row():
+    f = hand_matmul(64, 64, 64, 4, 16, 8)
+    assert np.array_equal(extract_curve(f), extract(f)[CURVE_SLICE])
+    assert len(feature_names("curve")) == N_CURVE
+
+
+def test_cache_reuses_rows_and_marks_invalid_configs():
+    wl = autotune.workload("matmul", M=64, N=64, K=64)
+    sp = space(wl, TARGET)
+    configs = sp.sample(np.random.default_rng(0), 6)
+    calls = []
+
+    def lower(w, t, c):
+        calls.append(c.index)
+        if c.index == configs[0].index:
+            from autotune.driver import InvalidConfig
+            raise InvalidConfig("test")
+        return autotune.lower(w, t, c)
+
+    cache = FeatureCache(maxsize=4)
+    X = features_for(wl, TARGET, configs, cache=cache, lower=lower)
+    assert invalid_rows(X).tolist() == [True] + [False] * 5
+    assert len(cache) == 4 and cache.stats["misses"] == 6
+    again = features_for(wl, TARGET, configs[-4:], cache=cache, lower=lower)
+    assert np.array_equal(again, X[-4:], equal_nan=True) and len(calls) == 6 and cache.stats["hits"] == 4
+    with pytest.raises(ValueError, match="holds rows"):
+        features_for(autotune.workload("matmul", M=32, N=64, K=64), TARGET, configs[:1],
+                     cache=cache)
+
+
+def test_knob_features_are_scaled_positions_and_log_factors():
+    wl = autotune.workload("matmul", M=64, N=64, K=64)
+    sp = space(wl, TARGET)
+    configs = sp.sample(np.random.default_rng(0), 20)
+    K = knob_features(sp, configs)
+    assert K.shape[0] == 20 and K.shape[1] > len(sp.dims)
+    assert K[:, :len(sp.dims)].min() >= 0 and K[:, :len(sp.dims)].max() <= 1
+    assert np.array_equal(K, features_for(wl, TARGET, configs, "knob"))
+    with pytest.raises(ValueError, match="kind"):
+        features_for(wl, TARGET, configs, "bogus")
+
+
+def test_gpu_copies_rebound_to_the_block_threads_do_not_outweigh_the_compute():
+    wl = autotune.workload("matmul", M=256, N=256, K=256)
+    target = Target("cuda -arch=sm_90")
+    configs = [c for c in space(wl, target).sample(np.random.default_rng(0), 40)
+               if space(wl, target).is_valid(c)][:6]
+    X = features_for(wl, target, configs, "ast")
+    X = X[~invalid_rows(X)]
+    assert len(X) >= 3
+    assert (X[:, col("s0.is_reduction")] == 1).all() and (X[:, col("c.flop_share")] == 1).all()
+    assert (X[:, col("c.threadIdx")] <= np.log2(1 + 1024)).all()  # threads of one block
+    assert np.allclose(X[:, col("s0.trip")], np.log2(1 + 256 ** 3))
