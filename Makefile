@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: install
-	$(PY) -m autotune.cli run
+	$(PY) -m autotune.cli serve --demo
 
 test: install
 	bash scripts/test-services.sh

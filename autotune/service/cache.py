@@ -1,0 +1,85 @@
+"""`ResponseCache`: ready-to-send JSON bodies of hot read endpoints (`/best`, trial pages).
+
+An entry is served while no job has recorded anything since it was made (the notifier's
+version) and for at most ``ttl`` seconds (writes by other processes, e.g. `autotune tune`
+on the same database, show up after that).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Hashable, Optional
+
+from anyio import to_thread
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import Response
+
+
+class ResponseCache:
+    """An LRU of ``key -> (version, made at, body)``; thread-safe."""
+
+    def __init__(self, version: Callable[[], int], *, ttl: float = 1.0, size: int = 512) -> None:
+        self._version, self.ttl, self.size = version, ttl, size
+        self._lock = threading.Lock()
+        self._items: "OrderedDict[Hashable, tuple[int, float, bytes]]" = OrderedDict()
+        self._pending: dict[Hashable, "asyncio.Future[bytes]"] = {}  # event-loop thread only
+
+    def get(self, key: Hashable) -> Optional[bytes]:
+        """The cached body, or None when missing or stale."""
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is None:
+                return None
+            version, made, body = entry
+            if version != self._version() or time.monotonic() - made > self.ttl:
+                del self._items[key]
+                return None
+            self._items.move_to_end(key)
+            return body
+
+    def put(self, key: Hashable, version: int, body: bytes) -> None:
+        """Store ``body`` as of ``version`` (read the version *before* querying)."""
+        with self._lock:
+            self._items[key] = (version, time.monotonic(), body)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def version(self) -> int:
+        return self._version()
+
+    async def fetch(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
+        """The cached body, or ``make()`` run in a thread and cached. Concurrent misses of one
+        key share one ``make`` (after a batch lands, fifty clients cost one query, not fifty)."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        pending = self._pending.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: "asyncio.Future[bytes]" = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            version = self.version()
+            body = await to_thread.run_sync(make)
+            self.put(key, version, body)
+            future.set_result(body)
+            return body
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # retrieved: no "never retrieved" warning without waiters
+            raise
+        finally:
+            del self._pending[key]
+
+
+def json_body(value: Any) -> bytes:
+    """Compact JSON bytes of a pydantic model or plain data."""
+    return json.dumps(jsonable_encoder(value), separators=(",", ":")).encode()
+
+
+def json_response(body: bytes, status_code: int = 200) -> Response:
+    return Response(content=body, status_code=status_code, media_type="application/json")

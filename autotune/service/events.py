@@ -1,0 +1,103 @@
+"""Server-sent events of one job: its trials batch by batch, the best so far, state changes.
+
+Event ``id`` is the id of the newest trial sent, so a client reconnecting with
+``Last-Event-ID`` (or ``?after=``) gets only what it has not seen. Events:
+
+- ``state``: ``{"state", "error", "trials_done", "budget", "best_gflops"}`` on connect and on
+  every change;
+- ``batch``: ``{"trials": [...], "trials_done", "budget", "best": {...} | null}`` per measured
+  batch (a reconnect's backlog comes in chunks of at most ``CHUNK`` trials);
+- ``end``: the job has ended and every trial was sent; the stream then closes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Optional
+
+from anyio import to_thread
+
+from autotune.db import TERMINAL_STATES, Database, JobRecord, TrialRecord
+from autotune.service.manager import JobManager
+from autotune.service.schemas import trial_fields
+
+CHUNK = 500
+POLL_S = 1.0        # re-read the database at least this often
+HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stream
+
+
+def format_event(event: str, data: Any, event_id: Optional[int] = None) -> str:
+    """One SSE message."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _slim(trial: TrialRecord) -> dict[str, Any]:
+    fields = trial_fields(trial)
+    del fields["costs"], fields["job_id"]
+    return fields
+
+
+def _state(job: JobRecord) -> dict[str, Any]:
+    return {"state": job.state, "error": job.error, "trials_done": job.trials_done,
+            "budget": job.trials, "best_gflops": job.best_gflops}
+
+
+class _Best:
+    def __init__(self) -> None:
+        self.value: Optional[dict[str, Any]] = None
+
+    def offer(self, trial: TrialRecord) -> None:
+        if trial.gflops is not None and (self.value is None or trial.gflops > self.value["gflops"]):
+            self.value = {"gflops": trial.gflops, "cost": trial.cost, "id": trial.id,
+                          "config": trial.config}
+
+
+async def job_events(db: Database, manager: JobManager, job_id: int,
+                     after: int = 0) -> AsyncIterator[str]:
+    """The event stream of ``job_id``, starting after trial row ``after``."""
+    def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    best = _Best()
+    if after > 0:  # resuming: the best so far is among the trials already sent
+        page, _ = await run(db.job_trials, job_id, limit=1, sort="-gflops")
+        if page and page[0].id <= after:
+            best.offer(page[0])
+    sent_state: Optional[dict[str, Any]] = None
+    idle = 0.0
+    yield "retry: 2000\n\n"
+    with manager.notifier.subscribe(job_id) as sub:
+        while True:
+            sub.clear()
+            job: Optional[JobRecord] = await run(db.get_job, job_id)
+            if job is None:
+                return
+            # Whether the worker is done must be read before the trials: then no trial of its
+            # last batch can be missed when we end the stream below.
+            finished = job.state in TERMINAL_STATES and not manager.is_active(job_id)
+            trials = await run(db.job_trials_since, job_id, after, CHUNK)
+            if trials:
+                for trial in trials:
+                    best.offer(trial)
+                after = trials[-1].id
+                done = await run(db.job_trial_count, job_id)
+                yield format_event("batch", {"trials": [_slim(t) for t in trials],
+                                             "trials_done": max(done, job.trials_done),
+                                             "budget": job.trials, "best": best.value}, after)
+                idle = 0.0
+            state = _state(job)
+            if state != sent_state:
+                yield format_event("state", state, after or None)
+                sent_state, idle = state, 0.0
+            if len(trials) == CHUNK:
+                continue  # more backlog: send it before waiting
+            if finished:
+                yield format_event("end", {"state": job.state}, after or None)
+                return
+            if manager.notifier.closed:
+                return
+            if not await sub.wait(POLL_S):
+                idle += POLL_S
+                if idle >= HEARTBEAT_S:
+                    yield ": keep-alive\n\n"
+                    idle = 0.0

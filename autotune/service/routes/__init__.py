@@ -1,0 +1,1 @@
+"""HTTP routes: the REST API under /api/v1 and the dashboard pages."""

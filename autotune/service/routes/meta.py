@@ -1,0 +1,71 @@
+"""Read-only routes: the best record of a workload, the ops and tuners tables, health."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, status
+from fastapi.responses import Response
+
+import autotune
+from autotune.service.cache import json_body, json_response
+from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep
+from autotune.service.schemas import BestPublic, Health, best_public
+from autotune.service.validation import check_target, parse_workload_query
+
+router = APIRouter(tags=["records"])
+
+
+@router.get("/best", response_model=BestPublic, dependencies=[ReadAccess],
+            responses={404: {"description": "no valid record for this workload and target"}})
+async def get_best(db: DbDep, cache: CacheDep,
+                   workload: Annotated[str, Query(description='workload JSON, e.g. {"op": '
+                                                  '"matmul", "params": {"M": 64, "N": 64, '
+                                                  '"K": 64}}')],
+                   target: Annotated[str, Query(description="target spec or key")] = "llvm"
+                   ) -> Response:
+    """The fastest valid record of a workload on a target (what `autotune.best(url=...)` reads)."""
+    def make() -> bytes:
+        wl = parse_workload_query(workload)
+        key = _target_key(target)
+        record = db.best(wl, key)
+        if record is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no valid record for {wl} on {key}")
+        return json_body(best_public(record))
+
+    return json_response(await cache.fetch(("best", workload, target), make))
+
+
+@lru_cache(maxsize=256)
+def _target_key(spec: str) -> str:
+    # Parsing a target detects the host CPU's features: do it once per spec.
+    return check_target(spec, ("query", "target")).key
+
+
+@router.get("/ops", dependencies=[ReadAccess])
+def list_ops() -> list[dict[str, Any]]:
+    """The operators that can be tuned, with their parameters."""
+    from autotune.ops import OPS
+
+    return [spec.describe() for spec in OPS.values()]
+
+
+@router.get("/tuners", dependencies=[ReadAccess])
+def list_tuners() -> list[dict[str, Any]]:
+    """The search strategies, with their options."""
+    from autotune.search.registry import describe_tuners
+
+    return describe_tuners()
+
+
+@router.get("/health", response_model=Health,
+            responses={503: {"description": "the database is unreachable"}})
+def health(db: DbDep, manager: ManagerDep, settings: SettingsDep) -> Health:
+    """Liveness: the service answers and its database is reachable (always open)."""
+    try:
+        revision = db.revision()
+    except Exception as err:  # any driver error means "not healthy", never a 500
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            f"database unreachable: {type(err).__name__}") from None
+    return Health(status="ok", version=autotune.__version__, db=revision or "unmigrated",
+                  workers=manager.workers, auth="off" if settings.auth_disabled else "on")

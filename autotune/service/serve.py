@@ -1,0 +1,63 @@
+"""Running the service: `serve` (uvicorn) and `run_local_demo` (what `make run` starts)."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional
+
+from autotune.settings import Settings
+
+DEMO_WORKLOAD = {"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}
+DEMO_TRIALS = 64
+
+
+def serve(settings: Settings, *, log_level: str = "info", access_log: bool = False) -> None:
+    """Serve the API and dashboard on ``settings.host``:``settings.port`` until interrupted.
+
+    No access log by default: a line per request costs more than a cached response."""
+    import uvicorn
+
+    from autotune.service.main import create_app
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(levelname)s:     %(name)s: %(message)s")
+    # Open event streams would hold a graceful shutdown forever: cut them after a few seconds.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level=log_level, access_log=access_log, timeout_graceful_shutdown=3)
+
+
+def queue_demo_job(settings: Settings, *, trials: int = DEMO_TRIALS) -> Optional[int]:
+    """Queue the demo job (matmul 512^3) when the database has no jobs; returns its id."""
+    from autotune.db import Database
+    from autotune.ops import Workload
+    from autotune.search.registry import DEFAULT_TUNER
+    from autotune.target import Target
+
+    db = Database.open(settings.db_url)
+    try:
+        if db.list_jobs(limit=1)[1] > 0:
+            return None
+        # Straight into the database (not over HTTP, so no API key is needed): the
+        # service's job manager picks queued jobs up when it starts.
+        job = db.create_job(workload=Workload.from_dict(DEMO_WORKLOAD), target=Target("llvm"),
+                            tuner=DEFAULT_TUNER, trials=trials,
+                            options={"seed": 0, "early_stopping": None, "transfer": True,
+                                     "tuner_options": {}})
+        return job.id
+    finally:
+        db.dispose()
+
+
+def run_local_demo(settings: Optional[Settings] = None) -> None:
+    """`make run`: queue the demo job if the database is empty, then serve the dashboard."""
+    settings = settings or Settings()
+    job_id = queue_demo_job(settings)
+    url = f"http://{settings.host}:{settings.port}/"
+    print(f"autotune: dashboard at {url}  (database {settings.db_url})", file=sys.stderr)
+    if job_id is not None:
+        print(f"autotune: queued demo job {job_id}: matmul 512x512x512, {DEMO_TRIALS} trials",
+              file=sys.stderr)
+    if not settings.auth_disabled:
+        print(f"autotune: to submit jobs over HTTP, create a key: autotune apikey create "
+              f"--db {settings.db_url}", file=sys.stderr)
+    serve(settings)

@@ -1,0 +1,106 @@
+// Shared helpers: API calls (with an optional API key), formatting, small DOM utilities.
+"use strict";
+
+const API = "/api/v1";
+const KEY_STORE = "autotune_key";
+
+const Api = {
+  key() { return localStorage.getItem(KEY_STORE) || ""; },
+  setKey(key) {
+    localStorage.setItem(KEY_STORE, key);
+    // EventSource cannot send headers: reads fall back to this cookie (writes never do).
+    document.cookie = `${KEY_STORE}=${encodeURIComponent(key)}; path=/; SameSite=Strict`;
+  },
+  async request(method, path, body) {
+    const headers = { Accept: "application/json" };
+    if (Api.key()) headers.Authorization = `Bearer ${Api.key()}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const res = await fetch(API + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    if (res.status === 401 || res.status === 403) { showKeyBox(res.status); throw new Error(`HTTP ${res.status}`); }
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`);
+    return res.json();
+  },
+  get(path) { return Api.request("GET", path); },
+  post(path, body) { return Api.request("POST", path, body); },
+};
+
+function $(sel, root) { return (root || document).querySelector(sel); }
+
+function h(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+const Fmt = {
+  gflops(v) { return v === null || v === undefined ? "–" : v >= 100 ? v.toFixed(1) : v.toFixed(2); },
+  ms(cost) { return cost === null || cost === undefined ? "–" : (cost * 1e3).toFixed(cost < 1e-3 ? 4 : 3); },
+  when(iso) {
+    if (!iso) return "–";
+    const d = new Date(iso), s = (Date.now() - d.getTime()) / 1000;
+    if (s < 60) return "just now";
+    if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+    return d.toLocaleDateString();
+  },
+  duration(a, b) {
+    if (!a) return "–";
+    const s = ((b ? new Date(b) : new Date()) - new Date(a)) / 1000;
+    return s < 90 ? `${s.toFixed(0)} s` : s < 5400 ? `${(s / 60).toFixed(1)} min` : `${(s / 3600).toFixed(1)} h`;
+  },
+  target(key) {
+    // "llvm -mcpu=rocketlake -cores=2 -vector-bits=512" -> "llvm rocketlake ×2"
+    const m = /^(\w+)(?:.*-mcpu=(\S+))?(?:.*-cores=(\d+))?/.exec(key || "");
+    if (!m) return key;
+    if (m[1] === "cuda") return key.replace("-arch=", "");
+    return [m[1], m[2], m[3] ? `×${m[3]}` : ""].filter(Boolean).join(" ");
+  },
+};
+
+function badge(state) { return h("span", { class: `badge ${state}` }, state); }
+
+function progressBar(done, total) {
+  const pct = total ? Math.min(100, (100 * done) / total) : 0;
+  return h("span", {}, h("span", { class: "bar" }, h("i", { style: `width:${pct.toFixed(1)}%` })),
+           h("span", { class: "bar-label" }, `${done} / ${total}`));
+}
+
+function showKeyBox(status) {
+  const box = $("#keybox");
+  if (!box) return;
+  box.classList.add("show");
+  $("#keyhint").textContent = status === 403 ? "that key was refused" : "an API key is needed";
+}
+
+function setupKeyBox() {
+  const box = $("#keybox");
+  if (!box) return;
+  $("#keysave").addEventListener("click", () => {
+    Api.setKey($("#keyinput").value.trim());
+    location.reload();
+  });
+}
+
+function setLive(on) {
+  const dot = $("#live-dot");
+  if (dot) dot.classList.toggle("on", !!on);
+  const text = $("#live-text");
+  if (text) text.textContent = on ? "live" : "paused";
+}
+
+function showNotice(text, isError) {
+  const n = $("#notice");
+  if (!n) return;
+  n.textContent = text || "";
+  n.classList.toggle("show", !!text);
+  n.classList.toggle("error", !!isError);
+}

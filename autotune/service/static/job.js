@@ -1,0 +1,211 @@
+// One job, live: follows GET /jobs/{id}/events and redraws charts, stats, top configs, trials.
+"use strict";
+
+(() => {
+  const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
+  const TRIALS_PAGE = 50;
+  const S = {
+    job: null, trials: [], best: null, top: null, siblings: [], es: null, ended: false,
+    sort: "id", desc: false, offset: 0, error: "", total: 0,
+    drawQueued: false, timers: {},
+  };
+
+  function debounce(name, ms, fn) {
+    clearTimeout(S.timers[name]);
+    S.timers[name] = setTimeout(fn, ms);
+  }
+
+  // --- header and stats -------------------------------------------------------------------
+  function renderHeader() {
+    const job = S.job;
+    if (!job) return;
+    document.title = `autotune · #${job.id} ${job.label}`;
+    $("#title").textContent = `#${job.id} ${job.label}`;
+    $("#state-badge").replaceChildren(badge(job.state));
+    const opts = job.options || {};
+    $("#subtitle").textContent = [`${job.tuner} tuner`, Fmt.target(job.target), `seed ${opts.seed ?? 0}`,
+      opts.early_stopping ? `early stopping ${opts.early_stopping}` : null,
+      `created ${Fmt.when(job.created_at)}`].filter(Boolean).join(" · ");
+    $("#subtitle").title = job.target;
+    $("#cancel").hidden = !(job.state === "queued" || job.state === "running");
+    $("#stat-best").innerHTML = job.best_gflops ? `${Fmt.gflops(job.best_gflops)} <small>GFLOP/s</small>` : "–";
+    $("#stat-trials").innerHTML = `${job.trials_done} <small>/ ${job.trials}</small>`;
+    const valid = S.trials.filter((t) => t.gflops !== null).length;
+    $("#stat-valid").innerHTML = S.trials.length ? `${valid} <small>of ${S.trials.length}</small>` : "–";
+    // The top record is authoritative (re-timing at the end may revise a first measurement).
+    const best = S.top || S.best;
+    $("#stat-cost").innerHTML = best ? `${Fmt.ms(best.cost)} <small>ms</small>` : "–";
+    $("#stat-elapsed").textContent = Fmt.duration(job.started_at, job.finished_at);
+    if (job.error) showNotice(`Job failed: ${job.error}`, true);
+  }
+
+  // --- charts -------------------------------------------------------------------------------
+  function draw() {
+    if (S.drawQueued) return;
+    S.drawQueued = true;
+    requestAnimationFrame(() => {
+      S.drawQueued = false;
+      renderHeader();
+      drawBest();
+      drawPredicted();
+    });
+  }
+
+  function drawBest() {
+    const own = [], cloud = [];
+    let best = 0;
+    S.trials.forEach((t, i) => {
+      const g = t.gflops || 0;
+      best = Math.max(best, g);
+      own.push([i + 1, best]);
+      if (t.gflops !== null) cloud.push([i + 1, g]);
+    });
+    const series = [], legend = [];
+    const others = S.siblings.filter((c) => c.job_id !== jobId && c.points.length);
+    others.forEach((c, i) => {
+      const color = Charts.PALETTE[(i + 1) % Charts.PALETTE.length];
+      series.push({ points: [[0, 0], ...c.points], step: true, color, width: 1.5, opacity: 0.85 });
+      legend.push(h("span", {}, h("i", { style: `background:${color}` }), `#${c.job_id} ${c.tuner}`));
+    });
+    series.push({ points: own.length ? [[0, 0], ...own] : [], step: true, color: Charts.PALETTE[0], width: 2.5 });
+    legend.unshift(h("span", {}, h("i", { style: `background:${Charts.PALETTE[0]}` }), `#${jobId} ${S.job ? S.job.tuner : ""} (this job)`));
+    if (cloud.length) legend.push(h("span", {}, h("i", { style: "background:#94a3b8;height:6px;width:6px;border-radius:50%" }), "each trial"));
+    Charts.line($("#chart-best"), { series, dots: cloud, xLabel: "trials", yLabel: "GFLOP/s",
+      xMax: S.job ? S.job.trials : 0, empty: S.job && S.job.state === "queued" ? "queued: waiting for a worker" : "waiting for the first batch" });
+    $("#legend-best").replaceChildren(...legend);
+  }
+
+  function drawPredicted() {
+    const pts = S.trials.filter((t) => t.predicted !== null && t.predicted !== undefined)
+      .map((t) => [t.predicted, t.gflops || 0]);
+    const tuner = S.job ? S.job.tuner : "";
+    Charts.scatter($("#chart-pred"), { points: pts, xLabel: "predicted (model score)", yLabel: "measured GFLOP/s",
+      empty: tuner === "xgb" ? "no predictions yet" : `the ${tuner || "selected"} tuner has no cost model; predictions appear with the xgb tuner` });
+    $("#pred-note").textContent = pts.length ? `${pts.length} trials with a prediction` : "";
+  }
+
+  // --- top configs --------------------------------------------------------------------------
+  async function loadTop() {
+    const form = $("#top-form").value;
+    try {
+      const page = await Api.get(`/jobs/${jobId}/top?k=5&form=${form}`);
+      const box = $("#top");
+      S.top = page.items[0] || null;
+      renderHeader();
+      if (!page.items.length) { box.replaceChildren(h("div", { class: "empty" }, "no valid config yet")); return; }
+      const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.index));
+      box.replaceChildren(...page.items.map((t) => {
+        const knobs = Object.entries(t.config.knobs).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ");
+        const d = h("details", { "data-index": t.config.index },
+          h("summary", {}, h("span", { class: "rank" }, t.rank),
+            h("strong", {}, `${Fmt.gflops(t.gflops)} GFLOP/s`), h("span", { class: "muted" }, `${Fmt.ms(t.cost)} ms`),
+            h("span", { class: "muted" }, `config ${t.config.index}`), h("span", { class: "knobs", title: knobs }, knobs)),
+          h("pre", { class: "code" }, t.source || t.source_error || ""));
+        if (open.has(String(t.config.index)) || (!open.size && t.rank === 1)) d.open = true;
+        return d;
+      }));
+    } catch (err) { /* shown by the notice of the stream */ }
+  }
+
+  // --- trials table ---------------------------------------------------------------------------
+  async function loadTrials() {
+    const sort = (S.desc ? "-" : "") + S.sort;
+    const q = `?offset=${S.offset}&limit=${TRIALS_PAGE}&sort=${sort}` + (S.error ? `&error=${S.error}` : "");
+    try {
+      const page = await Api.get(`/jobs/${jobId}/trials${q}`);
+      S.total = page.total;
+      $("#trials tbody").replaceChildren(...page.items.map((t) => {
+        const knobs = Object.entries(t.config.knobs).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(" ");
+        return h("tr", {},
+          h("td", { class: "num" }, t.id), h("td", { class: "num" }, t.config.index),
+          h("td", { class: "num" }, Fmt.gflops(t.gflops)), h("td", { class: "num" }, Fmt.ms(t.cost)),
+          h("td", { class: "num muted" }, t.predicted === null ? "–" : t.predicted.toPrecision(3)),
+          h("td", {}, h("span", { class: t.error === "none" ? "badge none" : "badge err" }, t.error === "none" ? "valid" : t.error)),
+          h("td", { class: "num muted" }, t.build_s.toFixed(2)),
+          h("td", { class: "msg", title: t.error_msg || knobs }, t.error_msg || knobs));
+      }));
+      if (!page.items.length) $("#trials tbody").replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "no trials")));
+      const last = Math.min(S.total, S.offset + TRIALS_PAGE);
+      $("#tpage-info").textContent = S.total ? `${S.offset + 1}–${last} of ${S.total}` : "";
+      $("#tprev").disabled = S.offset === 0;
+      $("#tnext").disabled = last >= S.total;
+      document.querySelectorAll("#trials th.sortable").forEach((th) => {
+        th.classList.toggle("sorted", th.dataset.sort === S.sort);
+        th.classList.toggle("asc", th.dataset.sort === S.sort && !S.desc);
+      });
+    } catch (err) { /* keep the old page */ }
+  }
+
+  async function loadSiblings() {
+    try {
+      const page = await Api.get(`/jobs/${jobId}/curves?siblings=true&points=300`);
+      S.siblings = page.items;
+      draw();
+    } catch (err) { /* optional */ }
+  }
+
+  // --- the event stream -----------------------------------------------------------------------
+  function connect() {
+    const es = new EventSource(`${API}/jobs/${jobId}/events`);
+    S.es = es;
+    es.onopen = () => { setLive(true); showNotice(S.job && S.job.error ? `Job failed: ${S.job.error}` : ""); };
+    es.onerror = () => { if (!S.ended) { setLive(false); } };
+    es.addEventListener("batch", (e) => {
+      const msg = JSON.parse(e.data);
+      for (const t of msg.trials) S.trials.push(t);
+      const prevBest = S.best ? S.best.id : null;
+      S.best = msg.best;
+      if (S.job) S.job.trials_done = Math.max(S.job.trials_done, msg.trials_done);
+      if (S.job && msg.best) S.job.best_gflops = Math.max(S.job.best_gflops || 0, msg.best.gflops);
+      draw();
+      debounce("trials", 800, loadTrials);
+      if ((S.best ? S.best.id : null) !== prevBest) debounce("top", 1500, loadTop);
+    });
+    es.addEventListener("state", (e) => {
+      const msg = JSON.parse(e.data);
+      if (S.job) Object.assign(S.job, { state: msg.state, error: msg.error, trials_done: msg.trials_done, best_gflops: msg.best_gflops });
+      draw();
+    });
+    es.addEventListener("end", async () => {
+      S.ended = true;
+      es.close();
+      setLive(false);
+      $("#live-text").textContent = "finished";
+      S.job = await Api.get(`/jobs/${jobId}`);
+      draw(); loadTop(); loadTrials(); loadSiblings();
+    });
+  }
+
+  // --- controls -------------------------------------------------------------------------------
+  document.querySelectorAll("#trials th.sortable").forEach((th) => th.addEventListener("click", () => {
+    if (S.sort === th.dataset.sort) S.desc = !S.desc;
+    else { S.sort = th.dataset.sort; S.desc = th.dataset.sort !== "cost"; }
+    S.offset = 0; loadTrials();
+  }));
+  $("#error-filter").addEventListener("change", (e) => { S.error = e.target.value; S.offset = 0; loadTrials(); });
+  $("#tprev").addEventListener("click", () => { S.offset = Math.max(0, S.offset - TRIALS_PAGE); loadTrials(); });
+  $("#tnext").addEventListener("click", () => { S.offset += TRIALS_PAGE; loadTrials(); });
+  $("#top-form").addEventListener("change", loadTop);
+  $("#cancel").addEventListener("click", async () => {
+    if (!confirm(`Cancel job #${jobId}? It stops after its current batch.`)) return;
+    try { S.job = await Api.post(`/jobs/${jobId}/cancel`); draw(); } catch (err) { showNotice(`Cancel failed: ${err.message}`, true); }
+  });
+  window.addEventListener("resize", () => debounce("resize", 150, draw));
+  setupKeyBox();
+
+  (async () => {
+    try {
+      S.job = await Api.get(`/jobs/${jobId}`);
+    } catch (err) {
+      showNotice(`Cannot load job ${jobId}: ${err.message}`, true);
+      return;
+    }
+    draw();
+    connect();
+    loadTrials();
+    loadTop();
+    loadSiblings();
+    // Other jobs on this workload may still be running: refresh their curves now and then.
+    setInterval(() => { if (!document.hidden) loadSiblings(); }, 10000);
+  })();
+})();

@@ -1,0 +1,183 @@
+"""REST service latency under load: requests/s and p50/p95/p99 of `GET /best` and
+`GET /jobs/{id}/trials` with 50 concurrent clients, while a tuning job runs.
+
+Starts `autotune serve` on a temporary SQLite database (or uses ``--url`` with ``--key``),
+submits a job, waits for its first batch, then runs each endpoint for ``--duration`` seconds.
+Prints a table; the target is p99 < 50 ms. Asserts nothing.
+
+    .venv/bin/python benchmarks/service.py [--clients 50] [--duration 10] [--url URL --key KEY]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+WORKLOAD = {"op": "matmul", "params": {"M": 128, "N": 128, "K": 128}}
+TARGET_P99_MS = 50.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workdir: Path) -> tuple[subprocess.Popen, str, str]:
+    """`autotune serve` on a fresh database; returns (process, url, api key)."""
+    db_url = f"sqlite:///{workdir / 'bench.db'}"
+    key = subprocess.run([sys.executable, "-m", "autotune.cli", "apikey", "create", "--db",
+                          db_url, "--name", "bench"], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    port = free_port()
+    env = {**os.environ, "AUTOTUNE_MAX_CONCURRENT_JOBS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "serve", "--db", db_url,
+                             "--port", str(port)], cwd=workdir, env=env,
+                            stdout=open(workdir / "server.log", "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
+                return proc, url, key
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise SystemExit(f"server did not start; see {workdir / 'server.log'}")
+
+
+def submit_and_wait(url: str, key: str, trials: int) -> int:
+    """Submit the background job and wait until its first batch is recorded."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                      timeout=30) as c:
+        job = c.post("/api/v1/jobs", json={"workload": WORKLOAD, "trials": trials,
+                                           "tuner": "random"}).json()
+        for _ in range(600):
+            if c.get(f"/api/v1/jobs/{job['id']}").json()["trials_done"] > 0:
+                return job["id"]
+            time.sleep(0.2)
+    raise SystemExit("the job recorded no trial in 2 minutes")
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+               request: bytes) -> int:
+    """One keep-alive HTTP/1.1 GET on an open connection; returns the status code."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    await reader.readexactly(length)
+    return status
+
+
+async def hammer(url: str, path: str, params: dict, clients: int,
+                 duration: float) -> tuple[list[float], int, float]:
+    """``clients`` loops of GET ``path`` for ``duration`` s: (latencies in s, errors, elapsed).
+
+    A bare asyncio HTTP/1.1 client: a full HTTP library costs more CPU per request than the
+    service does, and on a small machine the load generator would measure itself.
+    """
+    parsed = httpx.URL(url)
+    target = httpx.URL(path, params=params).raw_path.decode()
+    request = (f"GET {target} HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
+               f"Accept: application/json\r\n\r\n").encode()
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + duration
+
+    async def one() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+        try:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                try:
+                    ok = await _get(reader, writer, request) == 200
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    ok = False
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+                latencies.append(time.perf_counter() - t0)
+                errors += not ok
+        finally:
+            writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return latencies, errors, time.perf_counter() - t0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per endpoint")
+    parser.add_argument("--trials", type=int, default=2000, help="budget of the background job")
+    parser.add_argument("--url", help="an already running service (needs --key)")
+    parser.add_argument("--key", help="an API key of that service")
+    args = parser.parse_args(argv)
+
+    proc = None
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
+        if args.url:
+            url, key = args.url.rstrip("/"), args.key or ""
+        else:
+            proc, url, key = start_server(Path(tmp))
+        try:
+            job_id = submit_and_wait(url, key, args.trials)
+            cases = [
+                ("GET /best", "/api/v1/best",
+                 {"workload": json.dumps(WORKLOAD), "target": "llvm"}),
+                ("GET /jobs/{id}/trials", f"/api/v1/jobs/{job_id}/trials",
+                 {"limit": 100, "sort": "-gflops"}),
+            ]
+            rows = []
+            for name, path, params in cases:
+                lat, errors, elapsed = asyncio.run(hammer(url, path, params, args.clients,
+                                                          args.duration))
+                rows.append((name, len(lat) / elapsed, statistics.median(lat) * 1e3,
+                             percentile(lat, 95) * 1e3, percentile(lat, 99) * 1e3, errors,
+                             len(lat)))
+            with httpx.Client(base_url=url) as c:
+                job = c.get(f"/api/v1/jobs/{job_id}").json()
+        finally:
+            if proc is not None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    print(f"\n{args.clients} concurrent clients, {args.duration:g} s per endpoint, while job "
+          f"{job_id} ran ({job['trials_done']} of {job['trials']} trials, state {job['state']})")
+    header = f"{'endpoint':<24}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}" \
+             f"{'requests':>10}  p99 < {TARGET_P99_MS:g} ms"
+    print(header)
+    print("-" * len(header))
+    for name, rps, p50, p95, p99, errors, n in rows:
+        verdict = "yes" if p99 < TARGET_P99_MS else "no"
+        print(f"{name:<24}{rps:>9.0f}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}{errors:>8}{n:>10}  "
+              f"{verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""The REST API in-process (TestClient) with a fake tuning loop: validation, auth, paging,
+cancel, failure and restart bookkeeping. The real loop is exercised in test_service_live."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from autotune import driver
+from autotune.db import Database
+from autotune.measure.result import ErrorKind, MeasureResult
+from autotune.ops import Workload
+from autotune.service import create_app
+from autotune.settings import Settings
+from autotune.target import Target
+from service_helpers import SMALL_MATMUL, wait_for
+
+with warnings.catch_warnings():  # starlette nags about httpx vs httpx2 on import
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class FakeTune:
+    """Records batches of made-up measurements like the real loop (resumes by job_id)."""
+
+    def __init__(self, batch: int = 4, gate: Optional[threading.Event] = None,
+                 fail: Optional[str] = None) -> None:
+        self.batch, self.gate, self.fail = batch, gate, fail
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, workload: Workload, target: Target, *, trials: int, db: Database,
+                 job_id: int, callbacks: list[Callable[[Any], Any]], **kwargs: Any) -> None:
+        self.calls.append({"job_id": job_id, "trials": trials, **kwargs})
+        if self.fail:
+            raise RuntimeError(self.fail)
+        space = driver.space(workload, target)
+        done = db.job_trial_count(job_id)
+        taken = db.measured_indices(workload, target)
+        index = 0
+        while done < trials:
+            items = []
+            while len(items) < min(self.batch, trials - done):
+                if index not in taken:
+                    items.append((space.get(index), _result(index)))
+                index += 1
+            db.add_trials(workload, target, job_id, items, workload.flops())
+            done += len(items)
+            best = db.job_trials(job_id, limit=1, sort="-gflops")[0][0].gflops
+            db.update_job_progress(job_id, trials_done=done, best_gflops=best)
+            if self.gate is not None:
+                self.gate.wait(10)
+            if any([cb(None) is False for cb in callbacks]):
+                return
+
+
+def _result(index: int) -> MeasureResult:
+    if index % 5 == 4:
+        return MeasureResult.failure(ErrorKind.COMPILE, "made-up compile error")
+    cost = 1e-4 * (1 + (index * 7919) % 13)
+    return MeasureResult(costs=(cost, cost), extra={"predicted": 1.0 / cost})
+
+
+@pytest.fixture
+def serve(tmp_path) -> Iterator[Callable[..., TestClient]]:
+    """Start the app in-process: ``serve(tune_fn, **settings)`` -> a TestClient (closed after)."""
+    clients: list[TestClient] = []
+
+    def start(tune_fn: Any = None, **fields: Any) -> TestClient:
+        settings = Settings(**{"db_url": f"sqlite:///{tmp_path / 'api.db'}",
+                               "max_concurrent_jobs": 1, **fields})
+        app = create_app(settings, tune_fn=tune_fn or FakeTune(),
+                         executor_factory=lambda target: object())
+        client = TestClient(app)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def _key(client: TestClient) -> dict[str, str]:
+    return {"Authorization": f"Bearer {client.app.state.db.create_api_key('tests')}"}
+
+
+def _job(client: TestClient, headers: dict[str, str], **body: Any) -> dict[str, Any]:
+    response = client.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 12,
+                                                 "tuner": "random", **body}, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _wait_state(client: TestClient, job_id: int, *states: str) -> dict[str, Any]:
+    def check() -> Optional[dict[str, Any]]:
+        job = client.get(f"/api/v1/jobs/{job_id}").json()
+        return job if job["state"] in states else None
+    return wait_for(check, timeout=30, interval=0.05, what=f"job {job_id} in {states}")
+
+
+def _mm(**params: Any) -> dict[str, Any]:
+    return {"op": "matmul", "params": {"M": 64, "N": 64, "K": 64, **params}}
+
+
+@pytest.mark.parametrize("body, loc", [
+    ({"workload": {"op": "nope", "params": {}}}, ["body", "workload", "op"]),
+    ({"workload": _mm(K=-3)}, ["body", "workload", "params", "K"]),
+    ({"workload": _mm(K="64")}, ["body", "workload", "params", "K"]),
+    ({"workload": _mm(Q=2)}, ["body", "workload", "params", "Q"]),
+    ({"workload": {"op": "matmul", "params": {"M": 8, "N": 8}}},
+     ["body", "workload", "params", "K"]),
+    ({"workload": _mm(), "trials": 0}, ["body", "trials"]),
+    ({"workload": _mm(), "trials": 100_001}, ["body", "trials"]),
+    ({"workload": _mm(), "tuner": "annealing"}, ["body", "tuner"]),
+    ({"workload": _mm(), "target": "tpu"}, ["body", "target"]),
+    ({"workload": _mm(), "target": "llvm -cores=zero"}, ["body", "target"]),
+    ({"workload": _mm(), "tuner": "ga", "options": {"pop_size": "big"}},
+     ["body", "options", "pop_size"]),
+    ({"workload": {**_mm(), "dtype": "float16"}}, ["body", "workload", "dtype"]),
+    ({"workload": {**_mm(), "epilogue": ["gelu"]}}, ["body", "workload", "epilogue"]),
+    ({"workload": _mm(M=1 << 20, N=1 << 20)}, ["body", "workload", "params"]),
+    ({"workload": _mm(), "early_stopping": 0}, ["body", "early_stopping"]),
+    ({"workload": _mm(), "colour": "red"}, ["body", "colour"]),
+    ({"trials": 5}, ["body", "workload"]),
+])
+def test_bad_submissions_name_the_field(serve, body, loc) -> None:
+    client = serve()
+    response = client.post("/api/v1/jobs", json=body, headers=_key(client))
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail[0]["loc"] == loc and detail[0]["msg"]
+
+
+def test_bad_queries_name_the_field(serve) -> None:
+    client = serve()
+    cases = [
+        ("/api/v1/best", {"workload": "{not json", "target": "llvm"}, ["query", "workload"]),
+        ("/api/v1/best", {"workload": json.dumps(_mm(N=0))}, ["query", "workload", "params", "N"]),
+        ("/api/v1/best", {"workload": json.dumps(_mm()), "target": "gpu"}, ["query", "target"]),
+        ("/api/v1/jobs", {"state": "sleeping"}, ["query", "state"]),
+        ("/api/v1/jobs", {"limit": 0}, ["query", "limit"]),
+        ("/api/v1/jobs/1/trials", {"sort": "speed"}, ["query", "sort"]),
+        ("/api/v1/jobs/1/trials", {"error": "oops"}, ["query", "error"]),
+        ("/api/v1/jobs/abc", {}, ["path", "job_id"]),
+    ]
+    for path, params, loc in cases:
+        response = client.get(path, params=params)
+        assert response.status_code == 422, (path, params, response.text)
+        assert response.json()["detail"][0]["loc"] == loc, (path, params)
+    assert client.get("/api/v1/best", params={"workload": json.dumps(_mm())}).status_code == 404
+    assert client.get("/api/v1/jobs/41").status_code == 404
+    assert client.post("/api/v1/jobs/41/cancel", headers=_key(client)).status_code == 404
+
+
+def test_auth_missing_wrong_revoked_and_disabled(serve, tmp_path) -> None:
+    client = serve()
+    body = {"workload": _mm(), "trials": 4}
+    assert client.post("/api/v1/jobs", json=body).status_code == 401
+    assert client.post("/api/v1/jobs", json=body,
+                       headers={"Authorization": "Bearer at_wrong"}).status_code == 403
+    db = client.app.state.db
+    key = db.create_api_key("soon revoked")
+    good = {"Authorization": f"Bearer {key}"}
+    assert client.post("/api/v1/jobs", json=body, headers=good).status_code == 201
+    db.revoke_api_key(key[:8])
+    assert client.post("/api/v1/jobs", json=body, headers=good).status_code == 403
+    # Reads are open by default; a key cookie never authorises a write.
+    assert client.get("/api/v1/jobs").status_code == 200
+    client.cookies.set("autotune_key", db.create_api_key("cookie"))
+    assert client.post("/api/v1/jobs", json=body).status_code == 401
+
+
+def test_reads_can_require_a_key(serve) -> None:
+    client = serve(require_key_for_reads=True)
+    assert client.get("/api/v1/jobs").status_code == 401
+    assert client.get("/api/v1/health").status_code == 200  # liveness stays open
+    assert client.get("/api/v1/jobs", headers=_key(client)).status_code == 200
+    client.cookies.set("autotune_key", client.app.state.db.create_api_key("dashboard"))
+    assert client.get("/api/v1/jobs").status_code == 200  # the dashboard's EventSource path
+
+
+def test_auth_disabled_for_local_development(serve) -> None:
+    client = serve(auth_disabled=True)
+    assert client.post("/api/v1/jobs", json={"workload": _mm(), "trials": 4}).status_code == 201
+    assert client.get("/api/v1/health").json()["auth"] == "off"
+
+
+def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
+    tune = FakeTune(batch=4)
+    client = serve(tune)
+    headers = _key(client)
+    job = _job(client, headers, trials=12, seed=5, options={})
+    assert job["state"] == "queued" and job["label"] == "matmul(M=64,N=64,K=64)"
+    done = _wait_state(client, job["id"], "done")
+    assert done["trials_done"] == 12 and done["started_at"] and done["finished_at"]
+    assert tune.calls[0]["job_id"] == job["id"] and tune.calls[0]["seed"] == 5
+    assert tune.calls[0]["tuner"] == "random"
+
+    page = client.get(f"/api/v1/jobs/{job['id']}/trials", params={"limit": 5}).json()
+    assert page["total"] == 12 and len(page["items"]) == 5
+    ids = [t["id"] for t in page["items"]]
+    assert ids == sorted(ids)
+    fast = client.get(f"/api/v1/jobs/{job['id']}/trials", params={"sort": "-gflops"}).json()
+    gflops = [t["gflops"] for t in fast["items"] if t["gflops"] is not None]
+    assert gflops == sorted(gflops, reverse=True)
+    assert fast["items"][-1]["gflops"] is None  # failures sort last
+    failed = client.get(f"/api/v1/jobs/{job['id']}/trials", params={"error": "compile"}).json()
+    assert failed["total"] == 2 and all(t["error"] == "compile" for t in failed["items"])
+    assert fast["items"][0]["predicted"] is not None
+
+    best = client.get("/api/v1/best", params={"workload": json.dumps(SMALL_MATMUL)}).json()
+    assert best["gflops"] == pytest.approx(gflops[0])
+    assert best["workload"]["params"] == SMALL_MATMUL["params"]
+
+    other = _job(client, headers, trials=8, tuner="grid")
+    _wait_state(client, other["id"], "done")
+    curves = client.get(f"/api/v1/jobs/{job['id']}/curves",
+                        params={"siblings": "true"}).json()["items"]
+    assert [c["job_id"] for c in curves] == [job["id"], other["id"]]
+    assert curves[0]["points"][-1][0] == 12
+    assert all(a[1] <= b[1] for a, b in zip(curves[0]["points"], curves[0]["points"][1:]))
+
+    listed = client.get("/api/v1/jobs", params={"state": "done", "limit": 1}).json()
+    assert listed["total"] == 2 and listed["items"][0]["id"] == other["id"]
+    top = client.get(f"/api/v1/jobs/{job['id']}/top", params={"k": 3}).json()["items"]
+    assert [t["rank"] for t in top] == [1, 2, 3] and top[0]["source"].startswith("def ")
+
+
+def test_cancel_queued_and_running_jobs(serve) -> None:
+    gate = threading.Event()
+    client = serve(FakeTune(batch=4, gate=gate))
+    headers = _key(client)
+    running = _job(client, headers, trials=40)
+    queued = _job(client, headers, trials=40)
+    _wait_state(client, running["id"], "running")
+    assert client.post(f"/api/v1/jobs/{queued['id']}/cancel").status_code == 401
+    cancelled = client.post(f"/api/v1/jobs/{queued['id']}/cancel", headers=headers).json()
+    assert cancelled["state"] == "cancelled"
+    stopping = client.post(f"/api/v1/jobs/{running['id']}/cancel", headers=headers).json()
+    assert stopping["state"] == "cancelled"
+    gate.set()  # let the current batch finish: the job stops after it
+    manager = client.app.state.manager
+    wait_for(lambda: not manager.is_active(running["id"]), timeout=10, what="the worker to stop")
+    final = client.get(f"/api/v1/jobs/{running['id']}").json()
+    assert final["state"] == "cancelled" and 0 < final["trials_done"] < 40
+    assert client.get(f"/api/v1/jobs/{queued['id']}").json()["trials_done"] == 0
+    # Cancelling an ended job changes nothing.
+    again = client.post(f"/api/v1/jobs/{running['id']}/cancel", headers=headers).json()
+    assert again["state"] == "cancelled"
+
+
+def test_failed_job_records_why(serve) -> None:
+    client = serve(FakeTune(fail="the compiler caught fire"))
+    job = _job(client, _key(client))
+    failed = _wait_state(client, job["id"], "failed")
+    assert "the compiler caught fire" in failed["error"] and failed["finished_at"]
+
+
+def test_restart_requeues_unfinished_jobs(serve, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'api.db'}"
+    db = Database.open(url)
+    wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
+    opts = {"seed": 2, "early_stopping": None, "transfer": True, "tuner_options": {}}
+    was_running = db.create_job(workload=wl, target=target, tuner="random", trials=10,
+                                options=opts)
+    db.set_job_state(was_running.id, "running")
+    space = driver.space(wl, target)
+    db.add_trials(wl, target, was_running.id, [(space.get(i), _result(i)) for i in (0, 1, 2)],
+                  wl.flops())
+    was_queued = db.create_job(workload=wl, target=target, tuner="random", trials=5,
+                               options=opts)
+    db.dispose()
+
+    tune = FakeTune(batch=4)
+    client = serve(tune)
+    for job, budget in ((was_running, 10), (was_queued, 5)):
+        final = _wait_state(client, job.id, "done")
+        assert final["trials_done"] == budget
+    assert [c["job_id"] for c in tune.calls] == [was_running.id, was_queued.id]
+    trials, total = client.app.state.db.job_trials(was_running.id, limit=100)
+    assert total == 10 and len({t.config_index for t in trials}) == 10
+
+
+def test_trial_pages_stay_fast_with_10000_trials(serve) -> None:
+    client = serve()
+    db = client.app.state.db
+    wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
+    job = db.create_job(workload=wl, target=target, tuner="random", trials=10_000, options={})
+    db.set_job_state(job.id, "done")
+    space = driver.space(wl, target)
+    db.add_trials(wl, target, job.id, [(space.get(i), _result(i)) for i in range(10_000)],
+                  wl.flops())
+    for params in ({"sort": "-gflops"}, {"sort": "cost", "offset": 9_000},
+                   {"error": "compile", "offset": 1_900}):
+        client.get(f"/api/v1/jobs/{job.id}/trials", params=params)  # warm
+        t0 = time.perf_counter()
+        page = client.get(f"/api/v1/jobs/{job.id}/trials", params={**params, "limit": 100})
+        assert page.status_code == 200 and page.json()["items"]
+        assert time.perf_counter() - t0 < 0.5, params
+    t0 = time.perf_counter()
+    curve = client.get(f"/api/v1/jobs/{job.id}/curves", params={"points": 50}).json()
+    assert time.perf_counter() - t0 < 0.5
+    assert curve["items"][0]["points"][-1][0] == 10_000

@@ -1,0 +1,112 @@
+"""The dashboard in a real headless Chromium (selenium): a submitted job appears in the list,
+its best GFLOP/s updates without a reload, and its page draws live charts. Screenshots go to
+test-artifacts/. Chromium comes from scripts/install-browser.sh; under CI=true a missing
+browser fails the test instead of skipping it."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from service_helpers import ARTIFACTS, SMALL_MATMUL, create_key, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and DRIVER):
+        message = "chromium and chromedriver are needed (scripts/install-browser.sh)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1360,1000", "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return 0.0
+
+
+def test_dashboard_follows_a_job_live(make_server, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    server = make_server()
+    key = create_key(server.db_url)
+    server.start()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with server.client(key) as c:
+        # A finished job on the same workload gives the job page a second curve to compare.
+        first = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 16,
+                                             "tuner": "random", "seed": 11}).json()
+        browser.get(server.url + "/")
+        wait_for(lambda: browser.find_elements(By.ID, f"job-{first['id']}"), 20,
+                 what="the first job's row")
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 48,
+                                           "tuner": "ga", "seed": 2}).json()
+
+    # The new job shows up in the already-open page, then its best GFLOP/s fills in.
+    row = wait_for(lambda: browser.find_elements(By.ID, f"job-{job['id']}"), 20,
+                   what="the new job's row")[0]
+    assert "matmul(M=64,N=64,K=64)" in row.text
+    reloads = browser.execute_script("return performance.getEntriesByType('navigation').length")
+    best = wait_for(lambda: _number(row.find_element(By.CSS_SELECTOR, ".best").text), 120,
+                    what="best GFLOP/s in the job list")
+    assert best > 0
+    assert browser.execute_script(
+        "return performance.getEntriesByType('navigation').length") == reloads
+    wait_for(lambda: row.find_elements(By.CSS_SELECTOR, ".spark-cell svg"), 20,
+             what="the sparkline")
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-jobs.png"))
+
+    # The job page: live stats, charts and tables, updated from the event stream.
+    row.find_element(By.CSS_SELECTOR, "a").click()
+    wait_for(lambda: browser.current_url.endswith(f"/jobs/{job['id']}"), 10, what="job page")
+    wait_for(lambda: "GFLOP/s" in browser.find_element(By.ID, "stat-best").text, 120,
+             what="the best GFLOP/s stat")
+    seen = set()
+
+    def trials_shown() -> int:
+        done = int(_number(browser.find_element(By.ID, "stat-trials").text))
+        seen.add(done)
+        return done
+
+    wait_for(lambda: trials_shown() >= 48 and
+             browser.find_element(By.ID, "live-text").text == "finished", 180,
+             interval=0.3, what="the job to finish on its page")
+    assert len(seen) >= 2, f"the trial count never changed live: {seen}"
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 48 or
+             len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 50, 20,
+             what="a page of trials")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-best svg path")
+    legend = browser.find_element(By.ID, "legend-best").text
+    assert f"#{first['id']} random" in legend  # the other tuner's curve
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#top details[open] pre"), 20,
+             what="the top config's code")
+    assert "for " in browser.find_element(By.CSS_SELECTOR, "#top details[open] pre").text
+    # Sorting the trials table pages on the server.
+    browser.find_element(By.CSS_SELECTOR, "th[data-sort=gflops]").click()
+    wait_for(lambda: "sorted" in browser.find_element(
+        By.CSS_SELECTOR, "th[data-sort=gflops]").get_attribute("class"), 10, what="sort")
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1360, min(int(height) + 120, 4000))  # the whole page in one shot
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-job.png"))
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs

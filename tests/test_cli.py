@@ -1,0 +1,158 @@
+"""The `autotune` command through cli.main([...]) and once through the installed entry point."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune import api, cli
+from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+
+TASK = ["matmul", "-p", "M=64", "-p", "N=64", "-p", "K=64"]
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("AUTOTUNE_DB_URL", url)  # the default --db comes from Settings
+    return url
+
+
+@pytest.fixture
+def synthetic(monkeypatch):
+    """The CLI's executor measures a synthetic objective instead of the CPU."""
+    made = []
+
+    def local_executor(target, options):
+        from autotune.ops import workload
+        made.append(options)
+        space = api.space_of(workload("matmul", M=64, N=64, K=64), target)
+        return SyntheticExecutor(SyntheticObjective(space, seed=2, fail_rate=0.1))
+
+    monkeypatch.setattr(api, "_local_executor", local_executor)
+    return made
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ops_lists_every_operator(capsys):
+    code, out, _ = run(capsys, "ops")
+    assert code == 0
+    for op in ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d"):
+        assert op in out
+    assert "dilation=1" in out and "bias, scale_shift, relu" in out
+
+
+def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):
+    code, out, err = run(capsys, "tune", *TASK, "--trials", "40", "--tuner", "ga", "--seed", "3",
+                         "--tuner-option", "pop_size=16", "--tuner-option", "selection=roulette")
+    assert code == 0, err
+    assert "40 trials measured (stopped: budget)" in out and "GFLOP/s" in out
+    assert json.loads(out.strip().splitlines()[-1])["knobs"]
+    assert "autotune: 32/40 trials" in err and "autotune: 40/40 trials" in err  # not a TTY
+    assert synthetic[0].repeat == 5  # measurement options come from Settings
+
+    code, out, _ = run(capsys, "best", *TASK, "--json")
+    best = json.loads(out)
+    assert code == 0 and best["gflops"] > 0 and "index" in best["config"]
+
+    code, out, _ = run(capsys, "trials", *TASK, "--sort", "gflops", "--limit", "5")
+    lines = out.strip().splitlines()
+    assert code == 0 and "40 trials" in lines[0]
+    assert lines[1].split()[:3] == ["id", "config", "GFLOP/s"]
+    assert float(lines[2].split()[2]) == pytest.approx(best["gflops"], abs=0.006)
+    assert "showing 5 of 40" in lines[-1]
+
+    path = tmp_path / "out.jsonl.gz"
+    code, out, _ = run(capsys, "export", "-o", str(path))
+    assert code == 0 and "exported 40 records" in out
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    code, out, _ = run(capsys, "import", "--db", fresh, str(path))
+    assert code == 0 and "imported 40 new records" in out
+    code, out, _ = run(capsys, "best", *TASK, "--json", "--db", fresh)
+    assert json.loads(out) == best
+
+
+def test_tune_early_stopping_flag(capsys, db, synthetic):
+    code, out, _ = run(capsys, "tune", *TASK, "--trials", "500", "--early-stopping", "16",
+                       "--batch-size", "8", "--tuner", "ga")
+    assert code == 0 and "(stopped: early_stopping)" in out
+
+
+def test_run_is_a_small_demo(capsys, db, synthetic, monkeypatch):
+    monkeypatch.setattr(api, "space_of", lambda wl, t: _space_64(t))
+    code, out, err = run(capsys, "run", "--trials", "16")
+    assert code == 0 and "matmul(M=256,N=256,K=256)" in err and "16 trials measured" in out
+
+
+def _space_64(target):
+    from autotune.driver import space
+    from autotune.ops import workload
+    return space(workload("matmul", M=64, N=64, K=64), target)
+
+
+@pytest.mark.parametrize("argv,code,message", [
+    (["tune", "matmull", "-p", "M=1"], 2, "unknown op 'matmull'"),
+    (["tune", "matmul", "-p", "M64"], 2, "bad -p 'M64': expected NAME=VALUE"),
+    (["tune", "matmul", "-p", "M=big"], 2, "bad -p M=big"),
+    (["tune", "matmul", "-p", "M=0", "-p", "N=1", "-p", "K=1"], 2, "'M'=0 must be an integer >= 1"),
+    (["tune", *TASK, "--target", "tpu"], 2, "unknown kind 'tpu'"),
+    (["tune", *TASK, "--tuner", "magic"], 2, "invalid choice: 'magic'"),
+    (["tune", *TASK, "--tuner", "ga", "--tuner-option", "pop_size=1"], 2,
+     "option 'pop_size' must be >= 2"),
+    (["tune", *TASK, "--trials", "0"], 2, "--trials must be >= 1"),
+    (["best", *TASK, "--db", "nosuchdialect://x"], 2, "bad database URL"),
+    (["best", *TASK, "--db", "postgresql://u@127.0.0.1:9/x"], 1, "database error"),
+    (["import", "--db", "sqlite:///:memory:", "/nonexistent.jsonl"], 1, "No such file"),
+    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+])
+def test_user_errors_print_one_line(capsys, db, argv, code, message):
+    got, out, err = run(capsys, *argv)
+    assert got == code
+    assert err.startswith("autotune: error: ") and err.count("\n") == 1, err
+    assert message in err and "Traceback" not in err
+
+
+def test_best_without_records_exits_1(capsys, db):
+    code, _, err = run(capsys, "best", *TASK)
+    assert code == 1 and "no valid record for matmul(M=64,N=64,K=64)" in err
+
+
+def test_help_mentions_every_command(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for cmd in cli.COMMANDS:
+        assert cmd.name in out
+
+
+def test_progress_line_redraws_on_a_tty():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    from autotune.search import Progress
+    stream = Tty()
+    line = cli.ProgressLine(stream, width=10)
+    line(Progress(5, 10, 12.5, None, 1, ()))
+    line(Progress(10, 10, 13.0, None, 1, ()))
+    line.finish()
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n")
+    assert "[#####.....] 5/10 trials  best 12.50 GFLOP/s  errors 1" in text
+
+
+def test_installed_entry_point():
+    exe = Path(sys.executable).with_name("autotune")
+    ok = subprocess.run([str(exe), "ops"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "conv2d" in ok.stdout
+    bad = subprocess.run([str(exe), "best", "nosuchop"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
