@@ -37,6 +37,11 @@ class Database:
         self.url = normalize_url(url)
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Writers take SQLite's write lock when they begin: a deferred transaction that reads
+        # and then writes fails at once ("database is locked") if another connection
+        # committed in between, whatever the busy timeout. PostgreSQL ignores the option.
+        self._write_sessions = sessionmaker(
+            self.engine.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
         # Committed (key -> id) rows; ids never change, so the cache is never stale.
         self._workload_ids: dict[str, int] = {}
         self._target_ids: dict[str, int] = {}
@@ -57,9 +62,11 @@ class Database:
         return migrate.current_revision(self.engine)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A session in one transaction: committed on success, rolled back on error."""
-        with self._sessions() as session, session.begin():
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on error.
+        ``write=True`` for transactions that write (they queue for the lock on SQLite)."""
+        maker = self._write_sessions if write else self._sessions
+        with maker() as session, session.begin():
             yield session
 
     def dispose(self) -> None:
@@ -87,7 +94,7 @@ class Database:
     def add_trials(self, workload: WorkloadLike, target: TargetLike, job_id: Optional[int],
                    items: Sequence[tuple[ConfigLike, "MeasureResult"]], flops: int) -> int:
         """Record measurements in one transaction, skipping configs already recorded; returns count."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             ids = self._ids(s, workload, target)
             rows = [trials.trial_row(workload_id=ids[0], target_id=ids[1], job_id=job_id,
                                      config=config, result=result, flops=flops)
@@ -102,7 +109,7 @@ class Database:
 
         ``workload`` must know its ``flops()``; returns False when no valid record matches.
         """
-        with self.session() as s:
+        with self.session(write=True) as s:
             return trials.update_costs(s, workload_key=key_of(workload), target_key=key_of(target),
                                        config_key=str(int(config_index)), costs=costs,
                                        flops=int(workload.flops()), extra=extra)
@@ -158,7 +165,7 @@ class Database:
     def create_job(self, *, workload: WorkloadLike, target: TargetLike, tuner: str, trials: int,
                    options: Optional[Mapping[str, Any]] = None) -> JobRecord:
         """Insert a queued job."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             ids = self._ids(s, workload, target)
             job_id = jobs.create_job(s, workload_id=ids[0], target_id=ids[1], tuner=tuner,
                                      trials=trials, options=options or {})
@@ -184,7 +191,7 @@ class Database:
 
         Returns the updated job, or None when it does not exist or the transition did not apply.
         """
-        with self.session() as s:
+        with self.session(write=True) as s:
             if not jobs.set_job_state(s, job_id=job_id, state=state, error=error,
                                       from_states=from_states):
                 return None
@@ -193,7 +200,7 @@ class Database:
     def update_job_progress(self, job_id: int, *, trials_done: int,
                             best_gflops: Optional[float]) -> bool:
         """Record a job's trial count and best GFLOP/s so far; False when it does not exist."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             return jobs.update_job_progress(s, job_id=job_id, trials_done=trials_done,
                                             best_gflops=best_gflops)
 
@@ -206,7 +213,7 @@ class Database:
 
     def create_api_key(self, name: str) -> str:
         """A new random key (``at_...``); only its hash is stored, so show it to the user now."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             return apikeys.create_api_key(s, name=name)
 
     def verify_api_key(self, key: str) -> bool:
@@ -221,7 +228,7 @@ class Database:
 
     def revoke_api_key(self, prefix: str) -> int:
         """Revoke the keys with display ``prefix``; returns how many were revoked."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             return apikeys.revoke_api_key(s, prefix=prefix)
 
     # -- export / import ----------------------------------------------------------------
@@ -236,7 +243,7 @@ class Database:
 
     def import_jsonl(self, fp: IO[str]) -> int:
         """Insert JSON-line records from ``fp`` in one transaction, skipping duplicates."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             return jsonl.import_jsonl(s, fp)
 
     def export_jsonl_path(self, path: jsonl.PathLike, *, workload: Optional[KeyOrObject] = None,

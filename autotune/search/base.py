@@ -79,6 +79,10 @@ class Tuner:
         self._visited.update(c.index for c in batch)
         return batch
 
+    def predicted(self, config: "Config") -> float | None:
+        """The model's score of a config this tuner proposed (higher: faster), if it has one."""
+        return None
+
     def update(self, inputs: Sequence["MeasureInput"], results: Sequence["MeasureResult"]) -> None:
         """Learn from measurements (of proposed configs, or history fed in by the loop)."""
         configs = [inp.config for inp in inputs]

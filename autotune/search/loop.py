@@ -5,6 +5,8 @@ database, job resumption, progress callbacks and the final re-timing. Tuners onl
 """
 from __future__ import annotations
 
+import dataclasses
+
 import statistics
 import time
 from collections import Counter
@@ -125,6 +127,7 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
         if len(results) != len(inputs):
             raise RuntimeError(f"executor returned {len(results)} results for {len(inputs)} inputs")
         tune.update(inputs, results)
+        results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
         if db is not None:
             db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
         for cfg, res in zip(configs, results):
@@ -218,6 +221,13 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
             updater(workload, target, cfg.index, costs=pooled,
                     extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
     return tuple(out)
+
+
+def _with_prediction(result: MeasureResult, score: Optional[float]) -> MeasureResult:
+    """Keep the model's score with the trial (the dashboard plots predicted vs measured)."""
+    if score is None:
+        return result
+    return dataclasses.replace(result, extra={**result.extra, "predicted": float(score)})
 
 
 def _top(valid: Sequence[tuple[Config, tuple[float, ...]]],

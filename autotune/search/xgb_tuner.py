@@ -75,6 +75,7 @@ class XGBTuner(Tuner):
                                  self.options["sa_steps"], self.options["temperature"])
         self._configs: list[Config] = []
         self._scores: list[float] = []
+        self._predicted: dict[int, float] = {}  # model scores of the last proposed batch
         self._rows: list[np.ndarray] = []
         self._knob_rows: list[np.ndarray] = []
         self.own: XGBModel | None = None
@@ -157,8 +158,13 @@ class XGBTuner(Tuner):
         if not self.ready():
             return []  # no data yet: the base class fills the batch at random
         n_random = round(self.options["epsilon"] * n)
+        candidates = self._candidates(n)
+        self._predicted = {c.index: v for v, c in candidates}
         # the base class tops the batch up with random configs
-        return self._diverse(self._candidates(n), n - n_random)
+        return self._diverse(candidates, n - n_random)
+
+    def predicted(self, config: Config) -> float | None:
+        return self._predicted.get(config.index)
 
     def _candidates(self, n: int) -> list[tuple[float, Config]]:
         """Scored admissible candidates, best first."""

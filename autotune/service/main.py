@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 import autotune
 from autotune.service.cache import ResponseCache
-from autotune.service.database import ServiceDatabase
+from autotune.db import Database
 from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager, TuneFn, default_tune
 from autotune.service.routes import dashboard, jobs, meta
@@ -39,7 +39,7 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = ServiceDatabase.open(settings.db_url)
+        db = Database.open(settings.db_url)
         pool = ExecutorPool(factory)
         manager = JobManager(db, pool, workers=settings.max_concurrent_jobs, tune_fn=tune_fn)
         app.state.settings, app.state.db, app.state.manager = settings, db, manager

@@ -85,6 +85,8 @@ def test_annealing_over_a_large_space_proposes_fresh_distinct_configs(sa_model):
     assert tuner.own is not None and len(tuner.chains) == 0
     assert (tuner.twin is not None) == (sa_model == "knob")
     batch2 = tuner.next_batch(16)
+    scored = [tuner.predicted(c) for c in batch2]  # kept with the trials for the dashboard
+    assert sum(p is not None for p in scored) >= 12 and tuner.predicted(batch[0]) is None
     assert len(tuner.chains) == FAST["n_chains"]  # chains persist to the next round
     picked = {c.index for c in batch + batch2}
     assert len(picked) == 32 and not picked & measured

@@ -139,3 +139,31 @@ def test_bad_arguments(wl, target, space, executor):
         tune_loop(wl, target, space, executor, trials=8, batch_size=0)
     with pytest.raises(ValueError, match="unknown tuner"):
         tune_loop(wl, target, space, executor, trials=8, tuner="nope")
+
+
+def test_model_scores_are_recorded_with_the_trials(tmp_path):
+    from autotune.search.base import Tuner
+
+    class Scored(Tuner):
+        """Random proposals with a made-up model score (index parity)."""
+
+        def _propose(self, n):
+            return []
+
+        def predicted(self, config):
+            return float(config.index % 2)
+
+    import autotune
+    from autotune.db import Database
+    from autotune.search.loop import tune_loop
+    from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+
+    wl = autotune.workload("matmul", M=64, N=64, K=64)
+    target = autotune.Target("llvm")
+    sp = autotune.config_space(wl, target)
+    db = Database.open(f"sqlite:///{tmp_path}/p.db")
+    tune_loop(wl, target, sp, SyntheticExecutor(SyntheticObjective(sp)), trials=8, tuner=Scored,
+              db=db, batch_size=4, retime=0)
+    records = db.trials_for(wl, target)
+    assert len(records) == 8
+    assert all(r.extra["predicted"] == r.config_index % 2 for r in records)
