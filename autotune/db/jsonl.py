@@ -1,22 +1,18 @@
 """JSON-lines export/import of trial records (one object per line; floats round-trip exactly)."""
 from __future__ import annotations
 
-import gzip
-import io
 import json
-from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping, Optional, Union
+from typing import IO, Any, Callable, Mapping, Optional
 
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import ensure_target, ensure_workload, target_kind_of
 from autotune.db.records import TrialRecord
 from autotune.db.schema import utcnow
+from autotune.jsonlines import parse_lines
 from autotune.db.trials import insert_rows, iter_trials
 
-PathLike = Union[str, Path]
 _BATCH = 500
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def canonical_workload_key(obj: Mapping[str, Any]) -> str:
@@ -63,19 +59,6 @@ def export_jsonl(session: Session, fp: IO[str], *, workload_key: Optional[str] =
     return count
 
 
-def _parse_lines(fp: IO[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(fp, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"line {number}: expected a JSON object")
-        yield number, obj
-
-
 def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int) -> dict[str, Any]:
     try:
         config = dict(obj["config"])
@@ -109,7 +92,7 @@ def import_jsonl(session: Session, fp: IO[str], *,
     target_ids: dict[str, int] = {}
     pending: list[dict[str, Any]] = []
     inserted = 0
-    for number, obj in _parse_lines(fp):
+    for number, obj in parse_lines(fp):
         workload, target = obj.get("workload"), obj.get("target")
         if not isinstance(workload, dict) or not isinstance(target, str):
             raise ValueError(f"line {number}: needs a 'workload' object and a 'target' string")
@@ -123,17 +106,3 @@ def import_jsonl(session: Session, fp: IO[str], *,
             inserted += insert_rows(session, rows=pending)
             pending = []
     return inserted + insert_rows(session, rows=pending)
-
-
-def open_text(path: PathLike, mode: str) -> IO[str]:
-    """Open ``path`` as UTF-8 text; gzip when writing a ``.gz`` name or reading gzip bytes."""
-    path = Path(path)
-    if mode == "w":
-        if path.suffix == ".gz":
-            return gzip.open(path, "wt", encoding="utf-8")
-        return open(path, "w", encoding="utf-8")
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == _GZIP_MAGIC
-    if gzipped:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, "r", encoding="utf-8")

@@ -7,13 +7,12 @@ workload key and config index identify a record: a recording replays on any targ
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence, Union
 
+from autotune.jsonlines import open_text, parse_lines
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 
 NOT_IN_POOL = "not in replay pool"
@@ -105,8 +104,8 @@ class ReplayExecutor:
         """Replay an exported JSON-lines file (gzip detected), optionally one workload/target."""
         wkey = None if workload is None else _workload_key(workload)
         tkey = None if target is None else (target if isinstance(target, str) else target.key)
-        with _open_text(Path(path)) as fp:
-            records = [obj for obj in _read_lines(fp)
+        with open_text(path, "r") as fp:
+            records = [obj for _, obj in parse_lines(fp)
                        if (wkey is None or _workload_key(obj.get("workload")) == wkey)
                        and (tkey is None or obj.get("target") == tkey)]
         return cls(records)
@@ -141,24 +140,3 @@ class ReplayExecutor:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _open_text(path: Path) -> IO[str]:
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == _GZIP_MAGIC
-    if gzipped:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
-
-
-def _read_lines(fp: IO[str]) -> Iterable[dict[str, Any]]:
-    for number, line in enumerate(fp, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"replay: line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"replay: line {number}: expected a JSON object")
-        yield obj

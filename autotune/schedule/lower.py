@@ -16,7 +16,7 @@ from autotune.ir.analysis import (affine, affine_range, from_affine, index_range
 from autotune.ir.expr import FLOAT, Cmp, Const, Expr, Load, Select, Var, add, cmp, mul, walk
 from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
                               Stmt, Store, Sync)
-from autotune.schedule.schedule import Axis, FuseRel, Schedule, SplitRel, Stage
+from autotune.schedule.schedule import Axis, Schedule, SplitRel, Stage
 
 
 class LoweringError(ValueError):
