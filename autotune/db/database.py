@@ -6,6 +6,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from autotune import jsonlines
 from autotune.db import apikeys, jobs, jsonl, migrate, trials
 from autotune.db.engine import make_engine, normalize_url
 from autotune.db.entities import ensure_target, ensure_workload
@@ -246,13 +247,13 @@ class Database:
         with self.session(write=True) as s:
             return jsonl.import_jsonl(s, fp)
 
-    def export_jsonl_path(self, path: jsonl.PathLike, *, workload: Optional[KeyOrObject] = None,
+    def export_jsonl_path(self, path: jsonlines.PathLike, *, workload: Optional[KeyOrObject] = None,
                           target: Optional[KeyOrObject] = None) -> int:
         """``export_jsonl`` to a file; gzip-compressed when the name ends in ``.gz``."""
-        with jsonl.open_text(path, "w") as fp:
+        with jsonlines.open_text(path, "w") as fp:
             return self.export_jsonl(fp, workload=workload, target=target)
 
-    def import_jsonl_path(self, path: jsonl.PathLike) -> int:
+    def import_jsonl_path(self, path: jsonlines.PathLike) -> int:
         """``import_jsonl`` from a file, plain or gzip-compressed."""
-        with jsonl.open_text(path, "r") as fp:
+        with jsonlines.open_text(path, "r") as fp:
             return self.import_jsonl(fp)
