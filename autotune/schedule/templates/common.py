@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 from autotune.schedule.schedule import Axis, Stage
-from autotune.space import Split
+from autotune.space import Config, Split
 
 
 def nearest_split(knob: Split, inner: Sequence[int]) -> tuple[int, ...]:
@@ -28,3 +29,15 @@ def parallel_outer(st: Stage, loops: Sequence[Axis], count: int) -> Axis:
     fused = st.fuse(*loops[:count]) if count > 1 else loops[0]
     st.parallel(fused)
     return fused
+
+
+def register_tile_limit(splits: Sequence[str], limit: int) -> Callable[[Config], str | None]:
+    """A validity predicate: the product of the innermost factors of ``splits`` (the
+    accumulator tile) may not exceed ``limit`` floats, beyond which it spills and the
+    unrolled code explodes."""
+    return partial(_tile_reason, tuple(splits), limit)
+
+
+def _tile_reason(splits: tuple[str, ...], limit: int, cfg: Config) -> str | None:
+    tile = math.prod(cfg[s][-1] for s in splits)
+    return f"register tile of {tile} floats exceeds {limit}" if tile > limit else None

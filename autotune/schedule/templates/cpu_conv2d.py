@@ -11,7 +11,8 @@ from __future__ import annotations
 from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule, Stage
-from autotune.schedule.templates.common import nearest_split, parallel_outer, vector_width
+from autotune.schedule.templates.common import (nearest_split, parallel_outer,
+                                                 register_tile_limit, vector_width)
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
 from autotune.target import Target
 
@@ -48,14 +49,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         "unroll_rs": "unroll",
         "parallel": 2,
     }
-    return ConfigSpace(knobs, default=default, validity=_validity, name="cpu_conv2d")
-
-
-def _validity(cfg: Config) -> str | None:
-    tile = cfg["tile_k"][2] * cfg["tile_y"][2] * cfg["tile_x"][2]
-    if tile > MAX_REG_TILE:
-        return f"register tile of {tile} floats exceeds {MAX_REG_TILE}"
-    return None
+    return ConfigSpace(knobs, default=default, validity=register_tile_limit(("tile_k", "tile_y", "tile_x"), MAX_REG_TILE), name="cpu_conv2d")
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:

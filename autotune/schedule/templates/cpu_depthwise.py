@@ -9,7 +9,8 @@ from __future__ import annotations
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates.common import nearest_split, parallel_outer, vector_width
+from autotune.schedule.templates.common import (nearest_split, parallel_outer,
+                                                 register_tile_limit, vector_width)
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
 from autotune.target import Target
@@ -42,14 +43,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         "rs_inner": False,
         "parallel": 2,
     }
-    return ConfigSpace(knobs, default=default, validity=_validity, name="cpu_depthwise_conv2d")
-
-
-def _validity(cfg: Config) -> str | None:
-    tile = cfg["tile_c"][2] * cfg["tile_y"][2] * cfg["tile_x"][2]
-    if tile > MAX_REG_TILE:
-        return f"register tile of {tile} floats exceeds {MAX_REG_TILE}"
-    return None
+    return ConfigSpace(knobs, default=default, validity=register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE), name="cpu_depthwise_conv2d")
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
