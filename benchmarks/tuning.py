@@ -12,6 +12,8 @@ its fresh database); plain xgb runs with transfer=False.
   random configs, benchmarks/data/<name>.jsonl.gz, made by benchmarks/record_pools.py), over
   ``--seeds`` seeds: medians of the same numbers; the 90% reference is the pool's best.
 
+Real runs use OMP_WAIT_POLICY=passive unless it is set (see benchmarks/record_pools.py).
+
 Then the ratios of median trials-to-90%: xgb/random (target <= 1/3) and transfer/xgb
 (target <= 1/2). ">N": not reached within N trials. Prints tables; asserts nothing.
 
@@ -38,7 +40,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
 from autotune.measure.replay import ReplayExecutor  # noqa: E402
-from record_pools import DATA, POOLS  # noqa: E402
+from record_pools import DATA, POOLS, openmp_env  # noqa: E402
 
 # label -> (tuner name, transfer)
 TUNERS = {"random": ("random", False), "ga": ("ga", False), "xgb": ("xgb", False),
@@ -175,6 +177,7 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
     from autotune.measure import LocalExecutor, MeasureOptions
 
     target = autotune.Target("llvm")
+    policy = openmp_env()  # before the executor spawns its processes (see record_pools)
     points = checkpoints(args.trials)
     rows, to90, notes = [], {}, []
     with LocalExecutor(target, MeasureOptions()) as executor, \
@@ -202,7 +205,8 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
                 rows.append((name, label, [best_at(hist, p) for p in points],
                              to90[(name, label)], f"{minutes:.1f}"))
             notes.append(f"{name}: reference (best any tuner found) {ref:.1f} GFLOP/s")
-    title = (f"real measurement on {target.key} ({os.cpu_count()} cores), seed {args.seed}: "
+    title = (f"real measurement on {target.key} ({os.cpu_count()} cores, "
+             f"OMP_WAIT_POLICY={policy}), seed {args.seed}: "
              f"best GFLOP/s after N trials; 'to 90%': trials to reach 90% of the best any "
              f"tuner found (reference)")
     print_table(title, rows, points, args.trials, "min")
