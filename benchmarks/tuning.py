@@ -11,8 +11,11 @@ its fresh database); plain xgb runs with transfer=False.
 * ``--replay``: the search restricted to a recorded pool per workload (about 1,000 measured
   random configs, benchmarks/data/<name>.jsonl.gz, made by benchmarks/record_pools.py), over
   ``--seeds`` seeds: medians of the same numbers; the 90% reference is the pool's best.
+  A replayed run goes on past ``--trials`` until it reaches 90% (at most the whole pool),
+  so its 'to 90%' is a count, not a bound.
 
-Real runs use OMP_WAIT_POLICY=passive unless it is set (see benchmarks/record_pools.py).
+Real runs measure a batch again while a sentinel kernel says the machine is busy (see
+benchmarks/record_pools.py; ``--no-guard`` to turn that off). Run them on a quiet machine.
 
 Then the ratios of median trials-to-90%: xgb/random (target <= 1/3) and transfer/xgb
 (target <= 1/2). ">N": not reached within N trials. Prints tables; asserts nothing.
@@ -40,7 +43,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
 from autotune.measure.replay import ReplayExecutor  # noqa: E402
-from record_pools import DATA, POOLS, openmp_env  # noqa: E402
+from record_pools import DATA, POOLS, GuardedExecutor  # noqa: E402
 
 # label -> (tuner name, transfer)
 TUNERS = {"random": ("random", False), "ga": ("ga", False), "xgb": ("xgb", False),
@@ -65,6 +68,20 @@ def trials_to(history: Sequence[tuple[int, float, float]], threshold: float) -> 
         if best >= threshold > 0:
             return trial
     return NEVER
+
+
+def random_median(pool: int, good: int) -> float:
+    """Median trials until random search, drawing ``pool`` configs without replacement,
+    meets one of ``good``: the least t with P(T <= t) >= 1/2, where
+    P(T > t) = prod_{i<t} (pool - good - i) / (pool - i)."""
+    if good <= 0:
+        return NEVER
+    miss = 1.0
+    for t in range(1, pool + 1):
+        miss *= (pool - good - (t - 1)) / (pool - (t - 1))
+        if miss <= 0.5:
+            return float(t)
+    return float(pool)
 
 
 def checkpoints(trials: int) -> list[int]:
@@ -118,8 +135,8 @@ def print_table(title: str, rows: list[tuple[str, str, list[float], float, str]]
 def print_ratios(title: str, to90: dict[tuple[str, str], float], names: list[str],
                  labels: list[str], budget: int,
                  expected: Optional[dict[str, float]] = None) -> None:
-    """``expected``: random search's expected trials to 90% per workload (replay), for a
-    third column when random's own median is only a bound."""
+    """``expected``: the exact median of random search's trials to 90% per workload (replay),
+    for a third column: ten seeds of random search give a noisy median."""
     pairs = [(num, den, target) for num, den, target in
              (("xgb", "random", 1 / 3), ("xgb+transfer", "xgb", 1 / 2))
              if num in labels and den in labels]
@@ -130,7 +147,7 @@ def print_ratios(title: str, to90: dict[tuple[str, str], float], names: list[str
                                            for num, den, _ in pairs)
     with_expected = expected is not None and "xgb" in labels
     if with_expected:
-        head += f" {'xgb/E[random]':>14s}"
+        head += f" {'xgb/median[random]':>19s}"
     print(head)
     print("-" * len(head))
     for name in names:
@@ -144,13 +161,13 @@ def print_ratios(title: str, to90: dict[tuple[str, str], float], names: list[str
                          f"{verdict(a, b, budget, target):6s}")
         line = f"{name:10s} " + " ".join(cells)
         if with_expected and (name, "xgb") in to90 and name in expected:
-            line += f" {fmt_ratio(to90[(name, 'xgb')], expected[name], budget):>14s}"
+            line += f" {fmt_ratio(to90[(name, 'xgb')], expected[name], budget):>19s}"
         print(line)
     print("targets: xgb/random <= 0.33, xgb+transfer/xgb <= 0.50; '(bound)': one side never "
           "reached 90% in the median, so only a bound on the ratio is known")
     if with_expected:
-        print("E[random] = (pool size + 1) / (configs >= 90% + 1): the expected trials of "
-              "random search drawing from the pool without replacement")
+        print("median[random]: the exact median trials to 90% of random search drawing from "
+              "the pool without replacement (see random_median)")
 
 
 # --- databases -----------------------------------------------------------------------------
@@ -177,11 +194,11 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
     from autotune.measure import LocalExecutor, MeasureOptions
 
     target = autotune.Target("llvm")
-    policy = openmp_env()  # before the executor spawns its processes (see record_pools)
     points = checkpoints(args.trials)
     rows, to90, notes = [], {}, []
-    with LocalExecutor(target, MeasureOptions()) as executor, \
+    with LocalExecutor(target, MeasureOptions()) as local, \
             tempfile.TemporaryDirectory() as tmp:
+        executor = local if args.no_guard else GuardedExecutor(local, target)
         for name in names:
             wl = POOLS[name]
             runs = {}
@@ -205,8 +222,9 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
                 rows.append((name, label, [best_at(hist, p) for p in points],
                              to90[(name, label)], f"{minutes:.1f}"))
             notes.append(f"{name}: reference (best any tuner found) {ref:.1f} GFLOP/s")
-    title = (f"real measurement on {target.key} ({os.cpu_count()} cores, "
-             f"OMP_WAIT_POLICY={policy}), seed {args.seed}: "
+    retried = "" if args.no_guard else f", {executor.retries} batches measured again"
+    title = (f"real measurement on {target.key} ({os.cpu_count()} cores{retried}), "
+             f"seed {args.seed}: "
              f"best GFLOP/s after N trials; 'to 90%': trials to reach 90% of the best any "
              f"tuner found (reference)")
     print_table(title, rows, points, args.trials, "min")
@@ -237,6 +255,7 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
     points = checkpoints(args.trials)
     seeds = list(range(args.seed, args.seed + args.seeds))
     rows, to90, notes, expected = [], {}, [], {}
+    limit = args.trials  # the longest run allowed: the largest pool
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             wl = POOLS[name]
@@ -246,6 +265,7 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
                       file=sys.stderr)
                 continue
             records = read_pool(path, wl)
+            limit = max(limit, len(records))
             targets = {r["target"] for r in records}
             if len(targets) != 1:
                 raise SystemExit(f"{path}: expected one target, found {sorted(targets)}")
@@ -254,10 +274,10 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
             executor = ReplayExecutor(records)
             ref, gf = pool_best(wl, records)
             good = sum(1 for g in gf if g >= FRACTION * ref)
-            expected[name] = (len(records) + 1) / (good + 1)
+            expected[name] = random_median(len(records), good)
             notes.append(f"{name}: pool {len(records)} configs ({len(gf)} valid), best "
-                         f"{ref:.1f} GFLOP/s, {good} configs >= 90% of it (E[random] "
-                         f"{expected[name]:.0f} trials); {path.name} on {target.key}")
+                         f"{ref:.1f} GFLOP/s, {good} configs >= 90% of it (median[random] "
+                         f"{expected[name]:g} trials); {path.name} on {target.key}")
             template = None
             for label in labels:
                 tuner, transfer = TUNERS[label]
@@ -270,6 +290,12 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
                         template = Path(tmp) / f"history-{name}.db"
                         make_db(template, hist)
                 bests, reach, t0 = [], [], time.perf_counter()
+                threshold = FRACTION * ref
+
+                def until_reached(p: Any) -> bool:
+                    # past the table's checkpoints, run only until 90% is reached
+                    return p.trials_done < args.trials or p.best_gflops < threshold
+
                 for seed in seeds:
                     db = None
                     if transfer:
@@ -278,28 +304,28 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
                         run_db = Path(tmp) / f"run-{name}-{seed}.db"
                         shutil.copyfile(template, run_db)
                         db = f"sqlite:///{run_db}"
-                    res = autotune.tune(wl, target, trials=args.trials, tuner=tuner, seed=seed,
-                                        db=db, executor=executor, transfer=transfer)
+                    res = autotune.tune(wl, target, trials=len(records), tuner=tuner,
+                                        seed=seed, db=db, executor=executor,
+                                        transfer=transfer, callbacks=[until_reached])
                     if db is not None:
                         run_db.unlink()
                     bests.append([best_at(res.history, p) for p in points])
-                    reach.append(trials_to(res.history, FRACTION * ref))
+                    reach.append(trials_to(res.history, threshold))
                 minutes = (time.perf_counter() - t0) / 60
                 med = statistics.median(reach)
                 to90[(name, label)] = med
                 n_reached = sum(1 for r in reach if r != NEVER)
                 rows.append((name, label, [statistics.median(col) for col in zip(*bests)], med,
                              f"{n_reached}/{len(seeds)} {minutes:4.1f}"))
-                print(f"# {name} {label}: median to 90% {fmt_trials(med, args.trials)}, "
+                print(f"# {name} {label}: median to 90% {fmt_trials(med, limit)}, "
                       f"{minutes:.1f} min", file=sys.stderr, flush=True)
     title = (f"replay over {len(seeds)} seeds: median best GFLOP/s after N trials; 'to 90%': "
              f"median trials to reach 90% of the pool's best; 'reached': seeds that did")
-    print_table(title, rows, points, args.trials, "reached  min")
+    print_table(title, rows, points, limit, "reached  min")
     for note in notes:
         print("  " + note)
     print_ratios(f"replay: ratio of median trials to 90% ({len(seeds)} seeds)", to90,
-                 [n for n in names if any(k[0] == n for k in to90)], labels, args.trials,
-                 expected)
+                 [n for n in names if any(k[0] == n for k in to90)], labels, limit, expected)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -313,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"({', '.join(POOLS)})")
     ap.add_argument("--tuners", default=",".join(TUNERS),
                     help=f"comma-separated subset of {', '.join(TUNERS)}")
+    ap.add_argument("--no-guard", action="store_true",
+                    help="real: no busy-machine sentinel around each batch")
     ap.add_argument("--data", type=Path, default=DATA, help="folder of the recorded pools")
     args = ap.parse_args(argv)
     names = [n for n in POOLS if not args.only or any(s in n for s in args.only.split(","))]
