@@ -28,3 +28,17 @@ def test_default_config_matches_numpy(op):
     for shape in SHAPES[op]:
         wl = autotune.workload(op, epilogue=("scale_shift", "relu"), **shape)
         assert check_interp(wl, None) < 1e-4, wl
+
+
+def test_conv2d_reduction_tiles_need_not_divide():
+    """Channel and kernel-row tiles that overhang C and R: the tail's loads are guarded."""
+    from autotune import driver
+    from cuda_cases import target
+
+    wl = autotune.workload("conv2d", epilogue=("bias",), **SHAPES["conv2d"][0])  # C=5, R=3
+    sp = driver.space(wl, target())
+    values = dict(sp.default())
+    values.update(tile_rc=(2, 4), tile_ry=(2, 2))
+    cfg = sp.config(values)
+    assert sp.invalid_reason(cfg) is None
+    assert check_interp(wl, cfg) < 1e-4
