@@ -57,7 +57,8 @@ class XGBTuner(Tuner):
                maximum=1.0),
         Option("diversity", "most knobs two picks of a batch may share, as a fraction", 0.85,
                minimum=0.0, maximum=1.0),
-        Option("min_records", "own records needed before the model steers", 8, minimum=1),
+        Option("min_records", "own records needed before the model steers (the random "
+               "initial design)", 16, minimum=1),
         Option("transfer", "seed the model with other workloads' records (needs a database)",
                True),
         Option("n_estimators", "boosting rounds per fit", 200, minimum=1),
