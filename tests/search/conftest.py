@@ -8,13 +8,9 @@ import pytest
 from autotune.db import Database
 from autotune.ops import Workload, workload
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
-from autotune.space import Choice, ConfigSpace
+from autotune.space import ConfigSpace
 from autotune.target import Target
-
-
-def make_space(knobs: int = 5, size: int = 8) -> ConfigSpace:
-    """A product of `knobs` integer knobs with `size` candidates each."""
-    return ConfigSpace([Choice(f"k{i}", list(range(size))) for i in range(knobs)], name="fake")
+from search_cases import make_space
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from autotune.measure.result import MeasureInput
 from autotune.search import TUNERS, make_tuner, tune_loop
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 
-from conftest import make_space
+from search_cases import make_space
 
 
 def _drive(tuner, executor, wl, target, rounds, n):
