@@ -163,7 +163,7 @@ def _parse_tuner_options(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _configure_tune(p: argparse.ArgumentParser) -> None:
-    from autotune.search import DEFAULT_TUNER, TUNERS
+    from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, TUNERS
 
     _add_task(p)
     p.add_argument("--trials", type=int, default=200, help="measurements to make (default 200)")
@@ -174,7 +174,8 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop after N trials without a new best (default: off)")
     p.add_argument("--batch-size", type=int, default=None, metavar="N",
-                   help="configs measured per batch")
+                   help=f"configs measured per batch; the model is refit after each "
+                   f"(default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--seed", type=int, default=0, help="random seed of the tuner (default 0)")
 
 
