@@ -6,7 +6,7 @@ processes and times in one device-owning process (see DESIGN.md, "Measurement ru
 from autotune.measure.builder import LocalBuilder
 from autotune.measure.executor import BatchStats, Executor, LocalExecutor
 from autotune.measure.options import MeasureOptions
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 from autotune.measure.runner import LocalRunner
 
 __all__ = [
@@ -19,4 +19,5 @@ __all__ = [
     "MeasureInput",
     "MeasureOptions",
     "MeasureResult",
+    "MeasureUnavailable",
 ]

@@ -1,6 +1,7 @@
 """The build worker's side: receive (build_fn, workload, target, config), answer a typed reply.
 
-Replies: ``("ready", pid)`` once after start-up, then per task ``("ok", artifact, seconds)``
+Replies: ``("ready", pid)`` once after start-up (``("failed", message)`` when the worker
+cannot start: its preloaded module does not import), then per task ``("ok", artifact, seconds)``
 or ``("error", ErrorKind value, message, seconds)``.
 """
 from __future__ import annotations
@@ -19,8 +20,12 @@ from autotune.measure.result import ErrorKind
 def serve(conn: Connection, preload: tuple[str, ...]) -> None:
     """Worker main loop; returns when the parent sends ``None`` or goes away."""
     child_setup()
-    for module in preload:  # import the compiler now, not during the first timed build
-        importlib.import_module(module)
+    try:
+        for module in preload:  # import the compiler now, not during the first timed build
+            importlib.import_module(module)
+    except Exception as err:  # the parent reports why no worker could start
+        conn.send(("failed", describe(err, frames=1)))
+        return
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from autotune.measure import build_worker
 from autotune.measure.child import ChildDied, ChildProcess
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 
 if TYPE_CHECKING:
     from autotune.driver import Artifact
@@ -61,6 +61,7 @@ class LocalBuilder:
                        for i in range(n_workers)]
         self._lock = threading.Lock()
         self._start_failures = 0
+        self._start_error = ""  # why the last worker failed to start
         self._closed = False
 
     @property
@@ -132,8 +133,7 @@ class _Batch:
                     self._dispatch(slot)
             live = [s for s in slots if s.state in ("starting", "busy")]
             if not live:
-                yield from self._give_up("no build worker could be started")
-                return
+                self._give_up()
             wait_s = max(0.0, min(s.deadline for s in live) - time.monotonic())
             ready = set(wait([s.child.conn for s in live], wait_s))  # type: ignore[misc]
             for slot in live:
@@ -170,6 +170,10 @@ class _Batch:
             slot.state = "idle"
             self.b._start_failures = 0
             return
+        if msg[0] == "failed":
+            self.b._start_error = msg[1]
+            self._respawn(slot, start_failed=True)
+            return
         i, slot.state, slot.task = slot.task, "idle", -1
         self.left -= 1
         if msg[0] == "ok":
@@ -185,6 +189,8 @@ class _Batch:
     def _lost(self, slot: _Slot, msg: str, kind: ErrorKind) -> Iterator[tuple[int, BuildOutcome]]:
         """The worker hung or died: fail its task (if any) and replace it."""
         i, starting = slot.task, slot.state == "starting"
+        if starting:
+            self.b._start_error = msg
         self._respawn(slot, start_failed=starting)
         if not starting and i >= 0:
             self.left -= 1
@@ -200,8 +206,10 @@ class _Batch:
         else:
             slot.spawn()
 
-    def _give_up(self, why: str) -> Iterator[tuple[int, BuildOutcome]]:
+    def _give_up(self) -> None:
         self.b._start_failures = 0  # the next batch tries again
-        while self.pending:
-            self.left -= 1
-            yield self.pending.popleft(), MeasureResult.failure(ErrorKind.COMPILE, why)
+        raise MeasureUnavailable(
+            f"no build worker could be started ({self.b._start_error or 'no reason given'}). "
+            "Workers are spawned processes that import the main module: a script read from "
+            "stdin cannot start them, and a script needs an `if __name__ == \"__main__\":` "
+            "guard")

@@ -13,6 +13,11 @@ if TYPE_CHECKING:  # imported for annotations only; keeps this module dependency
     from autotune.target import Target
 
 
+class MeasureUnavailable(RuntimeError):
+    """The measuring processes themselves cannot run (a worker never starts): no config's
+    fault, so it stops the job instead of being recorded as every candidate's failure."""
+
+
 class ErrorKind(str, Enum):
     """Why a measurement has no valid cost (NONE: it has one)."""
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from autotune.measure import run_worker
 from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
 from autotune.measure.options import MeasureOptions
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 from autotune.measure.run_worker import LoadFn
 
 if TYPE_CHECKING:
@@ -88,9 +88,7 @@ class LocalRunner:
     # -- one candidate -------------------------------------------------------------------
 
     def _run_one(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult:
-        failure = self._ensure_ready()
-        if failure is not None:
-            return failure
+        self._ensure_ready()
         if not self._child.send((artifact, inp.workload, self.options)):
             return self._replace(ErrorKind.RUNTIME, f"runner process died ({self._exit()})")
         phase = "preparing inputs and reference"
@@ -109,19 +107,18 @@ class LocalRunner:
             return self._replace(ErrorKind.RUNTIME, f"runner process died ({died})")
         return msg[1]
 
-    def _ensure_ready(self) -> MeasureResult | None:
-        """Start the process if needed and wait for its hello; a failure result if it can't."""
+    def _ensure_ready(self) -> None:
+        """Start the process if needed and wait for its hello; MeasureUnavailable if it can't."""
         if self._ready:
-            return None
+            return
         if not self._child.started:
             self._child.start()
         try:
             self._child.recv(START_TIMEOUT)
         except (ChildTimeout, ChildDied) as err:
             self._child.kill()
-            return MeasureResult.failure(ErrorKind.RUNTIME, f"runner process did not start: {err}")
+            raise MeasureUnavailable(f"the runner process did not start ({err})") from None
         self._ready = True
-        return None
 
     def _exit(self) -> str:
         return self._child.exit_reason()

@@ -53,3 +53,22 @@ def test_abandoned_batch_does_not_leak_into_the_next(builder):
     it.close()  # two workers still busy with hanging builds: replaced
     out = builder.build(_inputs("x", "y"))
     assert [o.source for o in out] == ["x", "y"]
+
+
+def _phantom_build_fn():
+    """A build function whose module exists only in this process: workers cannot import it."""
+    import sys
+    import types
+
+    mod = types.ModuleType("autotune_phantom_builds")
+    exec("def build(workload, target, config):\n    return None\n", mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    return mod.build
+
+
+def test_workers_that_cannot_start_stop_the_batch_with_the_reason():
+    from autotune.measure import MeasureUnavailable
+
+    with LocalBuilder(n_workers=1, timeout=1.0, build_fn=_phantom_build_fn()) as b:
+        with pytest.raises(MeasureUnavailable, match="No module named 'autotune_phantom_builds'"):
+            b.build(_inputs("a", "b"))
