@@ -48,10 +48,10 @@ def test_real_matmul_tune_best_build(target, executor, tmp_path):
     url = f"sqlite:///{tmp_path / 'real.db'}"
     result = autotune.tune(MATMUL, target, trials=32, db=url, executor=executor, seed=0)
     assert result.ok and result.trials == 32 and result.best_gflops > 0
-    assert len(result.retimed) == 3 and all(r.retimed_cost for r in result.retimed)
+    assert len(result.retimed) >= 3 and all(r.retimed_cost for r in result.retimed)
     found = autotune.best(MATMUL, target, db=url)
     assert found is not None and found.gflops > 0
-    # the database keeps first timings; the re-timed winner is one of the same top 3
+    # re-timing goes on until the winner is a config timed twice; the database agrees
     assert found.config.index in {r.config_index for r in result.retimed}
 
     api.clear_build_cache()

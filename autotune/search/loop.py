@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 # batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
 # host with many build workers pass a larger batch_size.
 DEFAULT_BATCH_SIZE = 8
-# Top valid candidates timed once more at the end (timings vary between processes).
+# Top valid candidates timed once more at the end (timings vary between processes), and
+# at most this many rounds of it while a config not yet re-timed would still win.
 DEFAULT_RETIME = 3
+RETIME_ROUNDS = 3
 
 # Re-run failures that mean the kernel itself is broken, not the moment it ran in.
 _DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
@@ -197,31 +199,36 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
             tally: _Tally, k: int) -> tuple[Retimed, ...]:
     """Measure the top ``k`` valid configs again; rank them by the median of all their repeats.
 
-    A re-run giving a wrong answer or crashing disqualifies the config (a timeout does not:
-    the machine may have been busy). The re-run is not a trial: budget and history are
-    unchanged. When the database has ``update_trial_costs``, the pooled repeats replace the
-    record's costs so that ``best()`` agrees with this ranking; otherwise only the returned
-    `TuneResult` reflects it.
+    When every re-timed config comes out slower than the first timing of one that was not
+    re-timed, the next ``k`` such configs are re-timed too (at most ``RETIME_ROUNDS``
+    rounds), so the winner is a config timed twice. A re-run giving a wrong answer or
+    crashing disqualifies the config (a timeout does not: the machine may have been busy).
+    The re-run is not a trial: budget and history are unchanged. When the database has
+    ``update_trial_costs``, the pooled repeats replace the record's costs so that ``best()``
+    agrees with this ranking; otherwise only the returned `TuneResult` reflects it.
     """
-    candidates = _top(tally.valid, k)
-    if not candidates:
-        return ()
-    inputs = [MeasureInput(workload, target, cfg) for cfg, _ in candidates]
-    results = list(executor.submit(inputs))
-    out = []
+    ranked = _top(tally.valid, len(tally.valid))
+    out: list[Retimed] = []
+    done: set[int] = set()
     tally.cost, tally.config = float("inf"), None
-    for (cfg, first), res in zip(candidates, results):
-        first_cost = statistics.median(first)
-        pooled = tuple(first) + (tuple(res.costs) if res.ok else ())
-        cost = statistics.median(pooled)
-        out.append(Retimed(cfg.index, first_cost, res.cost if res.ok else None, cost,
-                           res.error.value))
-        if res.error not in _DISQUALIFY:
-            tally.offer(cfg, cost)
-        updater = getattr(db, "update_trial_costs", None)
-        if res.ok and updater is not None:
-            updater(workload, target, cfg.index, costs=pooled,
-                    extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
+    for _ in range(RETIME_ROUNDS):
+        batch = [(cfg, first) for cfg, first in ranked
+                 if cfg.index not in done and statistics.median(first) < tally.cost][:k]
+        if not batch:
+            break
+        results = list(executor.submit([MeasureInput(workload, target, c) for c, _ in batch]))
+        for (cfg, first), res in zip(batch, results):
+            done.add(cfg.index)
+            pooled = tuple(first) + (tuple(res.costs) if res.ok else ())
+            cost = statistics.median(pooled)
+            out.append(Retimed(cfg.index, statistics.median(first),
+                               res.cost if res.ok else None, cost, res.error.value))
+            if res.error not in _DISQUALIFY:
+                tally.offer(cfg, cost)
+            updater = getattr(db, "update_trial_costs", None)
+            if res.ok and updater is not None:
+                updater(workload, target, cfg.index, costs=pooled,
+                        extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
     return tuple(out)
 
 

@@ -1,6 +1,8 @@
 """tune_loop: budget, batching, early stopping, callbacks, de-duplication, resume, re-timing."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune.measure.result import ErrorKind, MeasureResult
@@ -167,3 +169,21 @@ def test_model_scores_are_recorded_with_the_trials(tmp_path):
     records = db.trials_for(wl, target)
     assert len(records) == 8
     assert all(r.extra["predicted"] == r.config_index % 2 for r in records)
+
+
+def test_retime_goes_on_while_a_config_not_retimed_would_win(wl, target, space, objective, db):
+    class SlowRerun(SyntheticExecutor):
+        """The first re-timing round runs 100x slow (a busy machine), later ones do not."""
+
+        def submit(self, inputs):
+            results = super().submit(inputs)
+            if len(self.submitted) - len(inputs) == 32:  # the first round after 32 trials
+                results = [dataclasses.replace(r, costs=tuple(100 * c for c in r.costs))
+                           for r in results]
+            return results
+
+    result = tune_loop(wl, target, space, SlowRerun(objective), trials=32, db=db)
+    rounds = [r.config_index for r in result.retimed]
+    assert len(rounds) == 6 and len(set(rounds)) == 6  # a second round of three others
+    assert result.best_config.index in rounds[3:]
+    assert db.best(wl, target).config_index == result.best_config.index
