@@ -87,7 +87,7 @@ class LocalBuilder:
                 batch.abandon()
 
     def warm_up(self) -> None:
-        """Start every worker now and wait until it is ready (or given up on)."""
+        """Start every worker now and wait until it is ready; MeasureUnavailable if none can."""
         with self._lock:
             for _ in _Batch(self, ()).run(wait_ready=True):
                 pass
