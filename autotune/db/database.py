@@ -105,15 +105,18 @@ class Database:
         return inserted
 
     def update_trial_costs(self, workload: WorkloadLike, target: TargetLike, config_index: int,
-                           *, costs: Sequence[float], extra: Mapping[str, Any]) -> bool:
-        """Replace a valid trial's repeat times after re-timing it (cost and GFLOP/s follow).
+                           *, costs: Sequence[float], extra: Mapping[str, Any],
+                           error: str = "none", error_msg: str = "") -> bool:
+        """Replace a valid trial's repeat times after re-timing it (cost and GFLOP/s follow);
+        with ``error`` (the re-run crashed or answered wrong), mark it failed instead.
 
         ``workload`` must know its ``flops()``; returns False when no valid record matches.
         """
         with self.session(write=True) as s:
             return trials.update_costs(s, workload_key=key_of(workload), target_key=key_of(target),
                                        config_key=str(int(config_index)), costs=costs,
-                                       flops=int(workload.flops()), extra=extra)
+                                       flops=int(workload.flops()), extra=extra,
+                                       error=error, error_msg=error_msg)
 
     def best(self, workload: KeyOrObject, target: KeyOrObject) -> Optional[TrialRecord]:
         """The valid record with the lowest cost, or None (failed trials are never best)."""

@@ -82,8 +82,10 @@ def top(session: Session, *, workload_key: str, target_key: str, k: int) -> list
 
 
 def update_costs(session: Session, *, workload_key: str, target_key: str, config_key: str,
-                 costs: Sequence[float], flops: int, extra: Mapping[str, Any]) -> bool:
-    """Replace a valid record's repeat times (a re-timing); cost and GFLOP/s follow."""
+                 costs: Sequence[float], flops: int, extra: Mapping[str, Any],
+                 error: str = "none", error_msg: str = "") -> bool:
+    """Replace a valid record's repeat times (a re-timing); cost and GFLOP/s follow. With an
+    ``error``, the re-run failed: the record keeps its times but stops being valid."""
     stmt = (select(TrialRow)
             .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
             .join(TargetRow, TrialRow.target_id == TargetRow.id))
@@ -91,10 +93,13 @@ def update_costs(session: Session, *, workload_key: str, target_key: str, config
                           .where(TrialRow.config_key == config_key)).first()
     if row is None or row.error != "none" or not costs:
         return False
+    row.extra = {**(row.extra or {}), **dict(extra)}
+    if error != "none":
+        row.error, row.error_msg, row.gflops = error, error_msg, None
+        return True
     row.costs = [float(c) for c in costs]
     row.cost = float(statistics.median(row.costs))
     row.gflops = flops / row.cost / 1e9 if row.cost > 0 else None
-    row.extra = {**(row.extra or {}), **dict(extra)}
     return True
 
 

@@ -204,8 +204,9 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
     rounds), so the winner is a config timed twice. A re-run giving a wrong answer or
     crashing disqualifies the config (a timeout does not: the machine may have been busy).
     The re-run is not a trial: budget and history are unchanged. When the database has
-    ``update_trial_costs``, the pooled repeats replace the record's costs so that ``best()``
-    agrees with this ranking; otherwise only the returned `TuneResult` reflects it.
+    ``update_trial_costs``, the pooled repeats replace the record's costs, and a disqualified
+    record is marked failed, so that ``best()`` agrees with this ranking; otherwise only the
+    returned `TuneResult` reflects it.
     """
     ranked = _top(tally.valid, len(tally.valid))
     out: list[Retimed] = []
@@ -226,9 +227,14 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
             if res.error not in _DISQUALIFY:
                 tally.offer(cfg, cost)
             updater = getattr(db, "update_trial_costs", None)
-            if res.ok and updater is not None:
+            if updater is None:
+                continue
+            if res.ok:
                 updater(workload, target, cfg.index, costs=pooled,
                         extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
+            elif res.error in _DISQUALIFY:  # never hand out a kernel that failed its re-run
+                updater(workload, target, cfg.index, costs=first, extra={},
+                        error=res.error.value, error_msg=f"on re-timing: {res.error_msg}")
     return tuple(out)
 
 

@@ -173,3 +173,10 @@ def test_update_trial_costs_replaces_a_valid_records_repeats(db: Database, make)
     assert best.gflops == FLOPS / 2e-3 / 1e9 and best.extra["retimed"] is True
     assert not db.update_trial_costs(w, t, 3, costs=(1e-9,), extra={})  # failed stays failed
     assert not db.update_trial_costs(w, t, 99, costs=(1e-9,), extra={})
+    # a re-run that answered wrong: the record keeps its times but is no longer valid
+    assert db.update_trial_costs(w, t, 1, costs=(2e-3,), extra={"why": "re-run"},
+                                 error="wrong_answer", error_msg="on re-timing: off by 1")
+    assert db.best(w, t).config_index == 2
+    bad = next(r for r in db.trials_for(w, t) if r.config_index == 1)
+    assert bad.error == "wrong_answer" and bad.error_msg == "on re-timing: off by 1"
+    assert bad.gflops is None and bad.extra["why"] == "re-run"

@@ -78,7 +78,7 @@ def test_retime_top3_does_not_count_as_trials(wl, target, space, executor, db):
     assert all(r.first_cost == pytest.approx(first[r.config_index]) for r in result.retimed)
 
 
-def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective):
+def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective, db):
     class Flaky(SyntheticExecutor):
         def submit(self, inputs):
             if len(inputs) == 3 and len(self.submitted) >= 32:  # the re-timing batch
@@ -88,9 +88,14 @@ def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective):
             return super().submit(inputs)
 
     executor = Flaky(objective)
-    result = tune_loop(wl, target, space, executor, trials=32)
-    assert result.retimed[0].error == "wrong_answer" and result.retimed[0].retimed_cost is None
+    result = tune_loop(wl, target, space, executor, trials=32, db=db)
+    bad = result.retimed[0]
+    assert bad.error == "wrong_answer" and bad.retimed_cost is None
     assert result.best_config.index == result.retimed[1].config_index
+    # the database no longer offers it: best() and build() never hand it out
+    record = next(r for r in db.trials_for(wl, target) if r.config_index == bad.config_index)
+    assert record.error == "wrong_answer" and "on re-timing: flaky" in record.error_msg
+    assert db.best(wl, target).config_index == result.best_config.index
 
 
 def test_retime_writes_pooled_costs_when_the_store_can(wl, target, space, executor, db):
@@ -100,7 +105,7 @@ def test_retime_writes_pooled_costs_when_the_store_can(wl, target, space, execut
         def __getattr__(self, name):
             return getattr(db, name)
 
-        def update_trial_costs(self, workload, target, index, *, costs, extra):
+        def update_trial_costs(self, workload, target, index, *, costs, extra, **failed):
             calls.append((index, costs, extra))
 
     result = tune_loop(wl, target, space, executor, trials=16, db=Store())
