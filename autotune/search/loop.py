@@ -208,33 +208,35 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
     record is marked failed, so that ``best()`` agrees with this ranking; otherwise only the
     returned `TuneResult` reflects it.
     """
-    ranked = _top(tally.valid, len(tally.valid))
+    # first timings, fastest first (a stable sort: ties keep measurement order)
+    ranked = sorted(((statistics.median(first), cfg, first) for cfg, first in tally.valid),
+                    key=lambda item: item[0])
+    update = getattr(db, "update_trial_costs", None)
     out: list[Retimed] = []
     done: set[int] = set()
     tally.cost, tally.config = float("inf"), None
     for _ in range(RETIME_ROUNDS):
-        batch = [(cfg, first) for cfg, first in ranked
-                 if cfg.index not in done and statistics.median(first) < tally.cost][:k]
+        batch = [item for item in ranked
+                 if item[1].index not in done and item[0] < tally.cost][:k]
         if not batch:
             break
-        results = list(executor.submit([MeasureInput(workload, target, c) for c, _ in batch]))
-        for (cfg, first), res in zip(batch, results):
+        results = executor.submit([MeasureInput(workload, target, cfg) for _, cfg, _ in batch])
+        for (first_cost, cfg, first), res in zip(batch, results):
             done.add(cfg.index)
             pooled = tuple(first) + (tuple(res.costs) if res.ok else ())
             cost = statistics.median(pooled)
-            out.append(Retimed(cfg.index, statistics.median(first),
-                               res.cost if res.ok else None, cost, res.error.value))
+            out.append(Retimed(cfg.index, first_cost, res.cost if res.ok else None, cost,
+                               res.error.value))
             if res.error not in _DISQUALIFY:
                 tally.offer(cfg, cost)
-            updater = getattr(db, "update_trial_costs", None)
-            if updater is None:
+            if update is None:
                 continue
             if res.ok:
-                updater(workload, target, cfg.index, costs=pooled,
-                        extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
+                update(workload, target, cfg.index, costs=pooled,
+                       extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
             elif res.error in _DISQUALIFY:  # never hand out a kernel that failed its re-run
-                updater(workload, target, cfg.index, costs=first, extra={},
-                        error=res.error.value, error_msg=f"on re-timing: {res.error_msg}")
+                update(workload, target, cfg.index, costs=first, extra={},
+                       error=res.error.value, error_msg=f"on re-timing: {res.error_msg}")
     return tuple(out)
 
 
@@ -243,9 +245,3 @@ def _with_prediction(result: MeasureResult, score: Optional[float]) -> MeasureRe
     if score is None:
         return result
     return dataclasses.replace(result, extra={**result.extra, "predicted": float(score)})
-
-
-def _top(valid: Sequence[tuple[Config, tuple[float, ...]]],
-         k: int) -> list[tuple[Config, tuple[float, ...]]]:
-    """The ``k`` valid measurements with the lowest median cost."""
-    return sorted(valid, key=lambda item: statistics.median(item[1]))[:k]
