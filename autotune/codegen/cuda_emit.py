@@ -8,7 +8,8 @@ large enough to need ``long long``.
 from __future__ import annotations
 
 import re
-from autotune.codegen.cuda_passes import Interval, Launch, bounds, shared_buffers
+from autotune.codegen.cuda_passes import Launch, shared_buffers
+from autotune.ir.analysis import Interval, interval
 from autotune.ir.analysis import loop_extents, simplify
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
 from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
@@ -180,8 +181,8 @@ class _Emitter:
             fn = ("fminf" if e.op == "min" else "fmaxf") if e.dtype == FLOAT else e.op
             return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
         if e.op in ("//", "%"):
-            lo = bounds(e.a, self.ranges)
-            div = bounds(e.b, self.ranges)
+            lo = interval(e.a, self.ranges)
+            div = interval(e.b, self.ranges)
             if lo is None or lo[0] < 0 or div is None or div[0] <= 0:
                 fn = "at_floordiv" if e.op == "//" else "at_floormod"
                 return f"{fn}<{self.itype}>({self.expr(e.a)}, {self.expr(e.b)})", _ATOM

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from math import prod
 from typing import Iterable, Mapping
 
-from autotune.ir.analysis import map_stmt_exprs, stmt_exprs, substitute
-from autotune.ir.expr import And, BinOp, Cmp, Const, Expr, Load, Var, cmp, walk
+from autotune.ir.analysis import Interval, decide, map_stmt_exprs, stmt_exprs, substitute
+from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
 from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
                               Stmt, Store, Sync, walk_stmts)
 
-Interval = tuple[int, int]
 
 
 class CudaCodegenError(ValueError):
@@ -101,58 +100,6 @@ def check_stages(func: PrimFunc, launch: Launch) -> None:
 
 
 # ---------------------------------------------------------------- bounds and guards
-
-def bounds(e: Expr, ranges: Mapping[Var, Interval]) -> Interval | None:
-    """Closed integer interval of ``e`` given var ranges (floor semantics for // and %)."""
-    if isinstance(e, Const):
-        return (int(e.value), int(e.value)) if e.dtype != "float32" else None
-    if isinstance(e, Var):
-        return ranges.get(e)
-    if isinstance(e, BinOp):
-        a, b = bounds(e.a, ranges), bounds(e.b, ranges)
-        if e.op == "%" and b is not None and b[0] > 0:
-            if a is not None and a[0] >= 0 and a[1] < b[0]:
-                return a
-            return (0, b[1] - 1)
-        if a is None or b is None:
-            return None
-        if e.op == "+":
-            return a[0] + b[0], a[1] + b[1]
-        if e.op == "-":
-            return a[0] - b[1], a[1] - b[0]
-        if e.op == "*":
-            ps = [x * y for x in a for y in b]
-            return min(ps), max(ps)
-        if e.op == "//" and b[0] > 0:
-            qs = [x // y for x in a for y in b]
-            return min(qs), max(qs)
-        if e.op == "min":
-            return min(a[0], b[0]), min(a[1], b[1])
-        if e.op == "max":
-            return max(a[0], b[0]), max(a[1], b[1])
-    return None
-
-
-def decide(c: Expr, ranges: Mapping[Var, Interval]) -> bool | None:
-    """True/False when the ranges decide condition ``c``, else None."""
-    if isinstance(c, Const):
-        return bool(c.value)
-    if isinstance(c, And):
-        a, b = decide(c.a, ranges), decide(c.b, ranges)
-        if a is False or b is False:
-            return False
-        return True if a and b else None
-    if not isinstance(c, Cmp):
-        return None
-    a, b = bounds(c.a, ranges), bounds(c.b, ranges)
-    if a is None or b is None:
-        return None
-    lo, hi = a[0] - b[1], a[1] - b[0]  # range of a - b
-    yes, no = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
-               ">=": (lo >= 0, hi < 0), "==": (lo == hi == 0, lo > 0 or hi < 0),
-               "!=": (lo > 0 or hi < 0, lo == hi == 0)}[c.op]
-    return True if yes else (False if no else None)
-
 
 def conjuncts(c: Expr) -> list[Expr]:
     return conjuncts(c.a) + conjuncts(c.b) if isinstance(c, And) else [c]

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from autotune.codegen.llvm_index import (Range, flat_index, in_bounds, int_range, known_multiple,
-                                         known_truth)
+from autotune.codegen.llvm_index import flat_index, in_bounds, known_multiple
+from autotune.ir.analysis import Interval, decide, interval
 from autotune.codegen.llvm_text import (F32, FAST, I1, I64, PTR, FunctionBuilder, ModuleBuilder,
                                         Val, const_bool, const_float, const_int, vec_ty)
 from autotune.ir.expr import (BOOL, FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var)
@@ -28,7 +28,7 @@ class Env:
     """What names mean at the current point: loop vars, their bounds, buffer pointers."""
 
     vars: dict[Var, Val] = field(default_factory=dict)
-    ranges: dict[Var, Range] = field(default_factory=dict)
+    ranges: dict[Var, Interval] = field(default_factory=dict)
     bufs: dict[Buffer, Val] = field(default_factory=dict)
     in_parallel: bool = False
 
@@ -53,7 +53,7 @@ def _fold_int(op: str, a: Val, b: Val) -> Val | None:
     return None
 
 
-def access_align(flat: Expr, ranges: dict[Var, Range], zero: Var | None = None) -> int:
+def access_align(flat: Expr, ranges: dict[Var, Interval], zero: Var | None = None) -> int:
     """Byte alignment of ``&buf[flat]`` (``zero`` taken as 0) given 64-byte aligned bases."""
     m, align = known_multiple(flat, ranges, zero) * 4, 4
     while align < 64 and m % (align * 2) == 0:
@@ -71,7 +71,7 @@ class FunctionEmitter:
         return FunctionEmitter(self.module, fb, env, self.target)
 
     @contextmanager
-    def bind(self, var: Var, val: Val | None, rng: Range) -> Iterator[None]:
+    def bind(self, var: Var, val: Val | None, rng: Interval) -> Iterator[None]:
         """Give ``var`` a value (None: vector lanes, value-less) and bounds for a scope."""
         old = self.env.vars.get(var), self.env.ranges.get(var)
         if val is not None:
@@ -97,7 +97,7 @@ class FunctionEmitter:
             return self.select(c, a, b)
         raise ValueError(f"float operator {op!r} is not supported on llvm target")
 
-    def ibin(self, op: str, a: Val, b: Val, ra: Range | None, rb: Range | None) -> Val:
+    def ibin(self, op: str, a: Val, b: Val, ra: Interval | None, rb: Interval | None) -> Val:
         fb = self.fb
         folded = _fold_int(op, a, b)
         if folded is not None:
@@ -164,9 +164,9 @@ class FunctionEmitter:
             if e.dtype == FLOAT:
                 return self.fbin(e.op, a, b)
             ranges = self.env.ranges
-            return self.ibin(e.op, a, b, int_range(e.a, ranges), int_range(e.b, ranges))
-        if isinstance(e, (Cmp, And)) and known_truth(e, self.env.ranges) is not None:
-            return const_bool(bool(known_truth(e, self.env.ranges)))
+            return self.ibin(e.op, a, b, interval(e.a, ranges), interval(e.b, ranges))
+        if isinstance(e, (Cmp, And)) and decide(e, self.env.ranges) is not None:
+            return const_bool(bool(decide(e, self.env.ranges)))
         if isinstance(e, Cmp):
             a, b = self.expr(e.a, guard), self.expr(e.b, guard)
             return self.cmp(e.op, a, b, e.a.dtype == FLOAT)
@@ -174,7 +174,7 @@ class FunctionEmitter:
             a, b = self.expr(e.a, guard), self.expr(e.b, guard)
             return self.fb.emit(I1, f"and {a}, {b.ref}")
         if isinstance(e, Select):
-            truth = known_truth(e.cond, self.env.ranges)
+            truth = decide(e.cond, self.env.ranges)
             if truth is not None:  # the other arm may not even be safe to evaluate
                 return self.expr(e.t if truth else e.f, guard)
             c = self.expr(e.cond, guard)
@@ -212,7 +212,7 @@ class FunctionEmitter:
         elif isinstance(s, For):
             self.loop(s)
         elif isinstance(s, IfThenElse):
-            truth = known_truth(s.cond, self.env.ranges)
+            truth = decide(s.cond, self.env.ranges)
             if truth is not None:
                 branch = s.then if truth else s.else_
                 if branch is not None:
@@ -276,7 +276,7 @@ class FunctionEmitter:
         self.serial_loop(s.var, const_int(0), const_int(s.extent), (0, s.extent - 1),
                          lambda: self.stmt(s.body), nonempty=True)
 
-    def serial_loop(self, var: Var, start: Val, end: Val, rng: Range,
+    def serial_loop(self, var: Var, start: Val, end: Val, rng: Interval,
                     body: Callable[[], None], nonempty: bool) -> None:
         """``for var in [start, end)``: a bottom-tested loop with a phi induction variable."""
         fb = self.fb

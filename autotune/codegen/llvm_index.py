@@ -3,13 +3,13 @@ ranges (to skip bound guards and pick unsigned division) and a statement's free 
 from __future__ import annotations
 
 from math import gcd
-from typing import Iterator, Mapping
+from typing import Mapping
 
-from autotune.ir.expr import (FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul,
+from autotune.ir.analysis import Interval, interval, stmt_exprs
+from autotune.ir.expr import (BinOp, Const, Expr, Load, Var, add, mul,
                               walk)
-from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Stmt, Store, walk_stmts
+from autotune.ir.stmt import Allocate, Buffer, For, Stmt, Store, walk_stmts
 
-Range = tuple[int, int]  # inclusive bounds
 
 
 def flat_index(buffer: Buffer, indices: tuple[Expr, ...]) -> Expr:
@@ -51,66 +51,7 @@ def affine_coeff(e: Expr, v: Var) -> int | None:
     return None
 
 
-def int_range(e: Expr, ranges: Mapping[Var, Range]) -> Range | None:
-    """Conservative inclusive bounds of an int64 expression given loop-variable bounds."""
-    if isinstance(e, Const):
-        return (int(e.value), int(e.value))
-    if isinstance(e, Var):
-        return ranges.get(e)
-    if isinstance(e, Select):
-        t, f = int_range(e.t, ranges), int_range(e.f, ranges)
-        return None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
-    if not isinstance(e, BinOp):
-        return None
-    a = int_range(e.a, ranges)
-    if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0:
-        c = int(e.b.value)
-        return a if a is not None and a[0] >= 0 and a[1] < c else (0, c - 1)
-    b = int_range(e.b, ranges)
-    if a is None or b is None:
-        return None
-    if e.op == "+":
-        return (a[0] + b[0], a[1] + b[1])
-    if e.op == "-":
-        return (a[0] - b[1], a[1] - b[0])
-    if e.op == "*":
-        p = [x * y for x in a for y in b]
-        return (min(p), max(p))
-    if e.op == "//":
-        if b[0] > 0:  # monotone in the dividend for a positive divisor
-            q = [x // y for x in a for y in b]
-            return (min(q), max(q))
-        return None
-    if e.op == "min":
-        return (min(a[0], b[0]), min(a[1], b[1]))
-    if e.op == "max":
-        return (max(a[0], b[0]), max(a[1], b[1]))
-    return None
-
-
-def known_truth(e: Expr, ranges: Mapping[Var, Range]) -> bool | None:
-    """The value of an integer condition when loop bounds decide it, else None."""
-    if isinstance(e, Const):
-        return bool(e.value)
-    if isinstance(e, And):
-        a, b = known_truth(e.a, ranges), known_truth(e.b, ranges)
-        if a is False or b is False:
-            return False
-        return True if a and b else None
-    if not isinstance(e, Cmp) or e.a.dtype == FLOAT:
-        return None
-    ra, rb = int_range(e.a, ranges), int_range(e.b, ranges)
-    if ra is None or rb is None:
-        return None
-    (alo, ahi), (blo, bhi) = ra, rb
-    always = {"<": ahi < blo, "<=": ahi <= blo, ">": alo > bhi, ">=": alo >= bhi,
-              "==": alo == ahi == blo == bhi, "!=": ahi < blo or alo > bhi}[e.op]
-    never = {"<": alo >= bhi, "<=": alo > bhi, ">": ahi <= blo, ">=": ahi < blo,
-             "==": ahi < blo or alo > bhi, "!=": alo == ahi == blo == bhi}[e.op]
-    return True if always else (False if never else None)
-
-
-def known_multiple(e: Expr, ranges: Mapping[Var, Range], zero: Var | None = None) -> int:
+def known_multiple(e: Expr, ranges: Mapping[Var, Interval], zero: Var | None = None) -> int:
     """A positive integer that provably divides ``e`` (``zero`` taken as 0; a var whose
     range is one value as that value); 0 counts as divisible by a large power of two."""
     if isinstance(e, Var):
@@ -159,20 +100,10 @@ def same_element(buffer: Buffer, a: tuple[Expr, ...], b: tuple[Expr, ...]) -> bo
     return fa is not None and fa == linear_form(flat_index(buffer, b))
 
 
-def in_bounds(buffer: Buffer, flat: Expr, ranges: Mapping[Var, Range]) -> bool:
+def in_bounds(buffer: Buffer, flat: Expr, ranges: Mapping[Var, Interval]) -> bool:
     """Whether the element offset ``flat`` provably lies inside ``buffer``."""
-    r = int_range(flat, ranges)
+    r = interval(flat, ranges)
     return r is not None and r[0] >= 0 and r[1] < buffer.size
-
-
-def stmt_exprs(s: Stmt) -> Iterator[Expr]:
-    """Every expression a statement tree evaluates (store indices/values, guards)."""
-    for x in walk_stmts(s):
-        if isinstance(x, Store):
-            yield from x.indices
-            yield x.value
-        elif isinstance(x, IfThenElse):
-            yield x.cond
 
 
 def free_names(s: Stmt) -> tuple[list[Var], list[Buffer]]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from autotune.codegen.llvm_emit import FunctionEmitter, access_align
 from autotune.codegen.llvm_index import (affine_coeff, depends_on, flat_index, in_bounds,
-                                         known_truth, same_element, stmt_exprs)
+                                         same_element)
 from autotune.codegen.llvm_text import (F32, I1, I64, Val, const_bool, const_int, const_vec,
                                        vec_ty)
+from autotune.ir.analysis import decide, stmt_exprs
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, walk
 from autotune.ir.stmt import For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
 
@@ -84,8 +85,8 @@ class _Lanes:
                 self.stmt(c, mask)
         elif isinstance(s, Store):
             self.store(s, mask)
-        elif isinstance(s, IfThenElse) and known_truth(s.cond, em.env.ranges) is not None:
-            branch = s.then if known_truth(s.cond, em.env.ranges) else s.else_
+        elif isinstance(s, IfThenElse) and decide(s.cond, em.env.ranges) is not None:
+            branch = s.then if decide(s.cond, em.env.ranges) else s.else_
             if branch is not None:
                 self.stmt(branch, mask)
         elif isinstance(s, IfThenElse) and not depends_on(s.cond, self.v):
@@ -153,8 +154,8 @@ class _Lanes:
         if isinstance(e, BinOp):
             a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
             return em.fbin(e.op, a, b)
-        if isinstance(e, (Cmp, And)) and known_truth(e, em.env.ranges) is not None:
-            return const_bool(bool(known_truth(e, em.env.ranges)))
+        if isinstance(e, (Cmp, And)) and decide(e, em.env.ranges) is not None:
+            return const_bool(bool(decide(e, em.env.ranges)))
         if isinstance(e, Cmp):
             a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
             return em.cmp(e.op, a, b, e.a.dtype == FLOAT)
@@ -162,7 +163,7 @@ class _Lanes:
             a, b = self.vec(self.expr(e.a, guard, mask)), self.vec(self.expr(e.b, guard, mask))
             return em.fb.emit(a.ty, f"and {a}, {b.ref}")
         if isinstance(e, Select):
-            truth = known_truth(e.cond, em.env.ranges)
+            truth = decide(e.cond, em.env.ranges)
             if truth is not None:
                 return self.expr(e.t if truth else e.f, guard, mask)
             c = self.expr(e.cond, guard, mask)

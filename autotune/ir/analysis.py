@@ -1,13 +1,15 @@
 """Affine analysis, substitution and range-aware simplification of index expressions."""
 from __future__ import annotations
 
-from typing import Callable, Container, Mapping
+from typing import Callable, Container, Iterator, Mapping
 
-from autotune.ir.expr import (INT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, binop,
-                              cmp, mul, walk)
-from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync
+from autotune.ir.expr import (FLOAT, INT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add,
+                              binop, cmp, mul, walk)
+from autotune.ir.stmt import (Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync,
+                              walk_stmts)
 
 Affine = tuple[dict[Var, int], int]
+Interval = tuple[int, int]  # closed: (lowest, highest)
 
 
 def affine(e: Expr, inner: Container[Var] | None = None) -> Affine | None:
@@ -195,6 +197,57 @@ def expr_range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
     return None
 
 
+def interval(e: Expr, ranges: Mapping[Var, Interval]) -> Interval | None:
+    """Closed integer interval of ``e`` given closed intervals of its vars (floor semantics
+    for ``//`` and ``%``); None when it cannot be bounded. Code generators use this one."""
+    if isinstance(e, Const):
+        return None if e.dtype == FLOAT else (int(e.value), int(e.value))
+    if isinstance(e, Var):
+        return ranges.get(e)
+    if isinstance(e, Select):
+        t, f = interval(e.t, ranges), interval(e.f, ranges)
+        return None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
+    if not isinstance(e, BinOp):
+        return None
+    a, b = interval(e.a, ranges), interval(e.b, ranges)
+    if e.op == "%" and b is not None and b[0] > 0:
+        return a if a is not None and a[0] >= 0 and a[1] < b[0] else (0, b[1] - 1)
+    if a is None or b is None:
+        return None
+    if e.op == "+":
+        return a[0] + b[0], a[1] + b[1]
+    if e.op == "-":
+        return a[0] - b[1], a[1] - b[0]
+    if e.op == "*":
+        ps = [x * y for x in a for y in b]
+        return min(ps), max(ps)
+    if e.op == "//" and b[0] > 0:  # monotone in the dividend for a positive divisor
+        qs = [x // y for x in a for y in b]
+        return min(qs), max(qs)
+    if e.op == "min":
+        return min(a[0], b[0]), min(a[1], b[1])
+    if e.op == "max":
+        return max(a[0], b[0]), max(a[1], b[1])
+    return None
+
+
+def decide(c: Expr, ranges: Mapping[Var, Interval]) -> bool | None:
+    """True/False when the var intervals decide the integer condition ``c``, else None."""
+    if isinstance(c, Const):
+        return bool(c.value)
+    if isinstance(c, And):
+        a, b = decide(c.a, ranges), decide(c.b, ranges)
+        if a is False or b is False:
+            return False
+        return True if a and b else None
+    if not isinstance(c, Cmp) or c.a.dtype == FLOAT:
+        return None
+    a, b = interval(c.a, ranges), interval(c.b, ranges)
+    if a is None or b is None:
+        return None
+    return _decide(c.op, (a[0] - b[1], a[1] - b[0]))  # the range of a - b
+
+
 def _divmod(x: Expr, d: int, op: str, extents: Mapping[Var, int]) -> Expr | None:
     a = affine(x, ())
     if a is None:
@@ -256,17 +309,14 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
-def stmt_exprs(s: Stmt):
-    """Yield every top-level expression in ``s`` (indices, values, conditions)."""
-    stack = [s]
-    while stack:
-        x = stack.pop()
+def stmt_exprs(s: Stmt) -> Iterator[Expr]:
+    """Every top-level expression in ``s`` (indices, values, conditions), in program order."""
+    for x in walk_stmts(s):
         if isinstance(x, Store):
             yield from x.indices
             yield x.value
         elif isinstance(x, IfThenElse):
             yield x.cond
-        stack.extend(x.children())
 
 
 def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:
