@@ -13,7 +13,8 @@ from math import prod
 from typing import Sequence
 
 from autotune.ir.stmt import ForKind
-from autotune.schedule.schedule import Axis, Stage
+from autotune.schedule.definitions import OpGraph
+from autotune.schedule.schedule import Axis, Schedule, Stage
 from autotune.target import CudaLimits, Target
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -85,6 +86,20 @@ def launch_reason(lim: CudaLimits, shape: BlockShape) -> str | None:
         return (f"{shape.local_floats} accumulator registers per thread > "
                 f"{lim.regs_per_thread // 2}")
     return None
+
+
+def conv_caches(g: OpGraph) -> tuple[Schedule, Stage, Stage, Stage]:
+    """The schedule of a (depthwise) convolution graph with its output accumulated in
+    registers and its input (padding inlined into the fill) and weights staged in shared
+    memory: ``(schedule, local, input_shared, weight_shared)``."""
+    s = g.schedule()
+    data, weight = g.inputs[0], g.inputs[1]
+    local = s.cache_write(g.output, "local")
+    d_sh = s.cache_read(g.pad or data, "shared", [local])
+    w_sh = s.cache_read(weight, "shared", [local])
+    if g.pad is not None:
+        s[g.pad].compute_inline()
+    return s, local, d_sh, w_sh
 
 
 def bind_threads(st: Stage, axes: Sequence[Axis], tags: Sequence[str]) -> None:

@@ -14,7 +14,7 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape,
+from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, conv_caches,
                                                      cooperative_fill, launch_reason, limits,
                                                      span, unroll_inner)
 from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
@@ -72,13 +72,7 @@ def block_shape(wl: Workload, cfg: Config) -> BlockShape:
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
     g = conv2d_graph(wl)
-    s = g.schedule()
-    data, weight = g.inputs[0], g.inputs[1]
-    local = s.cache_write(g.output, "local")
-    d_sh = s.cache_read(g.pad or data, "shared", [local])
-    w_sh = s.cache_read(weight, "shared", [local])
-    if g.pad is not None:
-        s[g.pad].compute_inline()
+    s, local, d_sh, w_sh = conv_caches(g)
 
     st = s[g.output]
     n, f, y, x = st.axis

@@ -12,8 +12,8 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, clamped_span,
-                                                     cooperative_fill, launch_reason, limits,
-                                                     unroll_inner)
+                                                     conv_caches, cooperative_fill,
+                                                     launch_reason, limits, unroll_inner)
 from autotune.space import Choice, Config, ConfigSpace
 from autotune.target import Target
 
@@ -70,13 +70,7 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     ty, yi = cfg["num_thread_y"], cfg["tile_yi"]
     vx, tx, xi = cfg["num_vthread_x"], cfg["num_thread_x"], cfg["tile_xi"]
     g = depthwise_graph(wl)
-    s = g.schedule()
-    data, weight = g.inputs[0], g.inputs[1]
-    local = s.cache_write(g.output, "local")
-    d_sh = s.cache_read(g.pad or data, "shared", [local])
-    w_sh = s.cache_read(weight, "shared", [local])
-    if g.pad is not None:
-        s[g.pad].compute_inline()
+    s, local, d_sh, w_sh = conv_caches(g)
 
     st = s[g.output]
     n, c, y, x = st.axis
