@@ -7,13 +7,12 @@ or ``("error", ErrorKind value, message, seconds)``.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
 
-from autotune.measure.child import child_setup
+from autotune.measure.child import child_setup, tasks
 from autotune.measure.result import ErrorKind
 
 
@@ -26,15 +25,7 @@ def serve(conn: Connection, preload: tuple[str, ...]) -> None:
     except Exception as err:  # the parent reports why no worker could start
         conn.send(("failed", describe(err, frames=1)))
         return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            break
-        if task is None:
-            break
-        build_fn, workload, target, config = task
+    for build_fn, workload, target, config in tasks(conn):
         t0 = time.perf_counter()
         try:
             artifact = build_fn(workload, target, config)

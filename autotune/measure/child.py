@@ -6,11 +6,12 @@ and the imports) and replace one whenever it hangs or dies; nothing else is shar
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import signal
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 _JOIN_S = 2.0  # how long a dying child gets to leave before it is killed
 
@@ -112,6 +113,20 @@ def child_setup() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # Ctrl-C in a terminal reaches the whole process group; the parent stops its children.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def tasks(conn: Connection) -> Iterator[Any]:
+    """The child's side of the pipe: say ready, then each task until the parent sends
+    ``None`` or goes away."""
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        yield task
 
 
 def deadline_after(seconds: float) -> float:

@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from autotune.measure.build_worker import describe
-from autotune.measure.child import child_setup
+from autotune.measure.child import child_setup, tasks
 from autotune.measure.correctness import WorkloadData, check_output
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureResult
@@ -25,15 +25,7 @@ def serve(conn: Connection, target: Any, load_fn: LoadFn) -> None:
     """Runner main loop; leaves with ``os._exit`` so no kernel thread pool outlives its code."""
     child_setup()
     data, flusher = WorkloadData(), CacheFlusher()
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            break
-        if task is None:
-            break
-        artifact, workload, options = task
+    for artifact, workload, options in tasks(conn):
         try:
             data.prepare(workload, options.seed)
         except Exception as err:
