@@ -163,38 +163,29 @@ def _range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
 
 def expr_range(e: Expr, extents: Mapping[Var, int]) -> tuple[int, int] | None:
     """Closed integer interval of ``e`` over vars in ``[0, extent)`` (interval arithmetic)."""
-    if isinstance(e, Var):
-        n = extents.get(e)
-        return None if n is None else (0, n - 1)
-    if isinstance(e, Const):
-        return (int(e.value), int(e.value)) if e.dtype == INT else None
-    if not isinstance(e, BinOp) or e.dtype != INT:
-        return None
-    a = expr_range(e.a, extents)
-    if e.op in ("//", "%") and isinstance(e.b, Const) and e.b.value > 0:
-        d = int(e.b.value)
-        if a is None:
-            return (0, d - 1) if e.op == "%" else None
-        if e.op == "//":
-            return a[0] // d, a[1] // d
-        if a[0] // d == a[1] // d:
-            return a[0] % d, a[1] % d
-        return 0, d - 1
-    b = expr_range(e.b, extents)
-    if a is None or b is None:
-        return None
-    if e.op == "+":
-        return a[0] + b[0], a[1] + b[1]
-    if e.op == "-":
-        return a[0] - b[1], a[1] - b[0]
-    if e.op == "*":
-        ps = [x * y for x in a for y in b]
-        return min(ps), max(ps)
-    if e.op == "min":
-        return min(a[0], b[0]), min(a[1], b[1])
-    if e.op == "max":
-        return max(a[0], b[0]), max(a[1], b[1])
-    return None
+    return interval(e, _LoopRanges(extents))
+
+
+class _LoopRanges(Mapping[Var, Interval]):
+    """Loop extents read as the closed intervals ``[0, extent - 1]`` of their vars."""
+
+    __slots__ = ("extents",)
+
+    def __init__(self, extents: Mapping[Var, int]) -> None:
+        self.extents = extents
+
+    def __getitem__(self, v: Var) -> Interval:
+        return 0, self.extents[v] - 1
+
+    def get(self, v: Var, default: Interval | None = None) -> Interval | None:  # type: ignore[override]
+        n = self.extents.get(v)
+        return default if n is None else (0, n - 1)
+
+    def __iter__(self) -> Iterator[Var]:
+        return iter(self.extents)
+
+    def __len__(self) -> int:
+        return len(self.extents)
 
 
 def interval(e: Expr, ranges: Mapping[Var, Interval]) -> Interval | None:
@@ -211,6 +202,8 @@ def interval(e: Expr, ranges: Mapping[Var, Interval]) -> Interval | None:
         return None
     a, b = interval(e.a, ranges), interval(e.b, ranges)
     if e.op == "%" and b is not None and b[0] > 0:
+        if a is not None and b[0] == b[1] and a[0] // b[0] == a[1] // b[0]:
+            return a[0] % b[0], a[1] % b[0]  # within one period of a constant divisor
         return a if a is not None and a[0] >= 0 and a[1] < b[0] else (0, b[1] - 1)
     if a is None or b is None:
         return None
