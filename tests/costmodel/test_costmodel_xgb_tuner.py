@@ -137,3 +137,27 @@ def test_options_and_knob_only_mode():
     results = [MeasureResult(costs=(1.0 / lookup[c.index],)) for c in batch]
     tuner.update([MeasureInput(wl, target, c) for c in batch], results)
     assert tuner.own is not None and len(tuner.next_batch(16)) == 16
+
+
+def test_members_take_turns_filling_a_batch():
+    _, (wl, target, configs, _, _) = main_data()
+    sp = space(wl, target)
+    cfgs = configs[:6]
+    tuner = XGBTuner(sp, seed=0, diversity=1.0)
+    scores = np.array([[6, 5, 4, 3, 2, 1], [1, 2, 3, 4, 5, 6]], dtype=float)
+    picks = tuner._pick(cfgs, scores, 4)
+    assert [c.index for c in picks] == [cfgs[i].index for i in (0, 5, 1, 4)]
+    scores[:, 5] = -np.inf  # fails to lower: never picked, and the batch may come up short
+    scores[:, 4] = -np.inf
+    picks = tuner._pick(cfgs, scores, 6)
+    assert {c.index for c in picks} == {c.index for c in cfgs[:4]}
+    # a pick shares at most `diversity` of its knobs with earlier ones while any such is left
+    near = sp.neighbors(cfgs[0], np.random.default_rng(0), k=1)[0]  # one knob differs
+    enc = sp.encode(configs)
+    far = next(c for c, d in zip(configs, enc) if np.mean(d == enc[0]) <= 0.5)
+    strict = XGBTuner(sp, seed=0, diversity=0.5)
+    one = np.array([[3.0, 2.0, 1.0]])
+    assert [c.index for c in strict._pick([cfgs[0], near, far], one, 2)] == [
+        cfgs[0].index, far.index]
+    assert [c.index for c in strict._pick([cfgs[0], near], one[:, :2], 2)] == [
+        cfgs[0].index, near.index]  # none that different left: the best one left
