@@ -7,7 +7,9 @@ the xgb tuner uses to fill a batch Thompson-style (each slot takes one member's 
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -34,8 +36,14 @@ class Ensemble:
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
             ) -> Ensemble:
-        for m in self.members:
-            m.fit(X, y, groups)
+        workers = min(len(self.members), os.cpu_count() or 1)
+        if workers == 1:
+            for m in self.members:
+                m.fit(X, y, groups)
+            return self
+        # XGBoost trains without the GIL: single-threaded members train side by side
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda m: m.fit(X, y, groups), self.members))
         return self
 
     def predict_each(self, X: np.ndarray) -> np.ndarray:
