@@ -61,8 +61,8 @@ class XGBTuner(Tuner):
         Option("temperature", "initial annealing temperature, in score standard deviations",
                1.0, minimum=0.0),
         # 4 members on 70% of the rows per tree: over 100 replayed seeds the median trials
-        # to 90% of each pool's best went 34.5 -> 29 (matmul), 30 -> 27 (conv2d), 35 -> 36.5
-        # (depthwise; geometric means 31.3 -> 29.6, 27.0 -> 24.8, 32.2 -> 31.3)
+        # to 90% of each pool's best went 34.5 -> 31 (matmul), 30 -> 27 (conv2d), 35 -> 35.5
+        # (depthwise; geometric means 31.3 -> 29.1, 27.0 -> 24.7, 32.2 -> 30.4)
         Option("members", "models in the ensemble; each picks its share of a batch", 4,
                minimum=1),
         Option("subsample", "share of the records each member's trees are fit on", 0.7,
