@@ -36,20 +36,14 @@ class Ensemble:
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
             ) -> Ensemble:
-        workers = min(len(self.members), os.cpu_count() or 1)
-        if workers == 1:
-            for m in self.members:
-                m.fit(X, y, groups)
-            return self
         # XGBoost trains without the GIL: single-threaded members train side by side
-        with ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(min(len(self.members), os.cpu_count() or 1)) as pool:
             list(pool.map(lambda m: m.fit(X, y, groups), self.members))
         return self
 
     def predict_each(self, X: np.ndarray) -> np.ndarray:
         """Scores of rows ``X`` by every member, shape (size, len(X))."""
-        return np.stack([m.predict(X) for m in self.members]) if len(X) else \
-            np.zeros((len(self.members), 0))
+        return np.stack([m.predict(X) for m in self.members])
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The members' mean score of rows ``X`` (higher is faster)."""

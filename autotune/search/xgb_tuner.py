@@ -185,31 +185,24 @@ class XGBTuner(Tuner):
         if not self.ready():
             return []  # no data yet: the base class fills the batch at random
         n_random = round(self.options["epsilon"] * n)
-        candidates = self._candidates(n)
-        self._predicted = {c.index: v for v, c in candidates}
-        configs = [c for _, c in candidates]
+        configs, each = self._candidates(n)
+        self._predicted = {c.index: float(v) for c, v in zip(configs, each.mean(axis=0))}
         # the base class tops the batch up with random configs
-        return self._pick(configs, self._member_scores(configs), n - n_random)
+        return self._pick(configs, each, n - n_random)
 
     def predicted(self, config: Config) -> float | None:
         return self._predicted.get(config.index)
 
-    def _candidates(self, n: int) -> list[tuple[float, Config]]:
-        """Scored admissible candidates, best first."""
+    def _candidates(self, n: int) -> tuple[list[Config], np.ndarray]:
+        """Admissible candidates that lower, best first, and their member scores."""
         opts = self.options
         if self._universe - len(self._visited) <= opts["exhaustive"]:
-            configs = self._all_admissible()
-            s = self.score(configs)
-            return sorted(((float(v), c) for v, c in zip(s, configs) if v > -np.inf),
-                          key=lambda t: (-t[0], t[1].index))
+            return self._ranked(self._all_admissible())
         self._seed_chains()
         keep = max(opts["rerank"], 4 * n)
         if self.twin is not None:
             visited = self.annealer.run(self._twin_score, keep, self._admissible)
-            configs = [c for _, c in visited]
-            s = self.score(configs)
-            return sorted(((float(v), c) for v, c in zip(s, configs) if v > -np.inf),
-                          key=lambda t: (-t[0], t[1].index))
+            return self._ranked([c for _, c in visited])
         budget = [opts["sa_budget"]]
 
         def afford(proposals: Sequence[Config]) -> bool:
@@ -218,7 +211,20 @@ class XGBTuner(Tuner):
             budget[0] -= sum(1 for c in proposals if c.index not in self.cache)
             return budget[0] >= 0
 
-        return self.annealer.run(self.score, keep, self._admissible, afford)
+        # the walk scored by the members' mean; the best visits' rows are cached by now
+        visited = self.annealer.run(self.score, keep, self._admissible, afford)
+        return self._ranked([c for _, c in visited])
+
+    def _ranked(self, configs: list[Config]) -> tuple[list[Config], np.ndarray]:
+        """``configs`` that lower, by the members' mean score (best first, ties by index),
+        with their member scores (shape (members, kept))."""
+        if not configs:
+            return [], np.zeros((1, 0))
+        each = self._member_scores(configs)
+        mean = each.mean(axis=0)
+        keep = [i for i in sorted(range(len(configs)), key=lambda i: (-mean[i], configs[i].index))
+                if mean[i] > -np.inf]
+        return [configs[i] for i in keep], each[:, keep]
 
     def _twin_score(self, configs: Sequence[Config]) -> np.ndarray:
         assert self.twin is not None
@@ -250,12 +256,12 @@ class XGBTuner(Tuner):
         digits = self.space.encode(configs)
         limit = self.options["diversity"] * digits.shape[1]
         orders = [np.argsort(-s, kind="stable") for s in scores]
-        free = np.isfinite(scores).any(axis=0)
+        free = np.isfinite(scores).all(axis=0)  # a config that fails to lower is -inf for all
         shared = np.zeros(len(configs), dtype=np.int64)  # most knobs shared with a pick
         chosen: list[int] = []
         for slot in range(n):
-            r = slot % len(orders)
-            order = orders[r][free[orders[r]] & np.isfinite(scores[r][orders[r]])]
+            order = orders[slot % len(orders)]
+            order = order[free[order]]
             if not order.size:
                 break
             ok = order[shared[order] <= limit]
