@@ -8,7 +8,7 @@ from autotune.ir.expr import (FLOAT, INT, And, BinOp, Cmp, Const, Expr, Load, Se
 from autotune.ir.stmt import (Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync,
                               walk_stmts)
 
-Affine = tuple[dict[Var, int], int]
+Affine = tuple[dict[Expr, int], int]
 Interval = tuple[int, int]  # closed: (lowest, highest)
 
 
@@ -72,34 +72,48 @@ def affine_range(coefs: Mapping[Expr, int], c: int, extents: Mapping[Var, int]
     return lo, hi
 
 
-def simplify(e: Expr, extents: Mapping[Var, int]) -> Expr:
-    """Canonicalise affine sub-expressions and remove ``//`` and ``%`` that the ranges decide."""
+def simplify(e: Expr, extents: Mapping[Var, int], memo: dict[Expr, Expr] | None = None
+             ) -> Expr:
+    """Canonicalise affine sub-expressions and remove ``//`` and ``%`` that the ranges decide.
+
+    ``memo`` caches results across calls that share ``extents`` (one lowering simplifies the
+    same index expressions for its guards, its cached tiles and its final pass).
+    """
     if isinstance(e, (Var, Const)):
         return e
+    if memo is None:
+        memo = {}
+    r = memo.get(e)
+    if r is None:
+        r = memo[e] = _simplify(e, extents, memo)
+    return r
+
+
+def _simplify(e: Expr, extents: Mapping[Var, int], memo: dict[Expr, Expr]) -> Expr:
     if isinstance(e, Load):
-        return Load(e.buffer, tuple(simplify(i, extents) for i in e.indices))
+        return Load(e.buffer, tuple(simplify(i, extents, memo) for i in e.indices))
     if isinstance(e, BinOp) and e.dtype == INT:
         if e.op in ("//", "%", "min", "max"):
-            return _simplify_nonlinear(e, extents)
+            return _simplify_nonlinear(e, extents, memo)
         a = affine(e, ())
         if a is None:  # a product of two non-constant terms
-            return binop(e.op, simplify(e.a, extents), simplify(e.b, extents))
+            return binop(e.op, simplify(e.a, extents, memo), simplify(e.b, extents, memo))
         coefs: dict[Expr, int] = {}
         c = a[1]
         for term, k in a[0].items():
             if isinstance(term, Var):
                 coefs[term] = coefs.get(term, 0) + k
                 continue
-            inner = affine(simplify(term, extents), ())
+            inner = affine(simplify(term, extents, memo), ())
             assert inner is not None
             for t2, k2 in inner[0].items():
                 coefs[t2] = coefs.get(t2, 0) + k * k2
             c += k * inner[1]
         return from_affine({t: k for t, k in coefs.items() if k}, c)
     if isinstance(e, BinOp):
-        return binop(e.op, simplify(e.a, extents), simplify(e.b, extents))
+        return binop(e.op, simplify(e.a, extents, memo), simplify(e.b, extents, memo))
     if isinstance(e, Cmp):
-        x, y = simplify(e.a, extents), simplify(e.b, extents)
+        x, y = simplify(e.a, extents, memo), simplify(e.b, extents, memo)
         r = _range(binop("-", x, y), extents) if x.dtype == INT else None
         if r is not None:
             decided = _decide(e.op, r)
@@ -107,22 +121,23 @@ def simplify(e: Expr, extents: Mapping[Var, int]) -> Expr:
                 return Const(int(decided), "bool")
         return cmp(e.op, x, y)
     if isinstance(e, And):
-        x, y = simplify(e.a, extents), simplify(e.b, extents)
+        x, y = simplify(e.a, extents, memo), simplify(e.b, extents, memo)
         if isinstance(x, Const):
             return y if x.value else x
         if isinstance(y, Const):
             return x if y.value else y
         return And(x, y)
     if isinstance(e, Select):
-        c = simplify(e.cond, extents)
-        if isinstance(c, Const):
-            return simplify(e.t if c.value else e.f, extents)
-        return Select(c, simplify(e.t, extents), simplify(e.f, extents))
+        cond = simplify(e.cond, extents, memo)
+        if isinstance(cond, Const):
+            return simplify(e.t if cond.value else e.f, extents, memo)
+        return Select(cond, simplify(e.t, extents, memo), simplify(e.f, extents, memo))
     return e
 
 
-def _simplify_nonlinear(e: BinOp, extents: Mapping[Var, int]) -> Expr:
-    x, y = simplify(e.a, extents), simplify(e.b, extents)
+def _simplify_nonlinear(e: BinOp, extents: Mapping[Var, int], memo: dict[Expr, Expr]
+                        ) -> Expr:
+    x, y = simplify(e.a, extents, memo), simplify(e.b, extents, memo)
     if e.op in ("//", "%") and isinstance(y, Const) and y.value > 0:
         r = _divmod(x, int(y.value), e.op, extents)
         if r is not None:
@@ -235,10 +250,10 @@ def decide(c: Expr, ranges: Mapping[Var, Interval]) -> bool | None:
         return True if a and b else None
     if not isinstance(c, Cmp) or c.a.dtype == FLOAT:
         return None
-    a, b = interval(c.a, ranges), interval(c.b, ranges)
-    if a is None or b is None:
+    ia, ib = interval(c.a, ranges), interval(c.b, ranges)
+    if ia is None or ib is None:
         return None
-    return _decide(c.op, (a[0] - b[1], a[1] - b[0]))  # the range of a - b
+    return _decide(c.op, (ia[0] - ib[1], ia[1] - ib[0]))  # the range of a - b
 
 
 def _divmod(x: Expr, d: int, op: str, extents: Mapping[Var, int]) -> Expr | None:

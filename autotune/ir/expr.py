@@ -1,7 +1,8 @@
 """Expression nodes of the loop IR.
 
 Index arithmetic is int64, tensor data float32. Nodes are immutable; ``Var`` compares
-by identity (two loops may share a name), every other node by structure.
+by identity (two loops may share a name), every other node by structure, with its hash
+computed once at construction (lowering keys its simplification cache by expression).
 """
 from __future__ import annotations
 
@@ -63,20 +64,16 @@ class Var(Expr):
     def __repr__(self) -> str:
         return self.name
 
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
 
 class Const(Expr):
-    __slots__ = ("value", "dtype")
+    __slots__ = ("value", "dtype", "_hash")
 
     def __init__(self, value: int | float, dtype: str | None = None):
         if dtype is None:
             dtype = FLOAT if isinstance(value, float) else INT
         self.value = float(value) if dtype == FLOAT else int(value)
         self.dtype = dtype
+        self._hash = hash((self.value, dtype))
 
     def __repr__(self) -> str:
         return repr(self.value)
@@ -85,19 +82,23 @@ class Const(Expr):
         return isinstance(other, Const) and other.value == self.value and other.dtype == self.dtype
 
     def __hash__(self) -> int:
-        return hash((self.value, self.dtype))
+        return self._hash
+
+    def __reduce__(self) -> tuple:  # rebuild: the cached hash is process-specific
+        return Const, (self.value, self.dtype)
 
 
 class BinOp(Expr):
     """``op`` is one of ``+ - * // % min max`` (``//`` and ``%`` are floor division/modulo)."""
 
-    __slots__ = ("op", "a", "b", "dtype")
+    __slots__ = ("op", "a", "b", "dtype", "_hash")
     OPS = ("+", "-", "*", "//", "%", "min", "max")
 
     def __init__(self, op: str, a: Expr, b: Expr):
         assert op in self.OPS, op
         self.op, self.a, self.b = op, a, b
         self.dtype = a.dtype
+        self._hash = hash((op, a, b))
 
     def children(self) -> tuple[Expr, ...]:
         return (self.a, self.b)
@@ -107,7 +108,10 @@ class BinOp(Expr):
                 and other.a == self.a and other.b == self.b)
 
     def __hash__(self) -> int:
-        return hash((self.op, self.a, self.b))
+        return self._hash
+
+    def __reduce__(self) -> tuple:  # rebuild: the cached hash may hold a Var's id
+        return BinOp, (self.op, self.a, self.b)
 
     def __repr__(self) -> str:
         if self.op in ("min", "max"):
@@ -118,13 +122,14 @@ class BinOp(Expr):
 class Cmp(Expr):
     """Comparison ``< <= > >= == !=``; result dtype bool."""
 
-    __slots__ = ("op", "a", "b", "dtype")
+    __slots__ = ("op", "a", "b", "dtype", "_hash")
     OPS = ("<", "<=", ">", ">=", "==", "!=")
 
     def __init__(self, op: str, a: Expr, b: Expr):
         assert op in self.OPS, op
         self.op, self.a, self.b = op, a, b
         self.dtype = BOOL
+        self._hash = hash(("cmp", op, a, b))
 
     def children(self) -> tuple[Expr, ...]:
         return (self.a, self.b)
@@ -134,17 +139,21 @@ class Cmp(Expr):
                 and other.a == self.a and other.b == self.b)
 
     def __hash__(self) -> int:
-        return hash(("cmp", self.op, self.a, self.b))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Cmp, (self.op, self.a, self.b)
 
     def __repr__(self) -> str:
         return f"({self.a!r} {self.op} {self.b!r})"
 
 
 class And(Expr):
-    __slots__ = ("a", "b", "dtype")
+    __slots__ = ("a", "b", "dtype", "_hash")
 
     def __init__(self, a: Expr, b: Expr):
         self.a, self.b, self.dtype = a, b, BOOL
+        self._hash = hash(("and", a, b))
 
     def children(self) -> tuple[Expr, ...]:
         return (self.a, self.b)
@@ -153,7 +162,10 @@ class And(Expr):
         return isinstance(other, And) and other.a == self.a and other.b == self.b
 
     def __hash__(self) -> int:
-        return hash(("and", self.a, self.b))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return And, (self.a, self.b)
 
     def __repr__(self) -> str:
         return f"({self.a!r} && {self.b!r})"
@@ -162,11 +174,12 @@ class And(Expr):
 class Select(Expr):
     """``cond ? t : f``; both arms may be evaluated (they must be safe to evaluate)."""
 
-    __slots__ = ("cond", "t", "f", "dtype")
+    __slots__ = ("cond", "t", "f", "dtype", "_hash")
 
     def __init__(self, cond: Expr, t: Expr, f: Expr):
         self.cond, self.t, self.f = cond, t, f
         self.dtype = t.dtype
+        self._hash = hash(("select", cond, t, f))
 
     def children(self) -> tuple[Expr, ...]:
         return (self.cond, self.t, self.f)
@@ -176,7 +189,10 @@ class Select(Expr):
                 and other.t == self.t and other.f == self.f)
 
     def __hash__(self) -> int:
-        return hash(("select", self.cond, self.t, self.f))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Select, (self.cond, self.t, self.f)
 
     def __repr__(self) -> str:
         return f"select({self.cond!r}, {self.t!r}, {self.f!r})"
@@ -185,12 +201,13 @@ class Select(Expr):
 class Load(Expr):
     """Read ``buffer[indices]`` (one index per buffer dimension)."""
 
-    __slots__ = ("buffer", "indices", "dtype")
+    __slots__ = ("buffer", "indices", "dtype", "_hash")
 
     def __init__(self, buffer: "Buffer", indices: tuple[Expr, ...]):
         assert len(indices) == len(buffer.shape), (buffer.name, indices)
         self.buffer, self.indices = buffer, tuple(indices)
         self.dtype = buffer.dtype
+        self._hash = hash(("load", id(buffer), self.indices))
 
     def children(self) -> tuple[Expr, ...]:
         return self.indices
@@ -200,7 +217,10 @@ class Load(Expr):
                 and other.indices == self.indices)
 
     def __hash__(self) -> int:
-        return hash(("load", id(self.buffer), self.indices))
+        return self._hash
+
+    def __reduce__(self) -> tuple:  # rebuild: the cached hash holds the buffer's id
+        return Load, (self.buffer, self.indices)
 
     def __repr__(self) -> str:
         return f"{self.buffer.name}[{', '.join(map(repr, self.indices))}]"

@@ -88,6 +88,7 @@ class For(Stmt):
 
 class Seq(Stmt):
     __slots__ = ("stmts",)
+    stmts: tuple[Stmt, ...]
 
     def __init__(self, stmts: list[Stmt] | tuple[Stmt, ...]):
         flat: list[Stmt] = []

@@ -43,6 +43,8 @@ class _Lowerer:
     def __init__(self, sch: Schedule):
         self.sch = sch
         self.ext: dict[Var, int] = {}
+        # simplify's results: vars are never re-bound to another extent, so they stay valid
+        self.memo: dict[Expr, Expr] = {}
         self.axis_of_var: dict[Var, Axis] = {}
         self.names: dict[str, int] = {}
         self.workspaces: list[Buffer] = []
@@ -61,7 +63,7 @@ class _Lowerer:
             if st.tensor is not self.sch.output:
                 self.workspaces.append(buf)
             parts.append(stmt)
-        body = _simplify_stmt(Seq(parts), self.ext)
+        body = _simplify_stmt(Seq(parts), self.ext, self.memo)
         args = tuple(t.buffer for t in self.sch.inputs) + (self.sch.output.buffer,)
         return PrimFunc(name, args, body, tuple(self.workspaces))
 
@@ -107,7 +109,11 @@ class _Lowerer:
         for rel in st.relations:
             if isinstance(rel, SplitRel):
                 p = ext[rel.parent]
-                inner = min(rel.factor, p) if rel.factor else ceil(p / rel.nparts)
+                if rel.factor:
+                    inner = min(rel.factor, p)
+                else:
+                    assert rel.nparts, rel
+                    inner = ceil(p / rel.nparts)
                 ext[rel.inner], ext[rel.outer] = inner, ceil(p / inner)
             else:
                 ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
@@ -188,14 +194,14 @@ class _Lowerer:
         while stack:
             e, tested = stack.pop()
             if isinstance(e, Select):
-                covered = tested | _compared(simplify(e.cond, self.ext))
+                covered = tested | _compared(simplify(e.cond, self.ext, self.memo))
                 stack += [(e.cond, tested), (e.t, covered), (e.f, covered)]
                 continue
             stack.extend((c, tested) for c in e.children())
             if not isinstance(e, Load):
                 continue
             for i, n in zip(e.indices, e.buffer.shape):
-                i = simplify(i, self.ext)
+                i = simplify(i, self.ext, self.memo)
                 if i in tested:
                     continue
                 r = index_range(i, self.ext)
@@ -221,6 +227,7 @@ class _Lowerer:
 
     def _post_pass(self, st: Stage, post: Expr, buf: Buffer) -> Stmt:
         """Apply an epilogue after a reduction computed in place (no cache_write)."""
+        assert st.op.acc is not None, st
         vs = [self._var(f"{v.name}_post", n) for v, n in zip(st.op.axes, st.tensor.shape)]
         read = Load(buf, tuple(vs))
         stmt: Stmt = Store(buf, tuple(vs), substitute(post, {st.op.acc: read,
@@ -245,7 +252,7 @@ class _Lowerer:
         stmt, buf = self.emit(child, enclosing, region)
         if region.extents:
             def local(e: Load) -> Expr:
-                return Load(buf, tuple(simplify(i - b, self.ext)
+                return Load(buf, tuple(simplify(i - b, self.ext, self.memo)
                                        for i, b in zip(e.indices, region.bases)))
         else:
             idx = tuple(region.consumer_vars[a] for a in child.axis)
@@ -258,30 +265,39 @@ class _Lowerer:
         return Allocate(buf, Seq(parts))
 
     def _box(self, child: Stage, loads: list[Load], inner: dict[Var, int]) -> _Region:
-        bases, extents = [], []
+        bases: list[Expr] = []
+        extents: list[int] = []
         for d, n in enumerate(child.tensor.shape):
-            lo = hi = None
-            outer_key = None
-            for ld in loads:
-                a = affine(simplify(ld.indices[d], self.ext), inner)
-                if a is None:
-                    break
-                coefs, c = a
-                outer = {v: k for v, k in coefs.items() if v not in inner}
-                r = affine_range({v: k for v, k in coefs.items() if v in inner}, c, inner)
-                key = frozenset(outer.items())
-                if outer_key is not None and key != outer_key:
-                    break
-                outer_key = key
-                lo = r[0] if lo is None else min(lo, r[0])
-                hi = r[1] if hi is None else max(hi, r[1])
+            box = self._box_dim(loads, d, inner)
+            if box is None:  # not affine: cache the whole dimension
+                bases.append(Const(0))
+                extents.append(n)
             else:
-                bases.append(from_affine(dict(outer_key or ()), lo))
-                extents.append(hi - lo + 1)
-                continue
-            bases.append(Const(0))  # not affine: cache the whole dimension
-            extents.append(n)
+                bases.append(box[0])
+                extents.append(box[1])
         return _Region(bases, extents=extents)
+
+    def _box_dim(self, loads: list[Load], d: int, inner: dict[Var, int]
+                 ) -> tuple[Expr, int] | None:
+        """Base and extent of dimension ``d`` over all ``loads`` when every index is the same
+        outer expression plus an affine form of the ``inner`` loops, else None."""
+        lo = hi = 0
+        outer_key: frozenset[tuple[Expr, int]] | None = None
+        for ld in loads:
+            a = affine(simplify(ld.indices[d], self.ext, self.memo), inner)
+            if a is None:
+                return None
+            coefs, c = a
+            outer = {v: k for v, k in coefs.items() if v not in inner}
+            r = affine_range({v: k for v, k in coefs.items() if v in inner}, c, inner)
+            key = frozenset(outer.items())
+            if r is None or (outer_key is not None and key != outer_key):
+                return None
+            lo, hi = (r[0], r[1]) if outer_key is None else (min(lo, r[0]), max(hi, r[1]))
+            outer_key = key
+        if outer_key is None:
+            return None
+        return from_affine(dict(outer_key), lo), hi - lo + 1
 
     def _per_var(self, child: Stage, loads: list[Load], inner: dict[Var, int]) -> _Region:
         first = loads[0]
@@ -290,13 +306,14 @@ class _Lowerer:
         mirror_of = {a.mirror: a for a in child.axis}
         region = _Region([])
         for e in first.indices:
-            a = affine(simplify(e, self.ext), inner)
+            a = affine(simplify(e, self.ext, self.memo), inner)
             if a is None:
                 raise LoweringError(f"{child}: consumer index {e!r} is not affine")
             coefs, c = a
-            outer, terms = {}, []
+            outer: dict[Expr, int] = {}
+            terms: list[tuple[Axis, int]] = []
             for v, k in coefs.items():
-                if v not in inner:
+                if not isinstance(v, Var) or v not in inner:
                     outer[v] = k
                     continue
                 ax = mirror_of.get(self.axis_of_var.get(v))
@@ -325,20 +342,20 @@ def _guard(stmt: Stmt, conds: list[Expr]) -> Stmt:
     return stmt
 
 
-def _simplify_stmt(s: Stmt, ext: dict[Var, int]) -> Stmt:
+def _simplify_stmt(s: Stmt, ext: dict[Var, int], memo: dict[Expr, Expr]) -> Stmt:
     """Simplify every expression and drop guards that the loop ranges decide."""
     if isinstance(s, Seq):
-        return Seq([_simplify_stmt(c, ext) for c in s.stmts])
+        return Seq([_simplify_stmt(c, ext, memo) for c in s.stmts])
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _simplify_stmt(s.body, ext))
+        return For(s.var, s.extent, s.kind, _simplify_stmt(s.body, ext, memo))
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, _simplify_stmt(s.body, ext))
+        return Allocate(s.buffer, _simplify_stmt(s.body, ext, memo))
     if isinstance(s, IfThenElse):
-        c = simplify(s.cond, ext)
+        c = simplify(s.cond, ext, memo)
         if isinstance(c, Const):
             if c.value:
-                return _simplify_stmt(s.then, ext)
-            return Seq([]) if s.else_ is None else _simplify_stmt(s.else_, ext)
-        return IfThenElse(c, _simplify_stmt(s.then, ext),
-                          None if s.else_ is None else _simplify_stmt(s.else_, ext))
-    return map_stmt_exprs(s, lambda e: simplify(e, ext))
+                return _simplify_stmt(s.then, ext, memo)
+            return Seq([]) if s.else_ is None else _simplify_stmt(s.else_, ext, memo)
+        return IfThenElse(c, _simplify_stmt(s.then, ext, memo),
+                          None if s.else_ is None else _simplify_stmt(s.else_, ext, memo))
+    return map_stmt_exprs(s, lambda e: simplify(e, ext, memo))
