@@ -6,7 +6,11 @@ PYTEST_ARGS ?=
 
 .PHONY: install run test bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The hot path is compiled with mypyc at install (setup.py, autotune/native.py): editing one
+# of its sources reinstalls, which rebuilds it (a stale build refuses to import).
+NATIVE_SRC := $(shell $(PYTHON) autotune/native.py --sources)
+
+$(VENV)/.installed: pyproject.toml setup.py $(NATIVE_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -25,4 +29,5 @@ bench: install
 	$(PY) benchmarks/kernels.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	test ! -f autotune/native.py || $(PYTHON) autotune/native.py --clean
+	rm -rf $(VENV) *.egg-info .pytest_cache build

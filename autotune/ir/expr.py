@@ -21,7 +21,7 @@ ExprLike = Union["Expr", int, float]
 class Expr:
     """Base of all expressions. Arithmetic operators build nodes (with constant folding)."""
 
-    __slots__ = ()
+    __slots__ = ("dtype",)
     dtype: str
 
     def __add__(self, o: ExprLike) -> "Expr":
@@ -55,18 +55,21 @@ class Expr:
 class Var(Expr):
     """A loop or index variable (int64)."""
 
-    __slots__ = ("name", "dtype")
+    __slots__ = ("name",)
 
     def __init__(self, name: str, dtype: str = INT):
         self.name = name
         self.dtype = dtype
+
+    def __reduce__(self) -> tuple:  # compiled (mypyc) classes pickle through their __init__
+        return Var, (self.name, self.dtype)
 
     def __repr__(self) -> str:
         return self.name
 
 
 class Const(Expr):
-    __slots__ = ("value", "dtype", "_hash")
+    __slots__ = ("value", "_hash")
 
     def __init__(self, value: int | float, dtype: str | None = None):
         if dtype is None:
@@ -91,7 +94,7 @@ class Const(Expr):
 class BinOp(Expr):
     """``op`` is one of ``+ - * // % min max`` (``//`` and ``%`` are floor division/modulo)."""
 
-    __slots__ = ("op", "a", "b", "dtype", "_hash")
+    __slots__ = ("op", "a", "b", "_hash")
     OPS = ("+", "-", "*", "//", "%", "min", "max")
 
     def __init__(self, op: str, a: Expr, b: Expr):
@@ -122,7 +125,7 @@ class BinOp(Expr):
 class Cmp(Expr):
     """Comparison ``< <= > >= == !=``; result dtype bool."""
 
-    __slots__ = ("op", "a", "b", "dtype", "_hash")
+    __slots__ = ("op", "a", "b", "_hash")
     OPS = ("<", "<=", ">", ">=", "==", "!=")
 
     def __init__(self, op: str, a: Expr, b: Expr):
@@ -149,7 +152,7 @@ class Cmp(Expr):
 
 
 class And(Expr):
-    __slots__ = ("a", "b", "dtype", "_hash")
+    __slots__ = ("a", "b", "_hash")
 
     def __init__(self, a: Expr, b: Expr):
         self.a, self.b, self.dtype = a, b, BOOL
@@ -174,7 +177,7 @@ class And(Expr):
 class Select(Expr):
     """``cond ? t : f``; both arms may be evaluated (they must be safe to evaluate)."""
 
-    __slots__ = ("cond", "t", "f", "dtype", "_hash")
+    __slots__ = ("cond", "t", "f", "_hash")
 
     def __init__(self, cond: Expr, t: Expr, f: Expr):
         self.cond, self.t, self.f = cond, t, f
@@ -201,7 +204,7 @@ class Select(Expr):
 class Load(Expr):
     """Read ``buffer[indices]`` (one index per buffer dimension)."""
 
-    __slots__ = ("buffer", "indices", "dtype", "_hash")
+    __slots__ = ("buffer", "indices", "_hash")
 
     def __init__(self, buffer: "Buffer", indices: tuple[Expr, ...]):
         assert len(indices) == len(buffer.shape), (buffer.name, indices)

@@ -37,6 +37,9 @@ class Buffer:
             acc *= s
         self.strides = tuple(reversed(strides))
 
+    def __reduce__(self) -> tuple:  # compiled (mypyc) classes pickle through their __init__
+        return Buffer, (self.name, self.shape, self.dtype, self.scope)
+
     @property
     def size(self) -> int:
         return prod(self.shape)
@@ -82,6 +85,9 @@ class For(Stmt):
     def __init__(self, var: Var, extent: int, kind: ForKind, body: Stmt):
         self.var, self.extent, self.kind, self.body = var, int(extent), ForKind(kind), body
 
+    def __reduce__(self) -> tuple:
+        return For, (self.var, self.extent, self.kind, self.body)
+
     def children(self) -> tuple[Stmt, ...]:
         return (self.body,)
 
@@ -96,6 +102,9 @@ class Seq(Stmt):
             flat.extend(s.stmts if isinstance(s, Seq) else [s])
         self.stmts = tuple(flat)
 
+    def __reduce__(self) -> tuple:
+        return Seq, (self.stmts,)
+
     def children(self) -> tuple[Stmt, ...]:
         return self.stmts
 
@@ -107,6 +116,9 @@ class Store(Stmt):
         assert len(indices) == len(buffer.shape), (buffer.name, indices)
         self.buffer, self.indices, self.value = buffer, tuple(indices), value
 
+    def __reduce__(self) -> tuple:
+        return Store, (self.buffer, self.indices, self.value)
+
 
 class Allocate(Stmt):
     """Scope of a temporary buffer; ``body`` may read and write it."""
@@ -115,6 +127,9 @@ class Allocate(Stmt):
 
     def __init__(self, buffer: Buffer, body: Stmt):
         self.buffer, self.body = buffer, body
+
+    def __reduce__(self) -> tuple:
+        return Allocate, (self.buffer, self.body)
 
     def children(self) -> tuple[Stmt, ...]:
         return (self.body,)
@@ -126,6 +141,9 @@ class IfThenElse(Stmt):
     def __init__(self, cond: Expr, then: Stmt, else_: Stmt | None = None):
         self.cond, self.then, self.else_ = cond, then, else_
 
+    def __reduce__(self) -> tuple:
+        return IfThenElse, (self.cond, self.then, self.else_)
+
     def children(self) -> tuple[Stmt, ...]:
         return (self.then,) if self.else_ is None else (self.then, self.else_)
 
@@ -134,6 +152,9 @@ class Sync(Stmt):
     """Barrier among the threads of a block (``__syncthreads()``); a no-op on CPUs."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return Sync, ()
 
 
 @dataclass
@@ -146,6 +167,9 @@ class PrimFunc:
     body: Stmt
     workspaces: tuple[Buffer, ...] = ()
     attrs: dict = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple:
+        return PrimFunc, (self.name, self.args, self.body, self.workspaces, self.attrs)
 
     def __str__(self) -> str:
         from autotune.ir.printer import format_func

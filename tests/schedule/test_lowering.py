@@ -1,11 +1,15 @@
 """Lowering checks that need no code generator: the loop AST is run by the interpreter."""
+import pickle
+
 import numpy as np
 import pytest
 
 import autotune
 from autotune import driver
+from autotune.ir.expr import Var, walk
 from autotune.ir.interp import interpret
-from autotune.ir.stmt import Allocate, For, ForKind, Scope, Sync, walk_stmts
+from autotune.ir.printer import format_func
+from autotune.ir.stmt import Allocate, For, ForKind, Scope, Store, Sync, walk_stmts
 from autotune.schedule.compute import compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule
 
@@ -97,3 +101,20 @@ def test_invalid_config_is_an_instantiation_error():
     assert not sp.is_valid(big)
     with pytest.raises(driver.InvalidConfig, match="register tile"):
         driver.lower(wl, target, big)
+
+
+def test_a_lowered_function_survives_pickling():
+    """Build workers send kernels' ASTs to the parent: the copy prints the same, its index
+    vars are its own loops' vars (identity kept), and structurally equal expressions hash
+    equal again (expression hashes are cached at construction)."""
+    wl = autotune.workload("conv2d", N=1, C=16, H=9, W=9, K=16, R=3, S=3, stride=1, pad=1)
+    func = autotune.lower(wl, "llvm")
+    copy = pickle.loads(pickle.dumps(func))
+    assert format_func(copy) == format_func(func)
+    loop_vars = {id(s.var) for s in walk_stmts(copy.body) if isinstance(s, For)}
+    index_vars = [e for s in walk_stmts(copy.body) if isinstance(s, Store)
+                  for i in s.indices for e in walk(i) if isinstance(e, Var)]
+    assert index_vars and all(id(v) in loop_vars for v in index_vars)
+    v = Var("i")
+    w, e = pickle.loads(pickle.dumps((v, v * 4 + 1)))
+    assert e == w * 4 + 1 and hash(e) == hash(w * 4 + 1) and e != v * 4 + 1
