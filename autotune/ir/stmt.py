@@ -30,7 +30,7 @@ class Buffer:
         self.name = name
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
-        self.scope = Scope(scope)
+        self.scope = scope if isinstance(scope, Scope) else Scope(scope)
         strides, acc = [], 1
         for s in reversed(self.shape):
             strides.append(acc)
@@ -83,7 +83,9 @@ class For(Stmt):
     __slots__ = ("var", "extent", "kind", "body")
 
     def __init__(self, var: Var, extent: int, kind: ForKind, body: Stmt):
-        self.var, self.extent, self.kind, self.body = var, int(extent), ForKind(kind), body
+        # ForKind(member) takes the Enum slow path (a Python-level __call__): skip it
+        self.var, self.extent, self.body = var, int(extent), body
+        self.kind = kind if isinstance(kind, ForKind) else ForKind(kind)
 
     def __reduce__(self) -> tuple:
         return For, (self.var, self.extent, self.kind, self.body)

@@ -250,17 +250,8 @@ class _Lowerer:
         region = self._per_var(child, loads, inner) if child.per_var_region else \
             self._box(child, loads, inner)
         stmt, buf = self.emit(child, enclosing, region)
-        if region.extents:
-            def local(e: Load) -> Expr:
-                return Load(buf, tuple(simplify(i - b, self.ext, self.memo)
-                                       for i, b in zip(e.indices, region.bases)))
-        else:
-            idx = tuple(region.consumer_vars[a] for a in child.axis)
-
-            def local(e: Load) -> Expr:
-                return Load(buf, idx)
-        body = map_stmt_exprs(body, lambda e: map_expr(
-            e, lambda x: local(x) if isinstance(x, Load) and x.buffer is src else None))
+        idx = None if region.extents else tuple(region.consumer_vars[a] for a in child.axis)
+        body = map_stmt_exprs(body, _Redirect(src, buf, region.bases, idx, self).expr)
         parts = [stmt, Sync(), body, Sync()] if child.scope is Scope.SHARED else [stmt, body]
         return Allocate(buf, Seq(parts))
 
@@ -328,6 +319,29 @@ class _Lowerer:
             if ax not in region.consumer_vars:
                 raise LoweringError(f"{child}: consumer loop {ax} does not index it")
         return region
+
+
+class _Redirect:
+    """Rewrites the loads of ``src`` as loads of its cached copy ``buf``: at ``idx`` (per-var
+    regions) or at the index minus the region's base (boxes). A class, not closures: nested
+    closures referring to each other form reference cycles that kept each lowering's
+    expressions alive until the cyclic collector ran."""
+
+    def __init__(self, src: Buffer, buf: Buffer, bases: list[Expr],
+                 idx: tuple[Expr, ...] | None, lowerer: _Lowerer) -> None:
+        self.src, self.buf, self.bases, self.idx = src, buf, bases, idx
+        self.ext, self.memo = lowerer.ext, lowerer.memo
+
+    def load(self, x: Expr) -> Expr | None:
+        if not isinstance(x, Load) or x.buffer is not self.src:
+            return None
+        if self.idx is not None:
+            return Load(self.buf, self.idx)
+        return Load(self.buf, tuple(simplify(i - b, self.ext, self.memo)
+                                    for i, b in zip(x.indices, self.bases)))
+
+    def expr(self, e: Expr) -> Expr:
+        return map_expr(e, self.load)
 
 
 def _compared(cond: Expr) -> frozenset[Expr]:

@@ -226,22 +226,28 @@ def _replace_loads(e, old: Tensor, new: Tensor):
 
 
 def _topo(output: Tensor, computed: Sequence[Tensor]) -> list[Tensor]:
-    """Computed tensors reachable from ``output``, producers before consumers."""
+    """Computed tensors reachable from ``output``, producers before consumers (depth first,
+    producers in the order their loads occur). Iterative: a recursive inner function is a
+    reference cycle, which kept the whole graph alive until the cyclic collector ran."""
     by_buffer = {id(t.buffer): t for t in computed}
     order: list[Tensor] = []
-    seen: set[int] = set()
-
-    def visit(t: Tensor) -> None:
-        if id(t) in seen:
-            return
-        seen.add(id(t))
-        assert t.op is not None
-        exprs = [t.op.body] + ([t.op.post] if t.op.post is not None else [])
-        for e in exprs:
-            for x in walk(e):
-                if isinstance(x, Load) and id(x.buffer) in by_buffer:
-                    visit(by_buffer[id(x.buffer)])
-        order.append(t)
-
-    visit(output)
+    seen = {id(output)}
+    stack = [(output, iter(_producers(output, by_buffer)))]
+    while stack:
+        t, pending = stack[-1]
+        nxt = next((p for p in pending if id(p) not in seen), None)
+        if nxt is None:
+            stack.pop()
+            order.append(t)
+        else:
+            seen.add(id(nxt))
+            stack.append((nxt, iter(_producers(nxt, by_buffer))))
     return order
+
+
+def _producers(t: Tensor, by_buffer: dict[int, Tensor]) -> list[Tensor]:
+    """The computed tensors ``t``'s definition loads, in load order (repeats included)."""
+    assert t.op is not None
+    exprs = [t.op.body] + ([t.op.post] if t.op.post is not None else [])
+    return [by_buffer[id(x.buffer)] for e in exprs for x in walk(e)
+            if isinstance(x, Load) and id(x.buffer) in by_buffer]
