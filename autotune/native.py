@@ -27,6 +27,8 @@ SOURCES = (
     "autotune/ir/expr.py",
     "autotune/ir/stmt.py",
     "autotune/ir/analysis.py",
+    "autotune/schedule/compute.py",
+    "autotune/schedule/schedule.py",
     "autotune/schedule/lower.py",
     "autotune/costmodel/nest.py",
     "autotune/costmodel/footprint.py",

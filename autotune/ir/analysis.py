@@ -286,16 +286,22 @@ def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         return r
     if isinstance(e, (Var, Const)):
         return e
+    # an unchanged subtree is returned as is: rebuilding it would only allocate
     if isinstance(e, BinOp):
-        return binop(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        return e if a is e.a and b is e.b else binop(e.op, a, b)
     if isinstance(e, Cmp):
-        return cmp(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        return e if a is e.a and b is e.b else cmp(e.op, a, b)
     if isinstance(e, And):
-        return And(map_expr(e.a, fn), map_expr(e.b, fn))
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        return e if a is e.a and b is e.b else And(a, b)
     if isinstance(e, Select):
-        return Select(map_expr(e.cond, fn), map_expr(e.t, fn), map_expr(e.f, fn))
+        c, t, f = map_expr(e.cond, fn), map_expr(e.t, fn), map_expr(e.f, fn)
+        return e if c is e.cond and t is e.t and f is e.f else Select(c, t, f)
     if isinstance(e, Load):
-        return Load(e.buffer, tuple(map_expr(i, fn) for i in e.indices))
+        idx = tuple(map_expr(i, fn) for i in e.indices)
+        return e if all(x is y for x, y in zip(idx, e.indices)) else Load(e.buffer, idx)
     raise TypeError(f"unknown expression {type(e).__name__}")
 
 

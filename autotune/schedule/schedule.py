@@ -200,7 +200,7 @@ class Schedule:
         t.op = ComputeOp(op.axes, (), body)
         pos = self.stages.index(st)
         self.stages[pos] = self._by_tensor[t] = Stage(t, st.scope)  # no reduction axes now
-        new = Stage(local, scope)
+        new = Stage(local, Scope(scope))
         new.per_var_region = True
         return self._add(new, pos)
 
@@ -209,7 +209,7 @@ class Schedule:
         cached = compute(f"{t.name}_{Scope(scope).value}", t.shape, lambda *ax: t[ax])
         for r in readers:
             r.op.body = _replace_loads(r.op.body, t, cached)
-        new = Stage(cached, scope)
+        new = Stage(cached, Scope(scope))
         pos = min(self.stages.index(r) for r in readers)
         return self._add(new, pos)
 
