@@ -1,7 +1,7 @@
 """The modules compiled to C with mypyc, and the check that they match their sources.
 
-Lowering and loop-AST feature extraction run for every candidate config the cost model
-scores; compiled, they run about twice as fast (benchmarks/features.py). ``setup.py`` builds
+Scheduling, lowering and loop-AST feature extraction run for every candidate config the cost
+model scores; compiled, they run about twice as fast (benchmarks/features.py). ``setup.py`` builds
 them when mypyc and a C compiler are available (``AUTOTUNE_PURE=1`` skips that) and records
 the SHA-256 of each source in ``_native.json`` beside the package. A compiled module shadows
 its ``.py``, so an edited source would silently not run: ``check()`` (called when

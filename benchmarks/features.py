@@ -5,7 +5,8 @@ host CPU target, times on the same random configs: template scheduling alone, lo
 (schedule + lower, what ``driver.lower`` does), extraction from lowered functions, model
 prediction, the whole path ``features_for`` + ``predict`` with a cold and a warm cache,
 and the knob path the xgb tuner's annealing walks (knob rows + predict, no lowering).
-Prints a table; asserts nothing about times.
+Prints a table; asserts nothing about times. The header says whether the mypyc build of the
+hot path is in use (``python autotune/native.py --status``).
 
     .venv/bin/python benchmarks/features.py [--configs 300] [--seed 0]
 """
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 import autotune
+from autotune import native
 from autotune.costmodel.cache import FeatureCache, features_for
 from autotune.costmodel.features import extract_many, knob_features
 from autotune.costmodel.model import XGBModel
@@ -87,7 +89,8 @@ def main() -> None:
     args = ap.parse_args()
     target = Target("llvm")
     cols = ["schedule", "lower", "extract", "predict", "cold", "warm", "knob"]
-    print(f"configs/s on {target.key} ({args.configs} random valid configs each)")
+    print(f"configs/s on {target.key} ({args.configs} random valid configs each); "
+          f"hot path: {native.status()} (autotune/native.py)")
     print("  lower = schedule + lower; cold/warm = features_for (lowering included) + predict;")
     print("  knob = knob_features + predict (what the annealing chains walk)")
     print(f"{'workload':26s}" + "".join(f"{c:>10s}" for c in cols))
