@@ -42,11 +42,15 @@ def extensions() -> list:
         print("autotune: mypyc not available, installing pure Python", file=sys.stderr)
         return []
     old = os.getcwd()
-    os.chdir(ROOT)  # mypyc resolves module names from paths relative to the working dir
+    os.chdir(ROOT)  # mypyc resolves paths and reads pyproject.toml's [tool.mypy] from here
     try:
         # the modules they import are type-checked for their signatures, not for errors
         return mypycify(["--follow-imports=silent", *native["SOURCES"]], opt_level="3",
                         group_name=native["GROUP"])
+    except (Exception, SystemExit) as err:  # mypy reports type errors by exiting
+        print(f"autotune: mypyc cannot compile the hot path ({err!r}), installing pure Python",
+              file=sys.stderr)
+        return []
     finally:
         os.chdir(old)
 
