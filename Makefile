@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # of its sources reinstalls, which rebuilds it (a stale build refuses to import).
 NATIVE_SRC := $(shell $(PYTHON) autotune/native.py --sources)
 
-$(VENV)/.installed: pyproject.toml setup.py $(NATIVE_SRC)
+$(VENV)/.installed: pyproject.toml setup.py autotune/native.py $(NATIVE_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

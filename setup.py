@@ -35,6 +35,7 @@ class NativeBuild(build_ext):
 
 def extensions() -> list:
     if os.environ.get("AUTOTUNE_PURE") == "1":
+        native["clean"](ROOT)
         return []
     try:
         from mypyc.build import mypycify
@@ -50,6 +51,7 @@ def extensions() -> list:
     except (Exception, SystemExit) as err:  # mypy reports type errors by exiting
         print(f"autotune: mypyc cannot compile the hot path ({err!r}), installing pure Python",
               file=sys.stderr)
+        native["clean"](ROOT)  # an earlier in-place build would shadow the sources
         return []
     finally:
         os.chdir(old)

@@ -35,7 +35,9 @@ SOURCES = (
     "autotune/costmodel/features.py",
 )
 MANIFEST = "_native.json"  # in the package directory
-GROUP = "autotune"  # mypyc names its shared runtime library "<GROUP>__mypyc" (beside the package)
+# mypyc's shared runtime library is the module "<GROUP>__mypyc": inside the package, where
+# an editable install finds it (a top-level module beside the package it may not map)
+GROUP = "autotune._native"
 
 
 def _root() -> Path:
@@ -48,24 +50,31 @@ def digests(root: Path | None = None) -> dict[str, str]:
     return {s: hashlib.sha256((root / s).read_bytes()).hexdigest() for s in SOURCES}
 
 
+def _runtime(root: Path) -> list[Path]:
+    return sorted((root / "autotune").glob(GROUP.split(".")[-1] + "__mypyc.*.so"))
+
+
 def built(root: Path | None = None) -> list[Path]:
-    """The compiled extension files present under ``root``'s package and beside it."""
+    """The compiled extension files present in ``root``'s package (modules and runtime)."""
     root = root or _root()
     files = [p for s in SOURCES for p in (root / s).parent.glob(Path(s).stem + ".*.so")]
-    return files + sorted(root.glob(GROUP + "__mypyc.*.so"))
+    return files + _runtime(root)
 
 
 def status(root: Path | None = None) -> str:
-    """"compiled", "pure" (no build), or "stale: <sources that changed since the build>"."""
+    """"compiled", "pure" (no build), or "stale: <why>" (sources changed since the build, or
+    a partial build)."""
     root = root or _root()
     manifest = root / "autotune" / MANIFEST
+    files = built(root)
     if not manifest.exists():
-        return "stale: build without manifest" if built(root) else "pure"
+        return "stale: build without manifest" if files else "pure"
+    missing = [s for s in SOURCES if not any((root / s).parent.glob(Path(s).stem + ".*.so"))]
+    if missing or not _runtime(root):
+        return "stale: incomplete build (" + ", ".join(missing or ["mypyc runtime"]) + ")"
     recorded = json.loads(manifest.read_text())
     now = digests(root)
     changed = [s for s in SOURCES if recorded.get(s) != now[s]]
-    if not built(root):
-        return "stale: manifest without build"
     return "stale: " + ", ".join(changed) if changed else "compiled"
 
 

@@ -31,9 +31,14 @@ def test_status_follows_the_build_and_its_sources(tmp_path):
     native.check(root)  # nothing built: nothing to refuse
 
     native.write_manifest(root / "autotune", root)
-    assert native.status(root) == "stale: manifest without build"
-    so = root / "autotune" / "ir" / "expr.cpython-311-x86_64-linux-gnu.so"
-    so.write_bytes(b"")  # stands in for a build: status reads only names and hashes
+    assert native.status(root).startswith("stale: incomplete build (autotune/ir/expr.py, ")
+    suffix = ".cpython-311-x86_64-linux-gnu.so"
+    # empty files stand in for the build: status reads only names and hashes
+    for src in native.SOURCES:
+        (root / src).with_suffix(suffix).write_bytes(b"")
+    assert native.status(root) == "stale: incomplete build (mypyc runtime)"
+    runtime = root / "autotune" / ("_native__mypyc" + suffix)
+    runtime.write_bytes(b"")
     assert native.status(root) == "compiled"
     native.check(root)
 
@@ -43,7 +48,8 @@ def test_status_follows_the_build_and_its_sources(tmp_path):
         native.check(root)
 
     removed = native.clean(root)
-    assert so in removed and native.status(root) == "pure"
+    assert runtime in removed and len(removed) == len(native.SOURCES) + 2
+    assert native.status(root) == "pure"
 
 
 def test_ci_runs_the_compiled_build():

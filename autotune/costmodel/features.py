@@ -332,7 +332,7 @@ def feature_names(kind: str = "ast") -> list[str]:
 def knob_features(space: ConfigSpace, configs: Sequence[Config] | Iterable[Config]) -> np.ndarray:
     """Knob positions scaled to [0, 1] (``space.encode``), then lg of every Split factor."""
     configs = list(configs)
-    enc = space.encode(configs).astype(np.float64)
+    enc: np.ndarray = space.encode(configs).astype(np.float64)
     dims = np.maximum(np.asarray(space.dims, dtype=np.float64) - 1.0, 1.0)
     cols = [enc / dims]
     splits = [k.name for k in space.knobs if isinstance(k, Split)]
