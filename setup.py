@@ -33,15 +33,20 @@ class NativeBuild(build_ext):
         native["write_manifest"](package_dir, ROOT)
 
 
+def _pure(why: str) -> list:
+    """No extensions; an earlier in-place build would shadow the sources, so it goes too."""
+    print(f"autotune: {why}, installing pure Python", file=sys.stderr)
+    native["clean"](ROOT)
+    return []
+
+
 def extensions() -> list:
     if os.environ.get("AUTOTUNE_PURE") == "1":
-        native["clean"](ROOT)
-        return []
+        return _pure("AUTOTUNE_PURE=1")
     try:
         from mypyc.build import mypycify
     except ImportError:
-        print("autotune: mypyc not available, installing pure Python", file=sys.stderr)
-        return []
+        return _pure("mypyc not available")
     old = os.getcwd()
     os.chdir(ROOT)  # mypyc resolves paths and reads pyproject.toml's [tool.mypy] from here
     try:
@@ -49,10 +54,7 @@ def extensions() -> list:
         return mypycify(["--follow-imports=silent", *native["SOURCES"]], opt_level="3",
                         group_name=native["GROUP"])
     except (Exception, SystemExit) as err:  # mypy reports type errors by exiting
-        print(f"autotune: mypyc cannot compile the hot path ({err!r}), installing pure Python",
-              file=sys.stderr)
-        native["clean"](ROOT)  # an earlier in-place build would shadow the sources
-        return []
+        return _pure(f"mypyc cannot compile the hot path ({err!r})")
     finally:
         os.chdir(old)
 

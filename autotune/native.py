@@ -50,6 +50,11 @@ def digests(root: Path | None = None) -> dict[str, str]:
     return {s: hashlib.sha256((root / s).read_bytes()).hexdigest() for s in SOURCES}
 
 
+def _modules(root: Path) -> dict[str, list[Path]]:
+    """Each compiled source's extension files present beside it."""
+    return {s: sorted((root / s).parent.glob(Path(s).stem + ".*.so")) for s in SOURCES}
+
+
 def _runtime(root: Path) -> list[Path]:
     return sorted((root / "autotune").glob(GROUP.split(".")[-1] + "__mypyc.*.so"))
 
@@ -57,20 +62,19 @@ def _runtime(root: Path) -> list[Path]:
 def built(root: Path | None = None) -> list[Path]:
     """The compiled extension files present in ``root``'s package (modules and runtime)."""
     root = root or _root()
-    files = [p for s in SOURCES for p in (root / s).parent.glob(Path(s).stem + ".*.so")]
-    return files + _runtime(root)
+    return [p for files in _modules(root).values() for p in files] + _runtime(root)
 
 
 def status(root: Path | None = None) -> str:
     """"compiled", "pure" (no build), or "stale: <why>" (sources changed since the build, or
-    a partial build)."""
+    a partial build). Sources are hashed only when there is a build to compare them with."""
     root = root or _root()
     manifest = root / "autotune" / MANIFEST
-    files = built(root)
+    modules, runtime = _modules(root), _runtime(root)
     if not manifest.exists():
-        return "stale: build without manifest" if files else "pure"
-    missing = [s for s in SOURCES if not any((root / s).parent.glob(Path(s).stem + ".*.so"))]
-    if missing or not _runtime(root):
+        return "stale: build without manifest" if runtime or any(modules.values()) else "pure"
+    missing = [s for s, files in modules.items() if not files]
+    if missing or not runtime:
         return "stale: incomplete build (" + ", ".join(missing or ["mypyc runtime"]) + ")"
     recorded = json.loads(manifest.read_text())
     now = digests(root)
@@ -80,9 +84,6 @@ def status(root: Path | None = None) -> str:
 
 def check(root: Path | None = None) -> None:
     """Raise ImportError when compiled modules do not match their sources."""
-    root = root or _root()
-    if not (root / "autotune" / MANIFEST).exists() and not built(root):
-        return  # the common pure-Python case: no hashing at import
     state = status(root)
     if state.startswith("stale"):
         raise ImportError(

@@ -8,6 +8,7 @@ split does not divide the extent get guards, placed as far out as their variable
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import ceil
 
@@ -63,9 +64,31 @@ class _Lowerer:
             if st.tensor is not self.sch.output:
                 self.workspaces.append(buf)
             parts.append(stmt)
-        body = _simplify_stmt(Seq(parts), self.ext, self.memo)
+        body = self._simplify_stmt(Seq(parts))
         args = tuple(t.buffer for t in self.sch.inputs) + (self.sch.output.buffer,)
         return PrimFunc(name, args, body, tuple(self.workspaces))
+
+    def _simplify_stmt(self, s: Stmt) -> Stmt:
+        """Simplify every expression and drop guards that the loop ranges decide."""
+        if isinstance(s, Seq):
+            return Seq([self._simplify_stmt(c) for c in s.stmts])
+        if isinstance(s, For):
+            return For(s.var, s.extent, s.kind, self._simplify_stmt(s.body))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self._simplify_stmt(s.body))
+        if isinstance(s, IfThenElse):
+            c = self._simplify_expr(s.cond)
+            if isinstance(c, Const):
+                if c.value:
+                    return self._simplify_stmt(s.then)
+                return Seq([]) if s.else_ is None else self._simplify_stmt(s.else_)
+            return IfThenElse(c, self._simplify_stmt(s.then),
+                              None if s.else_ is None else self._simplify_stmt(s.else_))
+        return map_stmt_exprs(s, self._simplify_expr)
+
+    def _simplify_expr(self, e: Expr) -> Expr:
+        """``simplify`` over this lowering's loops, memoised across the lowering."""
+        return simplify(e, self.ext, self.memo)
 
     # ------------------------------------------------------------------ inlining
     def _inline(self) -> dict[Stage, tuple[Expr, Expr | None]]:
@@ -194,14 +217,14 @@ class _Lowerer:
         while stack:
             e, tested = stack.pop()
             if isinstance(e, Select):
-                covered = tested | _compared(simplify(e.cond, self.ext, self.memo))
+                covered = tested | _compared(self._simplify_expr(e.cond))
                 stack += [(e.cond, tested), (e.t, covered), (e.f, covered)]
                 continue
             stack.extend((c, tested) for c in e.children())
             if not isinstance(e, Load):
                 continue
             for i, n in zip(e.indices, e.buffer.shape):
-                i = simplify(i, self.ext, self.memo)
+                i = self._simplify_expr(i)
                 if i in tested:
                     continue
                 r = index_range(i, self.ext)
@@ -251,7 +274,7 @@ class _Lowerer:
             self._box(child, loads, inner)
         stmt, buf = self.emit(child, enclosing, region)
         idx = None if region.extents else tuple(region.consumer_vars[a] for a in child.axis)
-        body = map_stmt_exprs(body, _Redirect(src, buf, region.bases, idx, self).expr)
+        body = map_stmt_exprs(body, _Redirect(src, buf, region.bases, idx, self._simplify_expr).expr)
         parts = [stmt, Sync(), body, Sync()] if child.scope is Scope.SHARED else [stmt, body]
         return Allocate(buf, Seq(parts))
 
@@ -275,7 +298,7 @@ class _Lowerer:
         lo = hi = 0
         outer_key: frozenset[tuple[Expr, int]] | None = None
         for ld in loads:
-            a = affine(simplify(ld.indices[d], self.ext, self.memo), inner)
+            a = affine(self._simplify_expr(ld.indices[d]), inner)
             if a is None:
                 return None
             coefs, c = a
@@ -297,7 +320,7 @@ class _Lowerer:
         mirror_of = {a.mirror: a for a in child.axis}
         region = _Region([])
         for e in first.indices:
-            a = affine(simplify(e, self.ext, self.memo), inner)
+            a = affine(self._simplify_expr(e), inner)
             if a is None:
                 raise LoweringError(f"{child}: consumer index {e!r} is not affine")
             coefs, c = a
@@ -328,17 +351,16 @@ class _Redirect:
     expressions alive until the cyclic collector ran."""
 
     def __init__(self, src: Buffer, buf: Buffer, bases: list[Expr],
-                 idx: tuple[Expr, ...] | None, lowerer: _Lowerer) -> None:
+                 idx: tuple[Expr, ...] | None, simplify: Callable[[Expr], Expr]) -> None:
         self.src, self.buf, self.bases, self.idx = src, buf, bases, idx
-        self.ext, self.memo = lowerer.ext, lowerer.memo
+        self.simplify = simplify
 
     def load(self, x: Expr) -> Expr | None:
         if not isinstance(x, Load) or x.buffer is not self.src:
             return None
         if self.idx is not None:
             return Load(self.buf, self.idx)
-        return Load(self.buf, tuple(simplify(i - b, self.ext, self.memo)
-                                    for i, b in zip(x.indices, self.bases)))
+        return Load(self.buf, tuple(self.simplify(i - b) for i, b in zip(x.indices, self.bases)))
 
     def expr(self, e: Expr) -> Expr:
         return map_expr(e, self.load)
@@ -354,22 +376,3 @@ def _guard(stmt: Stmt, conds: list[Expr]) -> Stmt:
     for c in conds:
         stmt = IfThenElse(c, stmt)
     return stmt
-
-
-def _simplify_stmt(s: Stmt, ext: dict[Var, int], memo: dict[Expr, Expr]) -> Stmt:
-    """Simplify every expression and drop guards that the loop ranges decide."""
-    if isinstance(s, Seq):
-        return Seq([_simplify_stmt(c, ext, memo) for c in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _simplify_stmt(s.body, ext, memo))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _simplify_stmt(s.body, ext, memo))
-    if isinstance(s, IfThenElse):
-        c = simplify(s.cond, ext, memo)
-        if isinstance(c, Const):
-            if c.value:
-                return _simplify_stmt(s.then, ext, memo)
-            return Seq([]) if s.else_ is None else _simplify_stmt(s.else_, ext, memo)
-        return IfThenElse(c, _simplify_stmt(s.then, ext, memo),
-                          None if s.else_ is None else _simplify_stmt(s.else_, ext, memo))
-    return map_stmt_exprs(s, lambda e: simplify(e, ext, memo))
