@@ -3,12 +3,13 @@
 For matmul 512^3, conv2d (C=K=128, 28x28, 3x3) and depthwise (C=128, 56x56, 3x3) on the
 host CPU target, times on the same random configs: template scheduling alone, lowering
 (schedule + lower, what ``driver.lower`` does), extraction from lowered functions, model
-prediction, the whole path ``features_for`` + ``predict`` with a cold and a warm cache,
-and the knob path the xgb tuner's annealing walks (knob rows + predict, no lowering).
+prediction, the whole path ``features_for`` + ``predict`` with a cold and a warm cache (cold:
+in this process alone, and shared with the xgb tuner's default ``FeatureWorkers``), and the
+knob path the xgb tuner's annealing walks (knob rows + predict, no lowering).
 Prints a table; asserts nothing about times. The header says whether the mypyc build of the
 hot path is in use (``python autotune/native.py --status``).
 
-    .venv/bin/python benchmarks/features.py [--configs 300] [--seed 0]
+    .venv/bin/python benchmarks/features.py [--configs 300] [--seed 0] [--workers N]
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from autotune import native
 from autotune.costmodel.cache import FeatureCache, features_for
 from autotune.costmodel.features import extract_many, knob_features
 from autotune.costmodel.model import XGBModel
+from autotune.costmodel.workers import FeatureWorkers, auto_workers
 from autotune.driver import InvalidConfig, lower, space
 from autotune.schedule.templates import get_template
 from autotune.target import Target
@@ -49,7 +51,8 @@ def rate(n: int, fn: Callable[[], Any]) -> float:
     return n / best if best > 0 else float("inf")
 
 
-def bench(wl: Any, target: Target, n: int, seed: int) -> dict[str, float]:
+def bench(wl: Any, target: Target, n: int, seed: int, workers: FeatureWorkers
+          ) -> dict[str, float]:
     sp = space(wl, target)
     configs = [c for c in sp.sample(np.random.default_rng(seed), 2 * n) if sp.is_valid(c)][:n]
     tmpl = get_template(wl.op, target.kind)
@@ -63,8 +66,9 @@ def bench(wl: Any, target: Target, n: int, seed: int) -> dict[str, float]:
     model = XGBModel("rank", n_estimators=200, max_depth=6)
     model.fit(X, np.random.default_rng(seed).random(len(X)))
 
-    def cold() -> None:
-        model.predict(features_for(wl, target, configs, "ast", FeatureCache(len(configs))))
+    def cold(pool: FeatureWorkers | None = None) -> None:
+        model.predict(features_for(wl, target, configs, "ast", FeatureCache(len(configs)),
+                                   workers=pool))
 
     twin = XGBModel("rank", n_estimators=200, max_depth=6)
     twin.fit(knob_features(sp, configs), np.random.default_rng(seed).random(len(configs)))
@@ -76,6 +80,7 @@ def bench(wl: Any, target: Target, n: int, seed: int) -> dict[str, float]:
         "extract": rate(len(funcs), lambda: extract_many(funcs)),
         "predict": rate(len(X), lambda: model.predict(X)),
         "cold": rate(len(configs), cold),
+        "pooled": rate(len(configs), lambda: cold(workers)),
         "warm": rate(len(configs), lambda: model.predict(
             features_for(wl, target, configs, "ast", warm_cache))),
         "knob": rate(len(configs), lambda: twin.predict(knob_features(sp, configs))),
@@ -86,17 +91,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=auto_workers(),
+                    help="feature worker processes for the pooled column (default: "
+                         "the xgb tuner's, one per further core, at most 3)")
     args = ap.parse_args()
     target = Target("llvm")
-    cols = ["schedule", "lower", "extract", "predict", "cold", "warm", "knob"]
+    cols = ["schedule", "lower", "extract", "predict", "cold", "pooled", "warm", "knob"]
+    workers = FeatureWorkers(args.workers)
+    workers.start(wait=True)
     print(f"configs/s on {target.key} ({args.configs} random valid configs each); "
           f"hot path: {native.status()} (autotune/native.py)")
     print("  lower = schedule + lower; cold/warm = features_for (lowering included) + predict;")
-    print("  knob = knob_features + predict (what the annealing chains walk)")
+    print(f"  pooled = cold shared with {args.workers} worker process(es) (started before "
+          "timing); knob = knob_features + predict (what the annealing chains walk)")
     print(f"{'workload':26s}" + "".join(f"{c:>10s}" for c in cols))
-    for name, wl in workloads().items():
-        r = bench(wl, target, args.configs, args.seed)
-        print(f"{name:26s}" + "".join(f"{r[c]:10.0f}" for c in cols))
+    try:
+        for name, wl in workloads().items():
+            r = bench(wl, target, args.configs, args.seed, workers)
+            print(f"{name:26s}" + "".join(f"{r[c]:10.0f}" for c in cols))
+    finally:
+        workers.close()
 
 
 if __name__ == "__main__":

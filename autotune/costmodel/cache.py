@@ -21,6 +21,7 @@ from autotune.costmodel.features import (
     knob_features,
 )
 from autotune.costmodel.nest import summarize
+from autotune.costmodel.workers import FeatureWorkers
 from autotune.ir.stmt import PrimFunc
 from autotune.space import Config
 
@@ -79,51 +80,66 @@ def _default_lower(workload: Any, target: Any, config: Config) -> PrimFunc:
 
 
 def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: FeatureCache,
-             lower: LowerFn = _default_lower) -> np.ndarray:
-    """Full "ast" rows of ``configs`` (NaN rows for configs that fail to lower)."""
+             lower: LowerFn = _default_lower, workers: FeatureWorkers | None = None
+             ) -> np.ndarray:
+    """Full "ast" rows of ``configs`` (NaN rows for configs that fail to lower).
+
+    ``workers`` share the new rows of a large batch (only with the default ``lower``: theirs
+    is ``driver.lower``).
+    """
     from autotune.driver import InvalidConfig
     from autotune.schedule.lower import LoweringError
     cache.bind(workload, target)
     out = np.empty((len(configs), N_AST), dtype=np.float32)
-    todo: list[int] = []
-    raws: list[np.ndarray] = []
-    failed: list[int] = []
+    misses: list[int] = []
     for i, cfg in enumerate(configs):
         row = cache.get(cfg.index)
-        if row is not None:
+        if row is None:
+            misses.append(i)
+        else:
             out[i] = row
-            continue
+    by_index = {configs[i].index: configs[i] for i in misses}
+
+    def local(index: int) -> Any:
         t0 = time.perf_counter()
         try:
-            func = lower(workload, target, cfg)
+            func = lower(workload, target, by_index[index])
         except (InvalidConfig, LoweringError):
-            failed.append(i)
-            func = None
+            cache.stats["lower_s"] += time.perf_counter() - t0
+            return None
         t1 = time.perf_counter()
-        if func is not None:
-            todo.append(i)
-            raws.append(np.frombuffer(extract_raw(summarize(func))))
+        raw = extract_raw(summarize(func))
         cache.stats["lower_s"] += t1 - t0
         cache.stats["extract_s"] += time.perf_counter() - t1
-    cache.stats["hits"] += len(configs) - len(todo) - len(failed)
-    cache.stats["misses"] += len(todo) + len(failed)
+        return raw
+
+    indices = [configs[i].index for i in misses]
+    if workers is not None and lower is _default_lower:
+        raws = workers.rows(workload, target, indices, local)
+    else:
+        raws = [local(index) for index in indices]
+    todo = [i for i, raw in zip(misses, raws) if raw is not None]
+    failed = [i for i, raw in zip(misses, raws) if raw is None]
+    cache.stats["hits"] += len(configs) - len(misses)
+    cache.stats["misses"] += len(misses)
     if todo:
         t0 = time.perf_counter()
-        out[todo] = finish(np.stack(raws))
+        out[todo] = finish(np.stack([np.frombuffer(raw) for raw in raws if raw is not None]))
         cache.stats["extract_s"] += time.perf_counter() - t0
     out[failed] = np.nan
-    for i in sorted(todo + failed):  # in input order, so the LRU keeps the latest configs
+    for i in misses:  # in input order, so the LRU keeps the latest configs
         cache.put(configs[i].index, out[i].copy())
     return out
 
 
 def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: str = "ast",
-                 cache: FeatureCache | None = None, lower: LowerFn = _default_lower
-                 ) -> np.ndarray:
+                 cache: FeatureCache | None = None, lower: LowerFn = _default_lower,
+                 workers: FeatureWorkers | None = None) -> np.ndarray:
     """Feature matrix of ``configs``: kind "ast" (``N_AST`` columns), "curve" (its
     structure-independent block) or "knob" (``knob_features``; no lowering, no cache).
 
-    Pass the same ``cache`` across calls for one workload and target to reuse rows.
+    Pass the same ``cache`` across calls for one workload and target to reuse rows, and
+    ``workers`` to compute a large batch of new rows on several cores.
     """
     if kind not in KINDS:
         raise ValueError(f"features_for: kind must be one of {KINDS}, got {kind!r}")
@@ -133,8 +149,7 @@ def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: st
         return knob_features(space(workload, target), configs)
     if cache is None:  # (an empty cache is falsy: test for None)
         cache = FeatureCache(max(1, len(configs)))
-    rows = ast_rows(workload, target, configs, cache,
-                    lower)
+    rows = ast_rows(workload, target, configs, cache, lower, workers)
     return rows if kind == "ast" else np.ascontiguousarray(rows[:, CURVE_SLICE])
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from autotune.costmodel.cache import FeatureCache, LowerFn, _default_lower, features_for
+from autotune.costmodel.workers import FeatureWorkers
 from autotune.costmodel.features import CURVE_SLICE, N_AST
 from autotune.costmodel.model import XGBModel, rankdata
 
@@ -35,14 +36,16 @@ class BaseModel:
     def from_history(cls, history: Mapping[str, Sequence[Any]], target: Any, *,
                      exclude: str | None = None, max_records: int = 3000,
                      max_per_workload: int = 300, lower: LowerFn = _default_lower,
-                     seed: int = 0, **model_options: Any) -> BaseModel | None:
+                     workers: FeatureWorkers | None = None, seed: int = 0,
+                     **model_options: Any) -> BaseModel | None:
         """Train on ``history`` (workload key -> TrialRecords, as ``Database.history``
         returns), skipping workload ``exclude``; None when nothing usable is left.
 
         Each (workload, target) group is a ranking group, its configs read in the space the
         workload has on that target (``target`` when the record's cannot be made here). At
         most ``max_per_workload`` records per group and about ``max_records`` in all are
-        used (a random sample): each costs a lowering, about a millisecond.
+        used (a random sample): each costs a lowering, about half a millisecond (shared
+        with ``workers`` when given).
         """
         from autotune.ops import Workload
         rng = np.random.default_rng(seed)
@@ -69,7 +72,8 @@ class BaseModel:
                 pick = np.sort(rng.choice(len(configs), cap, replace=False))
                 configs = [configs[i] for i in pick]
                 labels = [labels[i] for i in pick]
-            X = features_for(wl, tgt, configs, "curve", FeatureCache(len(configs)), lower)
+            X = features_for(wl, tgt, configs, "curve", FeatureCache(len(configs)), lower,
+                             workers)
             xs.append(X)
             ys.append(np.asarray(labels))
             gs.append(np.full(len(X), len(xs)))

@@ -99,6 +99,9 @@ class Tuner:
         """Whether any config is left to propose."""
         return len(self._visited) < self._universe
 
+    def close(self) -> None:
+        """Release what the tuner holds beyond memory (worker processes); idempotent."""
+
     # --- hooks for subclasses ------------------------------------------------------------
     def _propose(self, n: int) -> Iterable["Config"]:
         """Candidates for the next batch, best first; the base class filters and tops up."""

@@ -119,33 +119,39 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
                    task=TuningTask(workload, target, db), **dict(tuner_options or {}))
     start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
     tally = _Tally(int(workload.flops()), start)
-    _replay_history(tune, tally, workload, target, space, prior)
-    t0, stopped, callbacks = time.perf_counter(), "budget", tuple(callbacks)
-    while tally.done < trials:
-        configs = tune.next_batch(min(batch_size, trials - tally.done)) if tune.has_next() else []
-        if not configs:
-            stopped = "exhausted"
-            break
-        inputs = [MeasureInput(workload, target, c) for c in configs]
-        results = list(executor.submit(inputs))
-        if len(results) != len(inputs):
-            raise RuntimeError(f"executor returned {len(results)} results for {len(inputs)} inputs")
-        tune.update(inputs, results)
-        results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
-        if db is not None:
-            db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
-        for cfg, res in zip(configs, results):
-            tally.add(cfg, res)
-        _report(db, job_id, tally)
-        progress = Progress(tally.done, trials, tally.gflops, tally.config,
-                            sum(tally.errors.values()), tuple(zip(configs, results)), job_id,
-                            time.perf_counter() - t0)
-        if any([cb(progress) is False for cb in callbacks]):  # a list: every callback runs
-            stopped = "callback"
-            break
-        if early_stopping is not None and tally.since_best >= early_stopping:
-            stopped = "early_stopping"
-            break
+    stopped, callbacks = "budget", tuple(callbacks)
+    try:  # the tuner may hold worker processes: closed however the loop ends
+        _replay_history(tune, tally, workload, target, space, prior)
+        t0 = time.perf_counter()
+        while tally.done < trials:
+            n = min(batch_size, trials - tally.done)
+            configs = tune.next_batch(n) if tune.has_next() else []
+            if not configs:
+                stopped = "exhausted"
+                break
+            inputs = [MeasureInput(workload, target, c) for c in configs]
+            results = list(executor.submit(inputs))
+            if len(results) != len(inputs):
+                raise RuntimeError(f"executor returned {len(results)} results for "
+                                   f"{len(inputs)} inputs")
+            tune.update(inputs, results)
+            results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
+            if db is not None:
+                db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
+            for cfg, res in zip(configs, results):
+                tally.add(cfg, res)
+            _report(db, job_id, tally)
+            progress = Progress(tally.done, trials, tally.gflops, tally.config,
+                                sum(tally.errors.values()), tuple(zip(configs, results)), job_id,
+                                time.perf_counter() - t0)
+            if any([cb(progress) is False for cb in callbacks]):  # a list: every callback runs
+                stopped = "callback"
+                break
+            if early_stopping is not None and tally.since_best >= early_stopping:
+                stopped = "early_stopping"
+                break
+    finally:
+        tune.close()
     retimed: tuple[Retimed, ...] = ()
     if stopped != "callback" and retime > 0:
         retimed = _retime(workload, target, executor, db, tally, retime)

@@ -9,11 +9,12 @@ disagreement, the batch spreads over what each of them believes). With ``transfe
 and a database, a base model trained on other workloads of the same operator steers the
 first rounds and fades as records come.
 
-Loop-AST features cost about a millisecond per new config (lowering dominates; see
+Loop-AST features cost 0.3-0.5 ms per new config on one core (lowering dominates; see
 benchmarks/features.py), too slow to score tens of thousands of annealing steps. So by
-default (``sa_model="knob"``) the chains walk a twin model fitted on knob values (~50k
+default (``sa_model="knob"``) the chains walk a twin model fitted on knob values (~250k
 configs/s) and only the best ``rerank`` configs they visit are scored by the main model.
 ``sa_model="main"`` anneals on the main model itself, at most ``sa_budget`` new rows a round.
+Large batches of new rows are shared with ``workers`` processes (``FeatureWorkers``).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from autotune.costmodel.ensemble import Ensemble
 from autotune.costmodel.features import CURVE_SLICE, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.transfer import BaseModel, blend
+from autotune.costmodel.workers import FeatureWorkers, auto_workers
 from autotune.search.base import Tuner
 from autotune.search.options import Option
 from autotune.space import Config
@@ -78,6 +80,9 @@ class XGBTuner(Tuner):
         Option("n_estimators", "boosting rounds per fit", 200, minimum=1),
         Option("max_depth", "tree depth", 6, minimum=1),
         Option("cache_size", "feature rows kept", 16384, minimum=1),
+        Option("workers", "processes that lower new configs beside the tuner's own, for "
+               "large batches (-1: one per further core, at most 3; 0: none)", -1,
+               minimum=-1),
     )
 
     def __init__(self, space: Any, **kwargs: Any) -> None:
@@ -86,6 +91,10 @@ class XGBTuner(Tuner):
         # AST features need a workload and target to lower; without them only knobs remain
         self.kind = self.options["features"] if task.workload is not None else "knob"
         self.cache = FeatureCache(self.options["cache_size"])
+        n_workers = self.options["workers"]
+        n_workers = auto_workers() if n_workers < 0 else n_workers
+        # started at the first large batch of new rows: knob-only jobs never start them
+        self.workers = FeatureWorkers(n_workers) if n_workers else None
         self.annealer = Annealer(space, self.rng, self.options["n_chains"],
                                  self.options["sa_steps"], self.options["temperature"])
         self._configs: list[Config] = []
@@ -100,7 +109,12 @@ class XGBTuner(Tuner):
 
     # --- features and models -------------------------------------------------------------
     def _ast(self, configs: Sequence[Config]) -> np.ndarray:
-        return features_for(self.task.workload, self.task.target, configs, "ast", self.cache)
+        return features_for(self.task.workload, self.task.target, configs, "ast", self.cache,
+                            workers=self.workers)
+
+    def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
 
     def _own_rows(self, configs: Sequence[Config], ast: np.ndarray | None = None
                   ) -> np.ndarray:
@@ -126,6 +140,7 @@ class XGBTuner(Tuner):
             log.warning("xgb tuner: no transfer history (%s)", exc)
             return
         self.base = BaseModel.from_history(history, task.target, exclude=task.workload.key,
+                                           workers=self.workers,
                                            seed=int(self.rng.integers(2**31)))
 
     def _observe(self, configs: Sequence[Config], scores: Sequence[float]) -> None:

@@ -192,3 +192,48 @@ def test_retime_goes_on_while_a_config_not_retimed_would_win(wl, target, space, 
     assert len(rounds) == 6 and len(set(rounds)) == 6  # a second round of three others
     assert result.best_config.index in rounds[3:]
     assert db.best(wl, target).config_index == result.best_config.index
+
+
+def test_the_loop_closes_its_tuner_however_it_ends(wl, target, space, executor):
+    from autotune.search.random_tuner import RandomTuner
+
+    closed = []
+
+    class Closing(RandomTuner):
+        def close(self):
+            closed.append(self.observed)
+
+    tune_loop(wl, target, space, executor, trials=16, tuner=Closing, batch_size=8, retime=0)
+    assert closed == [16]
+
+    class Broken(SyntheticExecutor):
+        def submit(self, inputs):
+            raise RuntimeError("the device went away")
+
+    with pytest.raises(RuntimeError, match="device went away"):
+        tune_loop(wl, target, space, Broken(SyntheticObjective(space)), trials=16,
+                  tuner=Closing, retime=0)
+    assert closed == [16, 0]
+
+
+def test_xgb_workers_stop_with_the_loop(wl, target):
+    import autotune
+    from autotune.search.xgb_tuner import XGBTuner
+
+    made = []
+
+    class Watched(XGBTuner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    sp = autotune.config_space(wl, target)
+    tune_loop(wl, target, sp, SyntheticExecutor(SyntheticObjective(sp)), trials=24,
+              tuner=Watched, batch_size=8, retime=0, tuner_options={"workers": 1})
+    (tuner,) = made
+    assert tuner.workers is not None and tuner.workers.stats["batches"] > 0
+    assert tuner.workers.pids == []  # closed
+    made.clear()
+    tune_loop(wl, target, sp, SyntheticExecutor(SyntheticObjective(sp)), trials=8,
+              tuner=Watched, batch_size=8, retime=0, tuner_options={"workers": 0})
+    assert made[0].workers is None

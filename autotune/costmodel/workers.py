@@ -1,0 +1,250 @@
+"""`FeatureWorkers`: spawned processes that lower configs and extract raw feature rows beside
+the calling process, so that a large batch of new rows uses every core.
+
+A batch is cut into chunks; the caller works through chunks from the back while each worker
+that has finished starting takes chunks from the front, two in flight at a time. A worker
+still starting, dead, hung or failing never loses or changes a row: its chunks go back to
+the caller, which computes them itself (and raises what the worker hit, if it is a bug).
+Rows are the same bytes either way: the same code lowers the same config.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
+
+log = logging.getLogger(__name__)
+
+Row = Any  # a raw feature row (``features.Raw``) or None for a config that fails to lower
+LocalFn = Callable[[int], Row]  # config index -> its row, computed by the caller
+
+CHUNK = 16  # configs per message: ~5-8 ms of work, against ~0.1 ms of pipe round trip
+MIN_BATCH = 48  # smaller batches are done by the caller alone (not worth the round trips)
+MAX_AUTO = 3  # workers when asked for "auto": large batches rarely have more chunks to share
+HANG_S = 60.0  # a chunk unanswered this long means a hung worker (one takes ~10 ms)
+MAX_DEATHS = 3  # after this many lost workers, the caller works alone
+
+
+def auto_workers() -> int:
+    """One worker per core beyond the caller's, at most ``MAX_AUTO``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(0, min(cores - 1, MAX_AUTO))
+
+
+def raw_row(workload: Any, target: Any, index: int) -> Row:
+    """The raw row of config ``index`` (lowered with ``driver.lower``), None if it fails."""
+    from autotune.costmodel.features import extract_raw
+    from autotune.costmodel.nest import summarize
+    from autotune.driver import InvalidConfig, lower, space
+
+    try:
+        func = lower(workload, target, space(workload, target).get(index))
+    except InvalidConfig:
+        return None
+    return extract_raw(summarize(func))
+
+
+def _worker_main(conn: Connection) -> None:
+    child_setup()
+    import autotune.driver  # noqa: F401  (imported before saying ready: the first chunk is not slow)
+    import autotune.costmodel.features  # noqa: F401
+
+    for key, workload, target, indices in tasks(conn):
+        try:
+            rows = [raw_row(workload, target, i) for i in indices]
+        except Exception as exc:  # the caller redoes the chunk and sees the real error
+            conn.send(("error", key, f"{type(exc).__name__}: {exc}"))
+        else:
+            conn.send(("rows", key, rows))
+
+
+class _Worker:
+    """One child and the chunks it holds."""
+
+    def __init__(self, name: str) -> None:
+        self.child = ChildProcess(_worker_main, (), name)
+        self.ready = False
+        self.held: deque[tuple[int, int]] = deque()  # (batch, chunk) keys
+        self.since = 0.0  # when its oldest held chunk was sent
+
+    @property
+    def conn(self) -> Connection | None:
+        return self.child.conn
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    for w in workers:
+        w.child.kill()
+    workers.clear()
+
+
+class FeatureWorkers:
+    """``n`` worker processes (started at the first large batch) that share batches of raw
+    feature rows with the caller. Thread-safe: concurrent batches take turns."""
+
+    def __init__(self, n: int, *, chunk: int = CHUNK, min_batch: int = MIN_BATCH) -> None:
+        if n < 0 or chunk < 1:
+            raise ValueError(f"FeatureWorkers: need n >= 0 and chunk >= 1; got {n}, {chunk}")
+        self.n, self.chunk, self.min_batch = n, chunk, min_batch
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        # an owner that forgets close() does not leave processes behind once collected
+        weakref.finalize(self, _kill_all, self._workers)
+        self.deaths = 0
+        self._batch = 0  # tags chunks, so a late answer from an abandoned batch is ignored
+        self._chunk_s = 0.01  # how long the caller took for its last chunk
+        self.stats = {"batches": 0, "rows": 0, "by_workers": 0}
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for w in self._workers if (pid := w.child.pid) is not None]
+
+    def start(self, wait: bool = False) -> None:
+        """Spawn the workers now; they start in the background (batches do not wait for
+        them) unless ``wait``: then return once each is ready or has failed to start."""
+        with self._lock:
+            self._start()
+            deadline = time.monotonic() + HANG_S
+            while wait and time.monotonic() < deadline and any(
+                    w.child.started and not w.ready for w in self._workers):
+                self._collect({}, deque(), 0.1)
+
+    def _start(self) -> None:
+        if self.deaths >= MAX_DEATHS:
+            return
+        while len(self._workers) < self.n:
+            self._workers.append(_Worker(f"autotune-features-{len(self._workers)}"))
+        for w in self._workers:
+            if not w.child.started:
+                w.ready, w.held = False, deque()
+                w.child.start()
+
+    def close(self) -> None:
+        """Stop the workers (a later large batch starts them again)."""
+        with self._lock:
+            for w in self._workers:
+                if w.held:  # it may be blocked sending answers nobody will read
+                    w.child.kill()
+                else:
+                    w.child.stop()
+            self._workers.clear()
+
+    def rows(self, workload: Any, target: Any, indices: Sequence[int], local: LocalFn
+             ) -> list[Row]:
+        """Rows of ``indices`` in order; ``local(index)`` computes one in this process."""
+        if self.n == 0 or len(indices) < self.min_batch:
+            return [local(i) for i in indices]
+        with self._lock:
+            self._start()
+            self._batch += 1
+            chunks = [list(indices[k:k + self.chunk]) for k in range(0, len(indices), self.chunk)]
+            done: dict[int, list[Row]] = {}
+            todo = deque(range(len(chunks)))
+            while len(done) < len(chunks):
+                self._collect(done, todo, 0.0)
+                self._feed(workload, target, chunks, todo, done)
+                while todo and todo[-1] in done:
+                    todo.pop()
+                k = todo.pop() if todo else self._steal(done)  # the caller takes from the back
+                if k is not None:
+                    t0 = time.perf_counter()
+                    done[k] = [local(i) for i in chunks[k]]
+                    self._chunk_s = time.perf_counter() - t0
+                else:  # every chunk left is being computed by a worker
+                    self._collect(done, todo, self._chunk_s)
+                    self._reap_hung(todo)
+            self.stats["batches"] += 1
+            self.stats["rows"] += len(indices)
+            return [row for k in range(len(chunks)) for row in done[k]]
+
+    def _steal(self, done: dict[int, list[Row]]) -> int | None:
+        """A chunk of this batch a worker holds but has not answered, to redo here: its
+        last one sent (likely not started), or the one it is on when that has taken over
+        twice what the caller needs for a chunk. None: wait for the workers."""
+        late = time.monotonic() - 2 * self._chunk_s
+        for w in self._workers:
+            mine = [k for b, k in w.held if b == self._batch and k not in done]
+            if len(mine) >= 2 or (mine and w.since < late):
+                return mine[-1]
+        return None
+
+    def _feed(self, workload: Any, target: Any, chunks: list[list[int]], todo: deque[int],
+              done: dict[int, list[Row]]) -> None:
+        """Give every ready worker up to two chunks from the front of ``todo``."""
+        for w in self._workers:
+            while w.ready and len(w.held) < 2 and todo:
+                k = todo.popleft()
+                if k in done:
+                    continue
+                if not w.child.send(((self._batch, k), workload, target, chunks[k])):
+                    todo.appendleft(k)
+                    self._lost(w, todo, "its pipe is closed")
+                    break
+                if not w.held:
+                    w.since = time.monotonic()
+                w.held.append((self._batch, k))
+
+    def _collect(self, done: dict[int, list[Row]], todo: deque[int], timeout: float) -> None:
+        """Take every message that has arrived (waiting up to ``timeout`` for the first)."""
+        conns = {w.conn: w for w in self._workers if w.conn is not None}
+        for conn in wait(list(conns), timeout) if conns else ():
+            w = conns[conn]  # type: ignore[index]
+            while w.conn is not None:
+                try:
+                    msg = w.child.recv(0.0)
+                except ChildTimeout:
+                    break
+                except ChildDied as exc:
+                    self._lost(w, todo, str(exc))
+                    break
+                self._handle(w, msg, done, todo)
+
+    def _handle(self, w: _Worker, msg: Any, done: dict[int, list[Row]], todo: deque[int]
+                ) -> None:
+        kind = msg[0]
+        if kind == "ready":
+            w.ready = True
+            return
+        key = msg[1]
+        if key in w.held:
+            w.held.remove(key)
+            w.since = time.monotonic()
+        batch, k = key
+        if batch != self._batch or k in done:
+            return  # the caller took the chunk back, or an earlier batch left it
+        if kind == "rows":
+            done[k] = msg[2]
+            self.stats["by_workers"] += len(msg[2])
+        else:  # "error": the caller redoes the chunk
+            log.debug("feature worker: %s; redoing chunk here", msg[2])
+            todo.append(k)
+
+    def _reap_hung(self, todo: deque[int]) -> None:
+        now = time.monotonic()
+        for w in self._workers:
+            if w.held and now - w.since > HANG_S:
+                self._lost(w, todo, f"no answer in {HANG_S:g} s")
+
+    def _lost(self, w: _Worker, todo: deque[int], why: str) -> None:
+        """Take ``w``'s chunks back and drop the process (the next batch starts another)."""
+        todo.extend(k for b, k in w.held if b == self._batch)
+        w.held.clear()
+        w.ready = False
+        w.child.kill()
+        self.deaths += 1
+        if self.deaths >= MAX_DEATHS:
+            log.warning("feature workers: lost %d (last: %s); lowering in this process only",
+                        self.deaths, why)
+        else:
+            log.warning("feature worker lost (%s); its chunks are redone here", why)

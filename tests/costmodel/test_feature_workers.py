@@ -1,0 +1,141 @@
+"""FeatureWorkers: the same rows as one process, and nothing lost when a worker dies or hangs."""
+import logging
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.costmodel import workers as workers_mod
+from autotune.costmodel.cache import FeatureCache, features_for
+from autotune.costmodel.workers import FeatureWorkers, auto_workers, raw_row
+from autotune.driver import space
+from autotune.target import Target
+
+TARGET = Target("llvm -mcpu=skylake-avx512 -cores=2")
+CONV = autotune.workload("conv2d", N=1, C=16, H=14, W=14, K=32, R=3, S=3, stride=1, pad=1)
+
+
+@pytest.fixture
+def pool():
+    w = FeatureWorkers(1, chunk=4, min_batch=8)
+    w.start(wait=True)
+    yield w
+    w.close()
+
+
+def _configs(n, seed=0):
+    return space(CONV, TARGET).sample(np.random.default_rng(seed), n)
+
+
+def _slow_local(index):
+    """The caller's row, slowly: the workers must take their share of the batch."""
+    time.sleep(0.01)
+    return raw_row(CONV, TARGET, index)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers signal 0
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_pooled_rows_are_the_rows_of_one_process(pool):
+    configs = _configs(120)
+    alone = features_for(CONV, TARGET, configs, "ast", FeatureCache(200))
+    shared = features_for(CONV, TARGET, configs, "ast", FeatureCache(200), workers=pool)
+    assert np.isnan(alone).all(axis=1).any()  # failing configs are in the batch too
+    assert np.array_equal(alone, shared, equal_nan=True)
+    assert pool.stats["by_workers"] > 0
+
+
+def test_workers_take_a_share_when_the_caller_is_busy(pool):
+    indices = [c.index for c in _configs(40)]
+    rows = pool.rows(CONV, TARGET, indices, _slow_local)
+    assert [None if r is None else bytes(r) for r in rows] == \
+        [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+    assert pool.stats["by_workers"] >= 8
+
+
+def test_small_batches_start_no_process():
+    w = FeatureWorkers(2, min_batch=48)
+    configs = _configs(20)
+    features_for(CONV, TARGET, configs, "ast", FeatureCache(50), workers=w)
+    assert w.pids == [] and w.stats["batches"] == 0
+
+
+def test_a_killed_worker_loses_no_row_and_is_replaced(pool, caplog):
+    indices = [c.index for c in _configs(40, seed=1)]
+    expect = [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+    (pid,) = pool.pids
+    os.kill(pid, signal.SIGKILL)
+    with caplog.at_level(logging.WARNING, logger=workers_mod.__name__):
+        rows = pool.rows(CONV, TARGET, indices, _slow_local)
+    assert [None if r is None else bytes(r) for r in rows] == expect
+    assert pool.deaths == 1 and "feature worker lost" in caplog.text
+    again = pool.rows(CONV, TARGET, indices, _slow_local)  # a new worker starts
+    assert [None if r is None else bytes(r) for r in again] == expect
+    assert pool.pids and pool.pids != [pid]
+
+
+def test_a_hung_worker_does_not_hold_the_batch(pool):
+    indices = [c.index for c in _configs(40, seed=2)]
+    (pid,) = pool.pids
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        rows = pool.rows(CONV, TARGET, indices, _slow_local)
+        assert time.monotonic() - t0 < 10  # (HANG_S is 60: the caller took its chunks back)
+        assert len(rows) == len(indices)
+        assert [None if r is None else bytes(r) for r in rows] == \
+            [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+    finally:
+        pool.close()  # kills it even while stopped
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_an_error_in_a_worker_is_raised_by_the_caller(pool):
+    size = space(CONV, TARGET).size
+
+    def local(index):
+        return raw_row(CONV, TARGET, index)
+
+    with pytest.raises((ValueError, IndexError)):
+        pool.rows(CONV, TARGET, [size + k for k in range(20)], local)
+    # the pool still works after it
+    indices = [c.index for c in _configs(20, seed=3)]
+    assert len(pool.rows(CONV, TARGET, indices, local)) == 20
+
+
+def test_close_and_collection_end_the_processes():
+    w = FeatureWorkers(1)
+    w.start(wait=True)
+    (pid,) = w.pids
+    w.close()
+    assert w.pids == [] and not _alive(pid)
+    w = FeatureWorkers(1)
+    w.start(wait=True)
+    (pid,) = w.pids
+    del w  # an owner that forgot close()
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_auto_workers_leaves_a_core_to_the_caller():
+    cores = len(os.sched_getaffinity(0))
+    assert auto_workers() == max(0, min(cores - 1, workers_mod.MAX_AUTO))
+    with pytest.raises(ValueError, match="n >= 0"):
+        FeatureWorkers(-1)
