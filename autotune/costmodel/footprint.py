@@ -37,12 +37,18 @@ class BufStats:
         # the accumulator's read and write share an index: the union needs each form once
         uniq = [a for i, a in enumerate(accs)
                 if all(a.dims != b.dims or a.opaque != b.opaque for b in accs[:i])]
+        # (explicit float comparisons below, not min(): the compiled build calls the
+        # generic builtin for mixed arguments, which was most of this function's cost)
         for d in range(len(shape)):
             distinct, span = dim_extent(uniq, d, ext, shape[d])
             if d == last:
+                size = float(shape[d])
                 for lv in range(n):
                     foot[lv] *= distinct[lv]
-                    lines[lv] *= math.ceil(min(span[lv], shape[d]) * item / LINE) * LINE
+                    sp = span[lv]
+                    if sp > size:
+                        sp = size
+                    lines[lv] *= float(math.ceil(sp * item / LINE) * LINE)
             else:
                 for lv in range(n):
                     foot[lv] *= distinct[lv]
@@ -67,10 +73,10 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
     n = len(ext)
     if len(accs) == 1:
         return one_dim(accs[0], d, ext, size)
-    lo = [math.inf] * n
-    hi = [-math.inf] * n
-    cap = [0.0] * n
-    for a in accs:
+    lo = [0] * n
+    hi = [0] * n
+    cap = [0] * n
+    for j, a in enumerate(accs):
         coefs, c0 = a.dims[d]
         hidden = a.opaque[d]
         neg = pos = 0
@@ -78,7 +84,8 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
         blind = False
         for lv in range(n - 1, -1, -1):
             c = coefs.get(lv, 0)
-            if c or lv in hidden:
+            opaque = lv in hidden
+            if c or opaque:
                 e = ext[lv]
                 iters *= e
                 v = c * (e - 1)
@@ -86,16 +93,26 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
                     neg += v
                 else:
                     pos += v
-                blind = blind or lv in hidden
+                blind = blind or opaque
             if blind:
-                l, h = 0, min(iters, size) - 1
+                lw, h = 0, (iters if iters < size else size) - 1
             else:
-                l, h = c0 + neg, c0 + pos
-            lo[lv] = min(lo[lv], l)
-            hi[lv] = max(hi[lv], h)
+                lw, h = c0 + neg, c0 + pos
+            if j == 0 or lw < lo[lv]:
+                lo[lv] = lw
+            if j == 0 or h > hi[lv]:
+                hi[lv] = h
             cap[lv] += iters
-    span = [float(h - l + 1) for l, h in zip(lo, hi)]
-    return [min(s, c, size) for s, c in zip(span, cap)], span
+    fsize = float(size)
+    span = [float(h - lw + 1) for lw, h in zip(lo, hi)]
+    distinct = [0.0] * n
+    for lv in range(n):
+        s = span[lv]
+        fc = float(cap[lv])
+        if fc < s:
+            s = fc
+        distinct[lv] = s if s < fsize else fsize
+    return distinct, span
 
 
 def one_dim(a: Access, d: int, ext: list[int], size: int) -> tuple[list[float], list[float]]:
@@ -107,17 +124,25 @@ def one_dim(a: Access, d: int, ext: list[int], size: int) -> tuple[list[float], 
     span = [1.0] * n
     if not coefs and not hidden:
         return distinct, span
+    fsize = float(size)
     width = 0
     iters = 1
     blind = False
     for lv in range(n - 1, -1, -1):
         c = coefs.get(lv, 0)
-        if c or lv in hidden:
+        opaque = lv in hidden
+        if c or opaque:
             e = ext[lv]
             iters *= e
-            width += abs(c) * (e - 1)
-            blind = blind or lv in hidden
-        s = float(min(iters, size) if blind else width + 1)
+            width += (c if c >= 0 else -c) * (e - 1)
+            blind = blind or opaque
+        fi = float(iters)
+        if blind:
+            s = fi if fi < fsize else fsize
+        else:
+            s = float(width + 1)
         span[lv] = s
-        distinct[lv] = min(s, iters, size)
+        if fi < s:
+            s = fi
+        distinct[lv] = s if s < fsize else fsize
     return distinct, span
