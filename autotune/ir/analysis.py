@@ -9,6 +9,7 @@ from autotune.ir.stmt import (Allocate, Buffer, For, IfThenElse, Seq, Stmt, Stor
                               walk_stmts)
 
 Affine = tuple[dict[Expr, int], int]
+_ZERO = Const(0)  # (immutable, shared)
 Interval = tuple[int, int]  # closed: (lowest, highest)
 
 
@@ -51,10 +52,18 @@ def _affine(e: Expr, inner: Container[Var] | None) -> Affine | None:
 
 def from_affine(coefs: Mapping[Expr, int], c: int) -> Expr:
     """Rebuild a canonical expression (largest coefficients first) from an affine form."""
-    out: Expr = Const(0)
-    for v, k in sorted(coefs.items(), key=lambda t: (-abs(t[1]), repr(t[0]))):
-        out = add(out, mul(v, k)) if k != -1 else binop("-", out, v)
-    return add(out, c) if c >= 0 else binop("-", out, -c)
+    terms = list(coefs.items())
+    if len(terms) > 1:
+        terms.sort(key=lambda t: (-abs(t[1]), repr(t[0])))
+    out: Expr = _ZERO
+    for v, k in terms:  # (unit coefficients skip mul: it would build a Const to fold away)
+        if k == -1:
+            out = binop("-", out, v)
+        else:
+            out = add(out, v if k == 1 else mul(v, k))
+    if c == 0:
+        return out
+    return add(out, c) if c > 0 else binop("-", out, -c)
 
 
 def affine_range(coefs: Mapping[Expr, int], c: int, extents: Mapping[Var, int]
