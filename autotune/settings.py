@@ -31,7 +31,6 @@ class Settings(BaseSettings):
     auth_disabled: bool = Field(
         False, description="no API keys at all (local development only; never when exposed)")
 
-    # Measurement (the timing protocol of DESIGN.md).
     # Measurement (the timing protocol of DESIGN.md); defaults are MeasureOptions' defaults.
     repeat: int = Field(5, ge=1, description="timed repeats per config; the cost is their median")
     number: int = Field(1, ge=1, description="calls per repeat to start from (grown as needed)")
