@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from autotune.costmodel.features import extract_raw
+from autotune.costmodel.nest import summarize
 from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
 
 log = logging.getLogger(__name__)
@@ -44,9 +46,7 @@ def auto_workers() -> int:
 
 def raw_row(workload: Any, target: Any, index: int) -> Row:
     """The raw row of config ``index`` (lowered with ``driver.lower``), None if it fails."""
-    from autotune.costmodel.features import extract_raw
-    from autotune.costmodel.nest import summarize
-    from autotune.driver import InvalidConfig, lower, space
+    from autotune.driver import InvalidConfig, lower, space  # deferred: pulls in templates
 
     try:
         func = lower(workload, target, space(workload, target).get(index))
@@ -57,8 +57,7 @@ def raw_row(workload: Any, target: Any, index: int) -> Row:
 
 def _worker_main(conn: Connection) -> None:
     child_setup()
-    import autotune.driver  # noqa: F401  (imported before saying ready: the first chunk is not slow)
-    import autotune.costmodel.features  # noqa: F401
+    import autotune.driver  # noqa: F401  (before saying ready, so the first chunk is not slow)
 
     for key, workload, target, indices in tasks(conn):
         try:
@@ -104,7 +103,7 @@ class FeatureWorkers:
         self.deaths = 0
         self._batch = 0  # tags chunks, so a late answer from an abandoned batch is ignored
         self._chunk_s = 0.01  # how long the caller took for its last chunk
-        self.stats = {"batches": 0, "rows": 0, "by_workers": 0}
+        self.stats = {"batches": 0, "by_workers": 0}
 
     @property
     def pids(self) -> list[int]:
@@ -126,8 +125,7 @@ class FeatureWorkers:
         while len(self._workers) < self.n:
             self._workers.append(_Worker(f"autotune-features-{len(self._workers)}"))
         for w in self._workers:
-            if not w.child.started:
-                w.ready, w.held = False, deque()
+            if not w.child.started:  # new, or lost (``_lost`` has reset it)
                 w.child.start()
 
     def close(self) -> None:
@@ -154,8 +152,6 @@ class FeatureWorkers:
             while len(done) < len(chunks):
                 self._collect(done, todo, 0.0)
                 self._feed(workload, target, chunks, todo, done)
-                while todo and todo[-1] in done:
-                    todo.pop()
                 k = todo.pop() if todo else self._steal(done)  # the caller takes from the back
                 if k is not None:
                     t0 = time.perf_counter()
@@ -163,9 +159,8 @@ class FeatureWorkers:
                     self._chunk_s = time.perf_counter() - t0
                 else:  # every chunk left is being computed by a worker
                     self._collect(done, todo, self._chunk_s)
-                    self._reap_hung(todo)
+                    self._reap_hung(todo, done)
             self.stats["batches"] += 1
-            self.stats["rows"] += len(indices)
             return [row for k in range(len(chunks)) for row in done[k]]
 
     def _steal(self, done: dict[int, list[Row]]) -> int | None:
@@ -185,11 +180,9 @@ class FeatureWorkers:
         for w in self._workers:
             while w.ready and len(w.held) < 2 and todo:
                 k = todo.popleft()
-                if k in done:
-                    continue
                 if not w.child.send(((self._batch, k), workload, target, chunks[k])):
                     todo.appendleft(k)
-                    self._lost(w, todo, "its pipe is closed")
+                    self._lost(w, todo, done, "its pipe is closed")
                     break
                 if not w.held:
                     w.since = time.monotonic()
@@ -206,7 +199,7 @@ class FeatureWorkers:
                 except ChildTimeout:
                     break
                 except ChildDied as exc:
-                    self._lost(w, todo, str(exc))
+                    self._lost(w, todo, done, str(exc))
                     break
                 self._handle(w, msg, done, todo)
 
@@ -230,15 +223,17 @@ class FeatureWorkers:
             log.debug("feature worker: %s; redoing chunk here", msg[2])
             todo.append(k)
 
-    def _reap_hung(self, todo: deque[int]) -> None:
+    def _reap_hung(self, todo: deque[int], done: dict[int, list[Row]]) -> None:
         now = time.monotonic()
         for w in self._workers:
             if w.held and now - w.since > HANG_S:
-                self._lost(w, todo, f"no answer in {HANG_S:g} s")
+                self._lost(w, todo, done, f"no answer in {HANG_S:g} s")
 
-    def _lost(self, w: _Worker, todo: deque[int], why: str) -> None:
-        """Take ``w``'s chunks back and drop the process (the next batch starts another)."""
-        todo.extend(k for b, k in w.held if b == self._batch)
+    def _lost(self, w: _Worker, todo: deque[int], done: dict[int, list[Row]], why: str
+              ) -> None:
+        """Take back ``w``'s chunks of this batch that are not done yet and drop the process
+        (the next batch starts another)."""
+        todo.extend(k for b, k in w.held if b == self._batch and k not in done)
         w.held.clear()
         w.ready = False
         w.child.kill()
