@@ -2,11 +2,14 @@
 
 Each builder returns an ``OpGraph``: the kernel's input tensors in argument order (main
 inputs, then the epilogue's per-channel vectors), the output, and the intermediate tensors a
-template may inline, materialise or cache (a padded input, a packed weight).
+template may inline, materialise or cache (a padded input, a packed weight). Builders are
+cached: every config of a workload schedules the same graph, which schedules never mutate
+(``Stage.op`` holds what a schedule changes).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import ceil
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum
@@ -17,7 +20,10 @@ from autotune.schedule.schedule import Schedule
 ZERO = Const(0.0, FLOAT)
 
 
-@dataclass
+GRAPHS = 64  # graphs each builder keeps (one per workload and packing)
+
+
+@dataclass(frozen=True)
 class OpGraph:
     inputs: list[Tensor]
     output: Tensor
@@ -55,6 +61,7 @@ def _epilogue_args(wl: Workload) -> list[str]:
     return [a.name for a in wl.arg_specs if a.role == "input"][2:]
 
 
+@lru_cache(maxsize=GRAPHS)
 def matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None = None) -> OpGraph:
     """C[i, j] = sum_k A[i, k] * B[k, j]; with ``pack``, B is read from panels
     Bp[j // pack, k, j % pack] so that a register tile's row of B is contiguous; with
@@ -62,6 +69,7 @@ def matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None = Non
     return _matmul(wl, batched=False, pack=pack, pack_a=pack_a)
 
 
+@lru_cache(maxsize=GRAPHS)
 def batch_matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None = None
                        ) -> OpGraph:
     """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] (A and B optionally packed per batch)."""
@@ -113,6 +121,7 @@ def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:
                    axis_names=["n", "c", "h", "w"])
 
 
+@lru_cache(maxsize=GRAPHS)
 def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     """out[n, k, y, x] = sum_{c,r,s} pad(data)[n, c, y*sh + r*dh, x*sw + s*dw] * w[k, c, r, s];
     with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]."""
@@ -147,6 +156,7 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
 
 
+@lru_cache(maxsize=GRAPHS)
 def depthwise_graph(wl: Workload) -> OpGraph:
     """out[n, c, y, x] = sum_{r,s} pad(data)[n, c // m, y*sh + r, x*sw + s] * w[c, 0, r, s]."""
     p = wl.params

@@ -45,24 +45,22 @@ class FuseRel:
 class Stage:
     """The loop nest of one tensor. Primitives return new axes; the leaf order is tracked."""
 
-    def __init__(self, tensor: Tensor, scope: Scope = Scope.GLOBAL):
-        assert tensor.op is not None
+    def __init__(self, tensor: Tensor, scope: Scope = Scope.GLOBAL, op: ComputeOp | None = None):
+        """``op`` replaces the tensor's definition in this schedule only (the compute graph
+        is shared by every schedule of a workload, so it is never mutated)."""
+        op = op if op is not None else tensor.op
+        assert op is not None, tensor
         self.tensor = tensor
+        self.op: ComputeOp = op
         self.scope = Scope(scope)
-        self.axis: list[Axis] = [Axis(v.name) for v in tensor.op.axes]
-        self.reduce_axis: list[Axis] = [Axis(r.var.name, reduce=True)
-                                        for r in tensor.op.reduce_axes]
+        self.axis: list[Axis] = [Axis(v.name) for v in op.axes]
+        self.reduce_axis: list[Axis] = [Axis(r.var.name, reduce=True) for r in op.reduce_axes]
         self.leaves: list[Axis] = [*self.axis, *self.reduce_axis]
         self.relations: list[SplitRel | FuseRel] = []
         self.kinds: dict[Axis, ForKind] = {}
         self.attach: tuple[Stage, Axis] | None = None
         self.inlined = False
         self.per_var_region = False  # region axes mirror the consumer's inner loops
-
-    @property
-    def op(self) -> ComputeOp:
-        assert self.tensor.op is not None
-        return self.tensor.op
 
     def __repr__(self) -> str:
         return f"Stage({self.tensor.name})"
@@ -197,9 +195,9 @@ class Schedule:
                        ComputeOp(op.axes, op.reduce_axes, op.body))
         read = local[tuple(op.axes)]
         body = read if op.post is None else _subst_acc(op.post, op.acc, read)
-        t.op = ComputeOp(op.axes, (), body)
         pos = self.stages.index(st)
-        self.stages[pos] = self._by_tensor[t] = Stage(t, st.scope)  # no reduction axes now
+        # no reduction axes now
+        self.stages[pos] = self._by_tensor[t] = Stage(t, st.scope, ComputeOp(op.axes, (), body))
         new = Stage(local, Scope(scope))
         new.per_var_region = True
         return self._add(new, pos)
@@ -208,7 +206,9 @@ class Schedule:
         """Copy the region of ``t`` that ``readers`` use into a ``scope`` buffer."""
         cached = compute(f"{t.name}_{Scope(scope).value}", t.shape, lambda *ax: t[ax])
         for r in readers:
-            r.op.body = _replace_loads(r.op.body, t, cached)
+            op = r.op
+            r.op = ComputeOp(op.axes, op.reduce_axes, _replace_loads(op.body, t, cached), op.post,
+                             op.acc)
         new = Stage(cached, Scope(scope))
         pos = min(self.stages.index(r) for r in readers)
         return self._add(new, pos)
