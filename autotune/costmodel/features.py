@@ -282,6 +282,16 @@ def extract_raw(summary: NestSummary) -> Raw:
     return out
 
 
+def finish_rows(raws: Sequence[Raw | None]) -> np.ndarray:
+    """``finish`` of raw rows as one float32 block, with an all-NaN row for each None (a
+    config that failed to lower)."""
+    out: np.ndarray = np.full((len(raws), N_AST), np.nan, dtype=np.float32)
+    ok = [i for i, r in enumerate(raws) if r is not None]
+    if ok:
+        out[ok] = finish(np.stack([np.frombuffer(raws[i]) for i in ok]))  # type: ignore[arg-type]
+    return out
+
+
 def extract(func: PrimFunc) -> np.ndarray:
     """The ``N_AST`` float32 features of a loop AST (layout in the module docstring)."""
     return finish(np.frombuffer(extract_raw(summarize(func))))[0]

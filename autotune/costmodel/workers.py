@@ -1,11 +1,12 @@
-"""`FeatureWorkers`: spawned processes that lower configs and extract raw feature rows beside
-the calling process, so that a large batch of new rows uses every core.
+"""`FeatureWorkers`: spawned processes that lower configs and extract feature rows beside the
+calling process, so that a large batch of new rows uses every core.
 
-A batch is cut into chunks; the caller works through chunks from the back while each worker
-that has finished starting takes chunks from the front, two in flight at a time. A worker
-still starting, dead, hung or failing never loses or changes a row: its chunks go back to
-the caller, which computes them itself (and raises what the worker hit, if it is a bug).
-Rows are the same bytes either way: the same code lowers the same config.
+A batch is cut into chunks that shrink towards its end (the last ones decide when it ends).
+The caller and each worker that has finished starting take chunks from the front, a worker
+two in flight at a time. A worker still starting, dead, hung or failing never loses or
+changes a row: its chunks go back to the caller, which computes them itself (and raises
+what the worker hit, if it is a bug). Rows are the same bytes either way: the same code
+lowers the same config, and each chunk comes back finished (``features.finish_rows``).
 """
 from __future__ import annotations
 
@@ -19,16 +20,18 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from autotune.costmodel.features import extract_raw
+import numpy as np
+
+from autotune.costmodel.features import extract_raw, finish_rows
 from autotune.costmodel.nest import summarize
 from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
 
 log = logging.getLogger(__name__)
 
-Row = Any  # a raw feature row (``features.Raw``) or None for a config that fails to lower
-LocalFn = Callable[[int], Row]  # config index -> its row, computed by the caller
+LocalFn = Callable[[list[int]], np.ndarray]  # config indices -> their rows, by the caller
 
 CHUNK = 16  # configs per message: ~5-8 ms of work, against ~0.1 ms of pipe round trip
+MIN_CHUNK = 4  # the shortest chunk at the end of a batch
 MIN_BATCH = 48  # smaller batches are done by the caller alone (not worth the round trips)
 MAX_AUTO = 3  # workers when asked for "auto": large batches rarely have more chunks to share
 HANG_S = 60.0  # a chunk unanswered this long means a hung worker (one takes ~10 ms)
@@ -44,15 +47,32 @@ def auto_workers() -> int:
     return max(0, min(cores - 1, MAX_AUTO))
 
 
-def raw_row(workload: Any, target: Any, index: int) -> Row:
-    """The raw row of config ``index`` (lowered with ``driver.lower``), None if it fails."""
+def chunk_rows(workload: Any, target: Any, indices: Sequence[int]) -> np.ndarray:
+    """Finished "ast" rows of configs ``indices`` (lowered with ``driver.lower``; an all-NaN
+    row for a config that fails to lower)."""
     from autotune.driver import InvalidConfig, lower, space  # deferred: pulls in templates
 
-    try:
-        func = lower(workload, target, space(workload, target).get(index))
-    except InvalidConfig:
-        return None
-    return extract_raw(summarize(func))
+    sp = space(workload, target)
+    raws = []
+    for i in indices:
+        try:
+            raws.append(extract_raw(summarize(lower(workload, target, sp.get(i)))))
+        except InvalidConfig:
+            raws.append(None)
+    return finish_rows(raws)
+
+
+def cut(n: int, size: int, parties: int) -> list[slice]:
+    """Chunks of ``n`` items for ``parties`` processes (guided scheduling): each about half a
+    party's share of what is left, between ``MIN_CHUNK`` and ``size``, so that the last
+    chunks, which one party may still be on when the others are done, are short."""
+    out: list[slice] = []
+    start = 0
+    while start < n:
+        k = max(min(size, -(-(n - start) // (2 * parties))), min(MIN_CHUNK, size))
+        out.append(slice(start, min(n, start + k)))
+        start += k
+    return out
 
 
 def _worker_main(conn: Connection) -> None:
@@ -61,7 +81,7 @@ def _worker_main(conn: Connection) -> None:
 
     for key, workload, target, indices in tasks(conn):
         try:
-            rows = [raw_row(workload, target, i) for i in indices]
+            rows = chunk_rows(workload, target, indices)
         except Exception as exc:  # the caller redoes the chunk and sees the real error
             conn.send(("error", key, f"{type(exc).__name__}: {exc}"))
         else:
@@ -102,7 +122,7 @@ class FeatureWorkers:
         weakref.finalize(self, _kill_all, self._workers)
         self.deaths = 0
         self._batch = 0  # tags chunks, so a late answer from an abandoned batch is ignored
-        self._chunk_s = 0.01  # how long the caller took for its last chunk
+        self._config_s = 5e-4  # the caller's time per config in its last chunk
         self.stats = {"batches": 0, "by_workers": 0}
 
     @property
@@ -139,43 +159,46 @@ class FeatureWorkers:
             self._workers.clear()
 
     def rows(self, workload: Any, target: Any, indices: Sequence[int], local: LocalFn
-             ) -> list[Row]:
-        """Rows of ``indices`` in order; ``local(index)`` computes one in this process."""
+             ) -> np.ndarray:
+        """Rows of ``indices`` in order; ``local(chunk)`` computes a chunk's rows here."""
         if self.n == 0 or len(indices) < self.min_batch:
-            return [local(i) for i in indices]
+            return local(list(indices))
         with self._lock:
             self._start()
             self._batch += 1
-            chunks = [list(indices[k:k + self.chunk]) for k in range(0, len(indices), self.chunk)]
-            done: dict[int, list[Row]] = {}
+            parties = 1 + sum(w.child.started for w in self._workers)
+            chunks = [list(indices[s]) for s in cut(len(indices), self.chunk, parties)]
+            done: dict[int, np.ndarray] = {}
             todo = deque(range(len(chunks)))
             while len(done) < len(chunks):
                 self._collect(done, todo, 0.0)
                 self._feed(workload, target, chunks, todo, done)
-                k = todo.pop() if todo else self._steal(done)  # the caller takes from the back
+                k = todo.popleft() if todo else self._steal(chunks, done)
                 if k is not None:
                     t0 = time.perf_counter()
-                    done[k] = [local(i) for i in chunks[k]]
-                    self._chunk_s = time.perf_counter() - t0
+                    done[k] = local(chunks[k])
+                    # per config: chunks differ in length
+                    self._config_s = (time.perf_counter() - t0) / len(chunks[k])
                 else:  # every chunk left is being computed by a worker
-                    self._collect(done, todo, self._chunk_s)
+                    self._collect(done, todo, self._config_s * self.chunk)
                     self._reap_hung(todo, done)
             self.stats["batches"] += 1
-            return [row for k in range(len(chunks)) for row in done[k]]
+            return np.concatenate([done[k] for k in range(len(chunks))])
 
-    def _steal(self, done: dict[int, list[Row]]) -> int | None:
+    def _steal(self, chunks: list[list[int]], done: dict[int, np.ndarray]) -> int | None:
         """A chunk of this batch a worker holds but has not answered, to redo here: its
         last one sent (likely not started), or the one it is on when that has taken over
-        twice what the caller needs for a chunk. None: wait for the workers."""
-        late = time.monotonic() - 2 * self._chunk_s
+        twice what the caller needs for it. None: wait for the workers."""
+        now = time.monotonic()
         for w in self._workers:
             mine = [k for b, k in w.held if b == self._batch and k not in done]
-            if len(mine) >= 2 or (mine and w.since < late):
+            late = bool(mine) and now - w.since > 2 * self._config_s * len(chunks[mine[0]])
+            if len(mine) >= 2 or late:
                 return mine[-1]
         return None
 
     def _feed(self, workload: Any, target: Any, chunks: list[list[int]], todo: deque[int],
-              done: dict[int, list[Row]]) -> None:
+              done: dict[int, np.ndarray]) -> None:
         """Give every ready worker up to two chunks from the front of ``todo``."""
         for w in self._workers:
             while w.ready and len(w.held) < 2 and todo:
@@ -188,7 +211,7 @@ class FeatureWorkers:
                     w.since = time.monotonic()
                 w.held.append((self._batch, k))
 
-    def _collect(self, done: dict[int, list[Row]], todo: deque[int], timeout: float) -> None:
+    def _collect(self, done: dict[int, np.ndarray], todo: deque[int], timeout: float) -> None:
         """Take every message that has arrived (waiting up to ``timeout`` for the first)."""
         conns = {w.conn: w for w in self._workers if w.conn is not None}
         for conn in wait(list(conns), timeout) if conns else ():
@@ -203,7 +226,7 @@ class FeatureWorkers:
                     break
                 self._handle(w, msg, done, todo)
 
-    def _handle(self, w: _Worker, msg: Any, done: dict[int, list[Row]], todo: deque[int]
+    def _handle(self, w: _Worker, msg: Any, done: dict[int, np.ndarray], todo: deque[int]
                 ) -> None:
         kind = msg[0]
         if kind == "ready":
@@ -223,13 +246,13 @@ class FeatureWorkers:
             log.debug("feature worker: %s; redoing chunk here", msg[2])
             todo.append(k)
 
-    def _reap_hung(self, todo: deque[int], done: dict[int, list[Row]]) -> None:
+    def _reap_hung(self, todo: deque[int], done: dict[int, np.ndarray]) -> None:
         now = time.monotonic()
         for w in self._workers:
             if w.held and now - w.since > HANG_S:
                 self._lost(w, todo, done, f"no answer in {HANG_S:g} s")
 
-    def _lost(self, w: _Worker, todo: deque[int], done: dict[int, list[Row]], why: str
+    def _lost(self, w: _Worker, todo: deque[int], done: dict[int, np.ndarray], why: str
               ) -> None:
         """Take back ``w``'s chunks of this batch that are not done yet and drop the process
         (the next batch starts another)."""

@@ -10,7 +10,7 @@ import pytest
 import autotune
 from autotune.costmodel import workers as workers_mod
 from autotune.costmodel.cache import FeatureCache, features_for
-from autotune.costmodel.workers import FeatureWorkers, auto_workers, raw_row
+from autotune.costmodel.workers import MIN_CHUNK, FeatureWorkers, auto_workers, chunk_rows, cut
 from autotune.driver import space
 from autotune.target import Target
 
@@ -30,10 +30,14 @@ def _configs(n, seed=0):
     return space(CONV, TARGET).sample(np.random.default_rng(seed), n)
 
 
-def _slow_local(index):
-    """The caller's row, slowly: the workers must take their share of the batch."""
-    time.sleep(0.01)
-    return raw_row(CONV, TARGET, index)
+def _slow_local(indices):
+    """The caller's rows, slowly: the workers must take their share of the batch."""
+    time.sleep(0.01 * len(indices))
+    return chunk_rows(CONV, TARGET, indices)
+
+
+def _same(a, b):
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
 def _alive(pid):
@@ -60,8 +64,7 @@ def test_pooled_rows_are_the_rows_of_one_process(pool):
 def test_workers_take_a_share_when_the_caller_is_busy(pool):
     indices = [c.index for c in _configs(40)]
     rows = pool.rows(CONV, TARGET, indices, _slow_local)
-    assert [None if r is None else bytes(r) for r in rows] == \
-        [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+    assert _same(rows, chunk_rows(CONV, TARGET, indices))
     assert pool.stats["by_workers"] >= 8
 
 
@@ -74,15 +77,15 @@ def test_small_batches_start_no_process():
 
 def test_a_killed_worker_loses_no_row_and_is_replaced(pool, caplog):
     indices = [c.index for c in _configs(40, seed=1)]
-    expect = [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+    expect = chunk_rows(CONV, TARGET, indices)
     (pid,) = pool.pids
     os.kill(pid, signal.SIGKILL)
     with caplog.at_level(logging.WARNING, logger=workers_mod.__name__):
         rows = pool.rows(CONV, TARGET, indices, _slow_local)
-    assert [None if r is None else bytes(r) for r in rows] == expect
+    assert _same(rows, expect)
     assert pool.deaths == 1 and "feature worker lost" in caplog.text
     again = pool.rows(CONV, TARGET, indices, _slow_local)  # a new worker starts
-    assert [None if r is None else bytes(r) for r in again] == expect
+    assert _same(again, expect)
     assert pool.pids and pool.pids != [pid]
 
 
@@ -94,9 +97,7 @@ def test_a_hung_worker_does_not_hold_the_batch(pool):
         t0 = time.monotonic()
         rows = pool.rows(CONV, TARGET, indices, _slow_local)
         assert time.monotonic() - t0 < 10  # (HANG_S is 60: the caller took its chunks back)
-        assert len(rows) == len(indices)
-        assert [None if r is None else bytes(r) for r in rows] == \
-            [None if (r := raw_row(CONV, TARGET, i)) is None else bytes(r) for i in indices]
+        assert _same(rows, chunk_rows(CONV, TARGET, indices))
     finally:
         pool.close()  # kills it even while stopped
     deadline = time.monotonic() + 5
@@ -108,8 +109,8 @@ def test_a_hung_worker_does_not_hold_the_batch(pool):
 def test_an_error_in_a_worker_is_raised_by_the_caller(pool):
     size = space(CONV, TARGET).size
 
-    def local(index):
-        return raw_row(CONV, TARGET, index)
+    def local(indices):
+        return chunk_rows(CONV, TARGET, indices)
 
     with pytest.raises((ValueError, IndexError)):
         pool.rows(CONV, TARGET, [size + k for k in range(20)], local)
@@ -139,3 +140,16 @@ def test_auto_workers_leaves_a_core_to_the_caller():
     assert auto_workers() == max(0, min(cores - 1, workers_mod.MAX_AUTO))
     with pytest.raises(ValueError, match="n >= 0"):
         FeatureWorkers(-1)
+
+
+@pytest.mark.parametrize("n,size,parties", [(300, 16, 2), (300, 16, 4), (50, 16, 2), (7, 16, 2),
+                                            (40, 4, 2), (1, 16, 1)])
+def test_chunks_cover_the_batch_and_shrink_towards_its_end(n, size, parties):
+    chunks = cut(n, size, parties)
+    assert [i for s in chunks for i in range(n)[s]] == list(range(n))
+    lengths = [s.stop - s.start for s in chunks]
+    assert max(lengths) <= size
+    assert lengths == sorted(lengths, reverse=True)
+    assert min(lengths[:-1], default=MIN_CHUNK) >= min(MIN_CHUNK, size)
+    if n >= 4 * size * parties:  # a long batch starts with full chunks and ends with short ones
+        assert lengths[0] == size and lengths[-1] <= MIN_CHUNK
