@@ -246,8 +246,8 @@ def _curve(site: StoreSite, stats: list[BufStats], summary: NestSummary, trips: 
         out[o + 7] = site.extents[-1]
         for b, st in enumerate(stats):
             out[o + 8 + b] = st.stride[-1]
-    out[o + 12] = summary.alloc_bytes[Scope.LOCAL.value]
-    out[o + 13] = summary.alloc_bytes[Scope.SHARED.value]
+    out[o + 12] = summary.alloc_bytes[Scope.LOCAL]
+    out[o + 13] = summary.alloc_bytes[Scope.SHARED]
     trip = max(trips[0], 1.0)
     out[o + 14] = _guard_evals(site) / trip
     total = sum(_flops(s) for s in summary.sites)
@@ -269,9 +269,9 @@ def extract_raw(summary: NestSummary) -> Raw:
     o = K_STORES * N_STORE
     out[o] = len(sites)
     out[o + 1] = sum(trips)
-    out[o + 2] = summary.alloc_bytes[Scope.GLOBAL.value]
-    out[o + 3] = summary.alloc_bytes[Scope.LOCAL.value]
-    out[o + 4] = summary.alloc_bytes[Scope.SHARED.value]
+    out[o + 2] = summary.alloc_bytes[Scope.GLOBAL]
+    out[o + 3] = summary.alloc_bytes[Scope.LOCAL]
+    out[o + 4] = summary.alloc_bytes[Scope.SHARED]
     out[o + 5] = summary.n_allocs
     out[o + 6] = summary.n_syncs
     out[o + 7] = sum(_guard_evals(s) for s in sites)

@@ -24,6 +24,8 @@ from autotune.ir.stmt import (
 )
 
 ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1}
+# (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
+_BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
 
 
 @dataclass
@@ -56,7 +58,7 @@ class NestSummary:
     """Every store site plus function-wide allocation and barrier counts."""
 
     sites: list[StoreSite] = field(default_factory=list)
-    alloc_bytes: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Scope})
+    alloc_bytes: dict[Scope, int] = field(default_factory=lambda: dict.fromkeys(Scope, 0))
     n_allocs: int = 0
     n_syncs: int = 0
 
@@ -65,7 +67,7 @@ def summarize(func: PrimFunc) -> NestSummary:
     """Walk ``func`` once and summarise each store's loop nest and accesses."""
     out = NestSummary()
     for w in func.workspaces:
-        out.alloc_bytes[Scope.GLOBAL.value] += w.size * ITEMSIZE.get(w.dtype, 4)
+        out.alloc_bytes[Scope.GLOBAL] += w.size * ITEMSIZE.get(w.dtype, 4)
     _walk(func.body, [], [], [], [], out)
     return out
 
@@ -98,7 +100,7 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
         guards.pop()
     elif isinstance(s, Allocate):
         b = s.buffer
-        out.alloc_bytes[b.scope.value] += b.size * ITEMSIZE.get(b.dtype, 4)
+        out.alloc_bytes[b.scope] += b.size * ITEMSIZE.get(b.dtype, 4)
         out.n_allocs += 1
         _walk(s.body, vars_, extents, kinds, guards, out)
     elif isinstance(s, Sync):
@@ -107,7 +109,7 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
 
 def _site(st: Store, vars_: list[Var], extents: list[int], kinds: list[ForKind],
           guards: list[int]) -> StoreSite:
-    if any(k.is_thread_binding for k in kinds):
+    if any(k in _BINDINGS for k in kinds):
         vars_, extents, kinds, guards = _rebind(vars_, extents, kinds, guards)
     level = {v: i for i, v in enumerate(vars_)}
     ops = {"add": 0, "mul": 0, "fma": 0, "other": 0, "int": 0}
@@ -130,7 +132,7 @@ def _rebind(vars_: list[Var], extents: list[int], kinds: list[ForKind], guards: 
     keep = [True] * len(kinds)
     seen: set[ForKind] = set()
     for i in range(len(kinds) - 1, -1, -1):
-        if kinds[i].is_thread_binding:
+        if kinds[i] in _BINDINGS:
             keep[i] = kinds[i] not in seen
             seen.add(kinds[i])
     if all(keep):

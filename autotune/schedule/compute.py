@@ -43,18 +43,19 @@ class ReduceAxis:
     extent: int
 
 
-@dataclass(eq=False)
 class ComputeOp:
     """``out[axes] = post(sum over reduce_axes of body)`` (no sum when reduce_axes is empty).
 
-    ``post`` is an expression in ``acc`` (the finished value) and the axes vars.
+    ``post`` is an expression in ``acc`` (the finished value) and the axes vars. (A plain
+    class, not a dataclass: compiled, its construction is a C call.)
     """
 
-    axes: tuple[Var, ...]
-    reduce_axes: tuple[ReduceAxis, ...]
-    body: Expr
-    post: Expr | None = None
-    acc: Var | None = None
+    __slots__ = ("axes", "reduce_axes", "body", "post", "acc")
+
+    def __init__(self, axes: tuple[Var, ...], reduce_axes: tuple[ReduceAxis, ...], body: Expr,
+                 post: Expr | None = None, acc: Var | None = None) -> None:
+        self.axes, self.reduce_axes, self.body = axes, reduce_axes, body
+        self.post, self.acc = post, acc
 
 
 def placeholder(name: str, shape: Sequence[int]) -> Tensor:

@@ -20,6 +20,10 @@ from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFu
 from autotune.schedule.schedule import Axis, Schedule, SplitRel, Stage
 
 
+# loops whose iterations a block's threads split among themselves
+_BLOCK_SHARED = frozenset({ForKind.THREAD_X, ForKind.THREAD_Y, ForKind.THREAD_Z, ForKind.VTHREAD})
+
+
 class LoweringError(ValueError):
     """The schedule cannot be lowered (an invalid config for this workload)."""
 
@@ -268,7 +272,7 @@ class _Lowerer:
         inner = loop_extents(body)
         if child.scope is Scope.SHARED:  # a block-wide tile covers every thread's part
             for v, kind in enclosing:
-                if kind.value.startswith("threadIdx") or kind is ForKind.VTHREAD:
+                if kind in _BLOCK_SHARED:
                     inner[v] = self.ext[v]
         region = self._per_var(child, loads, inner) if child.per_var_region else \
             self._box(child, loads, inner)

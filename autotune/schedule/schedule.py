@@ -6,7 +6,6 @@ of a stage computed inside another one's loop is inferred from what that loop re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from autotune.ir.expr import Load, Var, walk
@@ -26,20 +25,36 @@ class Axis:
         return self.name
 
 
-@dataclass(frozen=True)
 class SplitRel:
-    parent: Axis
-    outer: Axis
-    inner: Axis
-    factor: int | None
-    nparts: int | None
+    """``parent`` split into ``outer`` x ``inner`` by an inner ``factor`` or outer ``nparts``.
+    (Plain classes, not dataclasses: compiled, their construction is a C call.)"""
+
+    __slots__ = ("parent", "outer", "inner", "factor", "nparts")
+
+    def __init__(self, parent: Axis, outer: Axis, inner: Axis, factor: int | None,
+                 nparts: int | None) -> None:
+        self.parent, self.outer, self.inner = parent, outer, inner
+        self.factor, self.nparts = factor, nparts
+
+    def __repr__(self) -> str:
+        return f"SplitRel({self.parent} -> {self.outer}, {self.inner})"
 
 
-@dataclass(frozen=True)
 class FuseRel:
-    outer: Axis
-    inner: Axis
-    fused: Axis
+    """``outer`` and ``inner`` fused into ``fused``."""
+
+    __slots__ = ("outer", "inner", "fused")
+
+    def __init__(self, outer: Axis, inner: Axis, fused: Axis) -> None:
+        self.outer, self.inner, self.fused = outer, inner, fused
+
+    def __repr__(self) -> str:
+        return f"FuseRel({self.outer}, {self.inner} -> {self.fused})"
+
+
+def _scope(scope: str | Scope) -> Scope:
+    # Scope(member) takes the Enum's slow path (a Python-level __call__): skip it
+    return scope if isinstance(scope, Scope) else Scope(scope)
 
 
 class Stage:
@@ -52,7 +67,7 @@ class Stage:
         assert op is not None, tensor
         self.tensor = tensor
         self.op: ComputeOp = op
-        self.scope = Scope(scope)
+        self.scope = _scope(scope)
         self.axis: list[Axis] = [Axis(v.name) for v in op.axes]
         self.reduce_axis: list[Axis] = [Axis(r.var.name, reduce=True) for r in op.reduce_axes]
         self.leaves: list[Axis] = [*self.axis, *self.reduce_axis]
@@ -123,7 +138,7 @@ class Stage:
 
     def annotate(self, axis: Axis, kind: ForKind) -> None:
         self._check(axis)
-        self.kinds[axis] = ForKind(kind)
+        self.kinds[axis] = kind if isinstance(kind, ForKind) else ForKind(kind)
 
     def vectorize(self, axis: Axis) -> None:
         self.annotate(axis, ForKind.VECTORIZED)
@@ -191,25 +206,27 @@ class Schedule:
         if st.relations or st.kinds:
             raise ValueError(f"cache_write({t.name}) must come before scheduling {t.name}")
         op = st.op
-        local = Tensor(f"{t.name}_{Scope(scope).value}", t.shape,
+        scope = _scope(scope)
+        local = Tensor(f"{t.name}_{scope.value}", t.shape,
                        ComputeOp(op.axes, op.reduce_axes, op.body))
         read = local[tuple(op.axes)]
         body = read if op.post is None else _subst_acc(op.post, op.acc, read)
         pos = self.stages.index(st)
         # no reduction axes now
         self.stages[pos] = self._by_tensor[t] = Stage(t, st.scope, ComputeOp(op.axes, (), body))
-        new = Stage(local, Scope(scope))
+        new = Stage(local, scope)
         new.per_var_region = True
         return self._add(new, pos)
 
     def cache_read(self, t: Tensor, scope: str | Scope, readers: Sequence[Stage]) -> Stage:
         """Copy the region of ``t`` that ``readers`` use into a ``scope`` buffer."""
-        cached = compute(f"{t.name}_{Scope(scope).value}", t.shape, lambda *ax: t[ax])
+        scope = _scope(scope)
+        cached = compute(f"{t.name}_{scope.value}", t.shape, lambda *ax: t[ax])
         for r in readers:
             op = r.op
             r.op = ComputeOp(op.axes, op.reduce_axes, _replace_loads(op.body, t, cached), op.post,
                              op.acc)
-        new = Stage(cached, Scope(scope))
+        new = Stage(cached, scope)
         pos = min(self.stages.index(r) for r in readers)
         return self._add(new, pos)
 
