@@ -23,30 +23,48 @@ def affine(e: Expr, inner: Container[Var] | None = None) -> Affine | None:
 
 
 def _affine(e: Expr, inner: Container[Var] | None) -> Affine | None:
+    coefs: dict[Expr, int] = {}
+    c = _accumulate(e, 1, coefs, inner)
+    if c is None:
+        return None
+    return {v: k for v, k in coefs.items() if k}, c
+
+
+def _accumulate(e: Expr, scale: int, coefs: dict[Expr, int], inner: Container[Var] | None
+                ) -> int | None:
+    """Add ``scale * e``'s terms into ``coefs`` (one dict for the whole expression, not one
+    per node) and return its constant times ``scale``; None when ``e`` is not affine."""
     if isinstance(e, Var):
-        return {e: 1}, 0
+        coefs[e] = coefs.get(e, 0) + scale
+        return 0
     if isinstance(e, Const):
-        return ({}, int(e.value)) if e.dtype == INT else None
+        return int(e.value) * scale if e.dtype == INT else None
     if isinstance(e, BinOp):
-        if e.op in ("+", "-"):
-            a, b = _affine(e.a, inner), _affine(e.b, inner)
-            if a is not None and b is not None:
-                sign = 1 if e.op == "+" else -1
-                coefs = dict(a[0])
-                for v, c in b[0].items():
-                    coefs[v] = coefs.get(v, 0) + sign * c
-                return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
-        elif e.op == "*":
-            a, b = _affine(e.a, inner), _affine(e.b, inner)
-            if a is not None and b is not None:
-                if not a[0]:
-                    a, b = b, a
-                if not b[0]:
-                    k = b[1]
-                    return ({v: c * k for v, c in a[0].items() if c * k}, a[1] * k)
+        op = e.op
+        if op == "+" or op == "-":
+            a = _accumulate(e.a, scale, coefs, inner)
+            if a is None:
+                return None  # e holds what made e.a fail (an inner var), so e fails too
+            b = _accumulate(e.b, scale if op == "+" else -scale, coefs, inner)
+            return None if b is None else a + b
+        if op == "*":
+            x, y = e.a, e.b
+            if isinstance(y, Const) and y.dtype == INT:
+                return _accumulate(x, scale * int(y.value), coefs, inner)
+            if isinstance(x, Const) and x.dtype == INT:
+                return _accumulate(y, scale * int(x.value), coefs, inner)
+            fa, fb = _affine(x, inner), _affine(y, inner)
+            if fa is not None and fb is not None and (not fa[0] or not fb[0]):
+                if not fa[0]:
+                    fa, fb = fb, fa
+                k = fb[1] * scale
+                for v, cv in fa[0].items():
+                    coefs[v] = coefs.get(v, 0) + cv * k
+                return fa[1] * k
     if inner is not None and e.dtype == INT and not any(
             isinstance(x, Var) and x in inner for x in walk(e)):
-        return {e: 1}, 0  # type: ignore[dict-item]
+        coefs[e] = coefs.get(e, 0) + scale  # an opaque term
+        return 0
     return None
 
 
@@ -105,8 +123,12 @@ def _simplify(e: Expr, extents: Mapping[Var, int], memo: dict[Expr, Expr]) -> Ex
         if e.op in ("//", "%", "min", "max"):
             return _simplify_nonlinear(e, extents, memo)
         a = affine(e, ())
-        if a is None:  # a product of two non-constant terms
-            return binop(e.op, simplify(e.a, extents, memo), simplify(e.b, extents, memo))
+        if a is None or e in a[0]:  # a product of two non-constant terms (opaque as a whole)
+            x, y = simplify(e.a, extents, memo), simplify(e.b, extents, memo)
+            prod = binop(e.op, x, y)
+            # a side the ranges decided to a constant: the product is affine after all
+            return simplify(prod, extents, memo) if isinstance(x, Const) or isinstance(y, Const) \
+                else prod
         coefs: dict[Expr, int] = {}
         c = a[1]
         for term, k in a[0].items():
