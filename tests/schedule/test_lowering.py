@@ -118,3 +118,30 @@ def test_a_lowered_function_survives_pickling():
     v = Var("i")
     w, e = pickle.loads(pickle.dumps((v, v * 4 + 1)))
     assert e == w * 4 + 1 and hash(e) == hash(w * 4 + 1) and e != v * 4 + 1
+
+
+@pytest.mark.parametrize("kind", ["llvm", "cuda"])
+def test_configs_share_the_compute_graph_without_changing_it(kind):
+    """Every config of a workload schedules one cached graph: lowering others in between
+    (cache_write, cache_read, packing, inlining) leaves a config's AST as it was."""
+    from autotune.schedule.definitions import conv2d_graph
+
+    wl = autotune.workload("conv2d", N=1, C=8, H=10, W=10, K=16, R=3, S=3, stride=1, pad=1,
+                           epilogue=("bias", "relu"))
+    target = autotune.Target(kind)
+    graph = conv2d_graph(wl)
+    ops = {t.name: (t.op, t.op.body) for t in [*graph.temps, graph.output]}
+    configs = [c for c in driver.space(wl, target).sample(np.random.default_rng(5), 40)
+               if driver.space(wl, target).is_valid(c)][:12]
+    first = {}
+    for c in configs:
+        try:
+            first[c.index] = format_func(driver.lower(wl, target, c))
+        except driver.InvalidConfig:
+            pass
+    assert len(first) >= 4
+    for c in reversed(configs):  # again, after every other config
+        if c.index in first:
+            assert format_func(driver.lower(wl, target, c)) == first[c.index]
+    assert conv2d_graph(wl) is graph
+    assert {t.name: (t.op, t.op.body) for t in [*graph.temps, graph.output]} == ops
