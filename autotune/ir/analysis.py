@@ -72,7 +72,10 @@ def from_affine(coefs: Mapping[Expr, int], c: int) -> Expr:
     """Rebuild a canonical expression (largest coefficients first) from an affine form."""
     terms = list(coefs.items())
     if len(terms) > 1:
-        terms.sort(key=lambda t: (-abs(t[1]), repr(t[0])))
+        if len({abs(k) for _, k in terms}) == len(terms):  # no ties: skip the costly reprs
+            terms.sort(key=lambda t: -abs(t[1]))
+        else:
+            terms.sort(key=lambda t: (-abs(t[1]), repr(t[0])))
     out: Expr = _ZERO
     for v, k in terms:  # (unit coefficients skip mul: it would build a Const to fold away)
         if k == -1:

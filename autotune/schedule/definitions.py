@@ -15,7 +15,7 @@ from math import ceil
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum
 from autotune.ops import Workload
 from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
-from autotune.schedule.schedule import Schedule
+from autotune.schedule.schedule import Schedule, topo_order
 
 ZERO = Const(0.0, FLOAT)
 
@@ -30,9 +30,13 @@ class OpGraph:
     temps: list[Tensor] = field(default_factory=list)
     pad: Tensor | None = None     # zero-padded input (conv ops), None when pad == 0
     packed: Tensor | None = None  # weight / B packed into panels, when asked for
+    order: list[Tensor] = field(init=False)  # producers first (computed once: graphs are cached)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", topo_order(self.output, self.temps))
 
     def schedule(self) -> Schedule:
-        return Schedule(self.output, self.inputs, self.temps)
+        return Schedule(self.output, self.inputs, self.temps, self.order)
 
 
 def _epilogue(wl: Workload, channel_axis: int):

@@ -181,14 +181,16 @@ class Stage:
 class Schedule:
     """The stages of a kernel computing ``output``, producers first."""
 
-    def __init__(self, output: Tensor, inputs: Sequence[Tensor], temps: Sequence[Tensor] = ()):
+    def __init__(self, output: Tensor, inputs: Sequence[Tensor], temps: Sequence[Tensor] = (),
+                 order: Sequence[Tensor] | None = None):
         """``inputs`` are the kernel's placeholders in argument order; ``temps`` the other
-        computed tensors the output depends on (e.g. a padded input, a packed weight)."""
+        computed tensors the output depends on (e.g. a padded input, a packed weight);
+        ``order``, when known, is ``topo_order(output, temps)``."""
         self.output = output
         self.inputs = list(inputs)
         self.stages: list[Stage] = []
         self._by_tensor: dict[Tensor, Stage] = {}
-        for t in _topo(output, [*temps, output]):
+        for t in order if order is not None else topo_order(output, temps):
             self._add(Stage(t), len(self.stages))
 
     def _add(self, st: Stage, pos: int) -> Stage:
@@ -242,11 +244,11 @@ def _replace_loads(e, old: Tensor, new: Tensor):
                     if isinstance(x, Load) and x.buffer is old.buffer else None)
 
 
-def _topo(output: Tensor, computed: Sequence[Tensor]) -> list[Tensor]:
+def topo_order(output: Tensor, temps: Sequence[Tensor]) -> list[Tensor]:
     """Computed tensors reachable from ``output``, producers before consumers (depth first,
     producers in the order their loads occur). Iterative: a recursive inner function is a
     reference cycle, which kept the whole graph alive until the cyclic collector ran."""
-    by_buffer = {id(t.buffer): t for t in computed}
+    by_buffer = {id(t.buffer): t for t in [*temps, output]}
     order: list[Tensor] = []
     seen = {id(output)}
     stack = [(output, iter(_producers(output, by_buffer)))]
