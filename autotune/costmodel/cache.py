@@ -6,22 +6,15 @@ invalid config (it fails to lower) gets an all-NaN row, which is cached too.
 """
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from autotune.costmodel.features import (
-    CURVE_SLICE,
-    N_AST,
-    extract_raw,
-    finish_rows,
-    knob_features,
-)
-from autotune.costmodel.nest import summarize
-from autotune.costmodel.workers import CHUNK, FeatureWorkers
+from autotune.costmodel.features import CURVE_SLICE, N_AST, knob_features
+from autotune.costmodel.workers import CHUNK, FeatureWorkers, lowered_rows
 from autotune.ir.stmt import PrimFunc
 from autotune.space import Config
 
@@ -100,25 +93,13 @@ def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: Featu
             out[i] = row
     by_index = {configs[i].index: configs[i] for i in misses}
 
-    def local(chunk: list[int]) -> np.ndarray:
-        raws = []
-        for index in chunk:
-            t0 = time.perf_counter()
-            try:
-                func = lower(workload, target, by_index[index])
-            except (InvalidConfig, LoweringError):
-                cache.stats["lower_s"] += time.perf_counter() - t0
-                raws.append(None)
-                continue
-            t1 = time.perf_counter()
-            raws.append(extract_raw(summarize(func)))
-            cache.stats["lower_s"] += t1 - t0
-            cache.stats["extract_s"] += time.perf_counter() - t1
-        t0 = time.perf_counter()
-        rows = finish_rows(raws)
-        cache.stats["extract_s"] += time.perf_counter() - t0
-        return rows
+    def lower_one(index: int) -> PrimFunc | None:
+        try:
+            return lower(workload, target, by_index[index])
+        except (InvalidConfig, LoweringError):
+            return None
 
+    local = partial(lowered_rows, lower_one=lower_one, stats=cache.stats)
     indices = [configs[i].index for i in misses]
     if workers is not None and lower is _default_lower:
         out[misses] = workers.rows(workload, target, indices, local)

@@ -290,7 +290,7 @@ def finish_rows(raws: Sequence[Raw | None]) -> np.ndarray:
     out: np.ndarray = np.full((len(raws), N_AST), np.nan, dtype=np.float32)
     ok = [i for i, r in enumerate(raws) if r is not None]
     if ok:
-        out[ok] = finish(np.stack([np.frombuffer(raws[i]) for i in ok]))  # type: ignore[arg-type]
+        out[ok] = finish(np.stack([np.frombuffer(r) for r in raws if r is not None]))
     return out
 
 
@@ -301,8 +301,7 @@ def extract(func: PrimFunc) -> np.ndarray:
 
 def extract_many(funcs: Iterable[PrimFunc]) -> np.ndarray:
     """``extract`` of several functions as one (n, N_AST) matrix (one vectorised transform)."""
-    rows = [np.frombuffer(extract_raw(summarize(f))) for f in funcs]
-    return finish(np.stack(rows) if rows else np.zeros((0, N_AST)))
+    return finish_rows([extract_raw(summarize(f)) for f in funcs])
 
 
 def extract_curve(func: PrimFunc) -> np.ndarray:

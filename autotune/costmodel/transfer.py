@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from autotune.costmodel.cache import FeatureCache, LowerFn, _default_lower, features_for
-from autotune.costmodel.workers import FeatureWorkers
 from autotune.costmodel.features import CURVE_SLICE, N_AST
 from autotune.costmodel.model import XGBModel, rankdata
+from autotune.costmodel.workers import FeatureWorkers
 
 log = logging.getLogger(__name__)
 

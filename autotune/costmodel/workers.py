@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.costmodel.features import extract_raw, finish_rows
 from autotune.costmodel.nest import summarize
+from autotune.ir.stmt import PrimFunc
 from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
 
 log = logging.getLogger(__name__)
@@ -47,19 +48,41 @@ def auto_workers() -> int:
     return max(0, min(cores - 1, MAX_AUTO))
 
 
+def lowered_rows(indices: Sequence[int], lower_one: Callable[[int], PrimFunc | None],
+                 stats: dict[str, Any] | None = None) -> np.ndarray:
+    """Finished "ast" rows of configs ``indices``; ``lower_one(index)`` lowers one (None when
+    it fails to lower: an all-NaN row). ``stats`` gains the seconds spent lowering
+    (``lower_s``) and extracting (``extract_s``)."""
+    raws = []
+    lower_s = extract_s = 0.0
+    for i in indices:
+        t0 = time.perf_counter()
+        func = lower_one(i)
+        t1 = time.perf_counter()
+        raws.append(None if func is None else extract_raw(summarize(func)))
+        lower_s += t1 - t0
+        extract_s += time.perf_counter() - t1
+    t0 = time.perf_counter()
+    rows = finish_rows(raws)
+    if stats is not None:
+        stats["lower_s"] += lower_s
+        stats["extract_s"] += extract_s + time.perf_counter() - t0
+    return rows
+
+
 def chunk_rows(workload: Any, target: Any, indices: Sequence[int]) -> np.ndarray:
-    """Finished "ast" rows of configs ``indices`` (lowered with ``driver.lower``; an all-NaN
-    row for a config that fails to lower)."""
+    """``lowered_rows`` of configs ``indices``, lowered with ``driver.lower`` (a worker's)."""
     from autotune.driver import InvalidConfig, lower, space  # deferred: pulls in templates
 
     sp = space(workload, target)
-    raws = []
-    for i in indices:
+
+    def lower_one(index: int) -> PrimFunc | None:
         try:
-            raws.append(extract_raw(summarize(lower(workload, target, sp.get(i)))))
+            return lower(workload, target, sp.get(index))
         except InvalidConfig:
-            raws.append(None)
-    return finish_rows(raws)
+            return None
+
+    return lowered_rows(indices, lower_one)
 
 
 def cut(n: int, size: int, parties: int) -> list[slice]:
@@ -109,7 +132,7 @@ def _kill_all(workers: list[_Worker]) -> None:
 
 
 class FeatureWorkers:
-    """``n`` worker processes (started at the first large batch) that share batches of raw
+    """``n`` worker processes (started at the first large batch) that share batches of
     feature rows with the caller. Thread-safe: concurrent batches take turns."""
 
     def __init__(self, n: int, *, chunk: int = CHUNK, min_batch: int = MIN_BATCH) -> None:

@@ -20,6 +20,12 @@ class Scope(str, Enum):
     SHARED = "shared"  # CUDA shared memory of a thread block
 
 
+def as_scope(scope: str | Scope) -> Scope:
+    """``Scope(scope)`` without the Enum's slow path (a Python-level ``__call__``) for a
+    member already."""
+    return scope if isinstance(scope, Scope) else Scope(scope)
+
+
 class Buffer:
     """A dense row-major array. Compared by identity."""
 
@@ -30,7 +36,7 @@ class Buffer:
         self.name = name
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
-        self.scope = scope if isinstance(scope, Scope) else Scope(scope)
+        self.scope = as_scope(scope)
         strides, acc = [], 1
         for s in reversed(self.shape):
             strides.append(acc)
@@ -72,6 +78,11 @@ class ForKind(str, Enum):
         return self.value.startswith(("blockIdx", "threadIdx"))
 
 
+def as_kind(kind: str | ForKind) -> ForKind:
+    """``ForKind(kind)`` without the Enum's slow path for a member already."""
+    return kind if isinstance(kind, ForKind) else ForKind(kind)
+
+
 class Stmt:
     __slots__ = ()
 
@@ -83,9 +94,7 @@ class For(Stmt):
     __slots__ = ("var", "extent", "kind", "body")
 
     def __init__(self, var: Var, extent: int, kind: ForKind, body: Stmt):
-        # ForKind(member) takes the Enum slow path (a Python-level __call__): skip it
-        self.var, self.extent, self.body = var, int(extent), body
-        self.kind = kind if isinstance(kind, ForKind) else ForKind(kind)
+        self.var, self.extent, self.kind, self.body = var, int(extent), as_kind(kind), body
 
     def __reduce__(self) -> tuple:
         return For, (self.var, self.extent, self.kind, self.body)

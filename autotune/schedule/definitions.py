@@ -9,7 +9,7 @@ cached: every config of a workload schedules the same graph, which schedules nev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from math import ceil
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum
@@ -30,10 +30,11 @@ class OpGraph:
     temps: list[Tensor] = field(default_factory=list)
     pad: Tensor | None = None     # zero-padded input (conv ops), None when pad == 0
     packed: Tensor | None = None  # weight / B packed into panels, when asked for
-    order: list[Tensor] = field(init=False)  # producers first (computed once: graphs are cached)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "order", topo_order(self.output, self.temps))
+    @cached_property
+    def order(self) -> list[Tensor]:
+        """The computed tensors, producers first (once per graph: graphs are cached)."""
+        return topo_order(self.output, self.temps)
 
     def schedule(self) -> Schedule:
         return Schedule(self.output, self.inputs, self.temps, self.order)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from autotune.ir.expr import Load, Var, walk
-from autotune.ir.stmt import ForKind, Scope
+from autotune.ir.stmt import ForKind, Scope, as_kind, as_scope
 from autotune.schedule.compute import ComputeOp, Tensor, compute
 
 
@@ -52,11 +52,6 @@ class FuseRel:
         return f"FuseRel({self.outer}, {self.inner} -> {self.fused})"
 
 
-def _scope(scope: str | Scope) -> Scope:
-    # Scope(member) takes the Enum's slow path (a Python-level __call__): skip it
-    return scope if isinstance(scope, Scope) else Scope(scope)
-
-
 class Stage:
     """The loop nest of one tensor. Primitives return new axes; the leaf order is tracked."""
 
@@ -67,7 +62,7 @@ class Stage:
         assert op is not None, tensor
         self.tensor = tensor
         self.op: ComputeOp = op
-        self.scope = _scope(scope)
+        self.scope = as_scope(scope)
         self.axis: list[Axis] = [Axis(v.name) for v in op.axes]
         self.reduce_axis: list[Axis] = [Axis(r.var.name, reduce=True) for r in op.reduce_axes]
         self.leaves: list[Axis] = [*self.axis, *self.reduce_axis]
@@ -138,7 +133,7 @@ class Stage:
 
     def annotate(self, axis: Axis, kind: ForKind) -> None:
         self._check(axis)
-        self.kinds[axis] = kind if isinstance(kind, ForKind) else ForKind(kind)
+        self.kinds[axis] = as_kind(kind)
 
     def vectorize(self, axis: Axis) -> None:
         self.annotate(axis, ForKind.VECTORIZED)
@@ -208,7 +203,7 @@ class Schedule:
         if st.relations or st.kinds:
             raise ValueError(f"cache_write({t.name}) must come before scheduling {t.name}")
         op = st.op
-        scope = _scope(scope)
+        scope = as_scope(scope)
         local = Tensor(f"{t.name}_{scope.value}", t.shape,
                        ComputeOp(op.axes, op.reduce_axes, op.body))
         read = local[tuple(op.axes)]
@@ -222,7 +217,7 @@ class Schedule:
 
     def cache_read(self, t: Tensor, scope: str | Scope, readers: Sequence[Stage]) -> Stage:
         """Copy the region of ``t`` that ``readers`` use into a ``scope`` buffer."""
-        scope = _scope(scope)
+        scope = as_scope(scope)
         cached = compute(f"{t.name}_{scope.value}", t.shape, lambda *ax: t[ax])
         for r in readers:
             op = r.op
