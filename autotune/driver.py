@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload
+from autotune.schedule.lower import LoweringError, lower_schedule
 from autotune.schedule.templates import get_template
 from autotune.space import Config, ConfigSpace
 from autotune.target import Target
@@ -30,8 +31,7 @@ def space(workload: Workload, target: Target) -> ConfigSpace:
     return get_template(workload.op, target.kind).space(workload, target)
 
 
-def _as_config(workload: Workload, target: Target, config: Config | int | dict | None) -> Config:
-    sp = space(workload, target)
+def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
     if config is None:
         return sp.default()
     if isinstance(config, int):
@@ -44,25 +44,20 @@ def _as_config(workload: Workload, target: Target, config: Config | int | dict |
 def lower(workload: Workload, target: Target | str, config: Config | int | dict | None = None
           ) -> PrimFunc:
     """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
-    from autotune.schedule.lower import LoweringError
     target = Target(target) if isinstance(target, str) else target
-    cfg = _as_config(workload, target, config)
-    reason = space(workload, target).invalid_reason(cfg)
+    sp = space(workload, target)
+    cfg = _as_config(sp, config)
+    reason = sp.invalid_reason(cfg)
     if reason:
         raise InvalidConfig(reason)
     tmpl = get_template(workload.op, target.kind)
     try:
         sch = tmpl.schedule(workload, target, cfg)
-        func = _lower(sch, workload)
+        func = lower_schedule(sch, name=f"at_{workload.op}")
     except LoweringError as e:
         raise InvalidConfig(str(e)) from e
     func.attrs.update(workload=workload.key, config_index=cfg.index)
     return func
-
-
-def _lower(sch, workload: Workload) -> PrimFunc:
-    from autotune.schedule.lower import lower_schedule
-    return lower_schedule(sch, name=f"at_{workload.op}")
 
 
 @dataclass(frozen=True)

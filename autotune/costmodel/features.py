@@ -47,11 +47,11 @@ Layout of ``extract(func)`` (``N_AST`` floats), in this order:
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
+from librt.vecs import vec
 
 from autotune.costmodel.footprint import BufStats
 from autotune.costmodel.nest import ITEMSIZE, Access, NestSummary, StoreSite, summarize
@@ -77,13 +77,12 @@ _KIND_SLOT = {ForKind.SERIAL: 0, ForKind.PARALLEL: 1, ForKind.VECTORIZED: 2,
 _SCOPE_SLOT = {Scope.GLOBAL: 0, Scope.LOCAL: 1, Scope.SHARED: 2}
 
 # Column transforms, applied to whole matrices by ``finish``: extraction itself writes raw
-# values into a Python list, because per-value numpy or log calls would dominate its cost.
+# values into a raw row, because per-value numpy or log calls would dominate its cost.
 _ID, _LG, _SLG = 0, 1, 2
-# A typed array rather than a list: numpy then reads it without converting each float.
-Raw = array
-# each row starts as a copy of this (a slice copy: ``array("d", bytes)`` parses its arguments
-# and grows the array from empty: ~4% of an extraction)
-_ZERO_ROW = array("d", bytes(8 * N_AST))
+# A vec of doubles rather than a list or an array: compiled code stores into it without
+# boxing each float, and numpy reads its buffer without converting each one.
+Raw = vec[float]
+_ZERO_ROW = vec[float]([0.0] * N_AST)  # each row starts as a (slice) copy of this
 
 
 @lru_cache(maxsize=1)
@@ -196,22 +195,21 @@ def _flops(site: StoreSite) -> float:
     return (ops["add"] + ops["mul"] + 2 * ops["fma"] + ops["other"]) * math.prod(site.extents)
 
 
-def _interp(px: list[float], py: list[float]) -> list[float]:
-    """Piecewise-linear ``py(px)`` at ``CURVE_POINTS``, flat beyond the ends."""
-    res = []
+def _interp(px: list[float], py: list[float], out: Raw, o: int) -> None:
+    """Piecewise-linear ``py(px)`` at ``CURVE_POINTS`` into ``out[o:]``, flat beyond the ends."""
     j = 0
     n = len(px)
     for x in CURVE_POINTS:
         while j < n and px[j] < x:
             j += 1
         if j == 0:
-            res.append(py[0])
+            out[o] = py[0]
         elif j == n:
-            res.append(py[-1])
+            out[o] = py[-1]
         else:
             x0, x1 = px[j - 1], px[j]
-            res.append(py[j - 1] + (py[j] - py[j - 1]) * (x - x0) / (x1 - x0))
-    return res
+            out[o] = py[j - 1] + (py[j] - py[j - 1]) * (x - x0) / (x1 - x0)
+        o += 1
 
 
 def _curve(site: StoreSite, stats: list[BufStats], summary: NestSummary, trips: list[float],
@@ -234,7 +232,7 @@ def _curve(site: StoreSite, stats: list[BufStats], summary: NestSummary, trips: 
             else:
                 px.append(x)
                 py.append(y)
-        out[base + b * npts: base + (b + 1) * npts] = array("d", _interp(px, py))
+        _interp(px, py, out, base + b * npts)
     o = base + B_BUFFERS * npts
     prods = [1.0] * 6
     for e, k in zip(site.extents, site.kinds):

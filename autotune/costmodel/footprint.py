@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from librt.vecs import vec
+
 from autotune.costmodel.nest import ITEMSIZE, Access
 
 LINE = 64  # bytes per cache line: footprints are also counted in whole lines
@@ -14,9 +16,17 @@ LINE = 64  # bytes per cache line: footprints are also counted in whole lines
 
 class BufStats:
     """Per level (outer to inner): flattened-index stride w.r.t. the level's var (NaN when
-    not affine), footprint elements, touches and footprint bytes in whole lines, per entry."""
+    not affine), footprint elements, touches and footprint bytes in whole lines, per entry.
+
+    (``vec[float]``, not lists: compiled, a vec holds unboxed doubles, where a list boxed a
+    float object for every update, most of this class's cost.)"""
 
     __slots__ = ("foot", "lines", "stride", "touch")
+
+    stride: vec[float]
+    foot: vec[float]
+    touch: vec[float]
+    lines: vec[float]
 
     def __init__(self, accs: list[Access], ext: list[int], inner: list[int]):
         n = len(ext)
@@ -24,15 +34,15 @@ class BufStats:
         shape, strides = buf.shape, buf.strides
         item = ITEMSIZE.get(buf.dtype, 4)
         first = accs[0]
-        stride = [0.0] * n
+        stride = vec[float]([0.0] * n)
         for d, (coefs, _) in enumerate(first.dims):
             sd = strides[d]
             for lv, c in coefs.items():
                 stride[lv] += c * sd
             for lv in first.opaque[d]:
                 stride[lv] = math.nan  # the index is not affine in this loop's var
-        foot = [1.0] * n
-        lines = [1.0] * n
+        foot = vec[float]([1.0] * n)
+        lines = vec[float]([1.0] * n)
         last = len(shape) - 1
         # the accumulator's read and write share an index: the union needs each form once
         uniq = [a for i, a in enumerate(accs)
@@ -54,16 +64,16 @@ class BufStats:
                     foot[lv] *= distinct[lv]
                     lines[lv] *= distinct[lv]
         if last < 0:
-            lines = [float(LINE)] * n
+            lines = vec[float]([float(LINE)] * n)
         self.stride = stride
         self.foot = foot
         k = len(accs)
-        self.touch = [k * i for i in inner]
+        self.touch = vec[float]([float(k * i) for i in inner])
         self.lines = lines
 
 
 def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
-               ) -> tuple[list[float], list[float]]:
+               ) -> tuple[vec[float], vec[float]]:
     """Distinct indices and index span of dim ``d`` under each level (union of accesses).
 
     The span is the affine range; distinct indices are also capped by the iterations of
@@ -104,8 +114,8 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
                 hi[lv] = h
             cap[lv] += iters
     fsize = float(size)
-    span = [float(h - lw + 1) for lw, h in zip(lo, hi)]
-    distinct = [0.0] * n
+    span = vec[float]([float(h - lw + 1) for lw, h in zip(lo, hi)])
+    distinct = vec[float]([0.0] * n)
     for lv in range(n):
         s = span[lv]
         fc = float(cap[lv])
@@ -115,13 +125,13 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
     return distinct, span
 
 
-def one_dim(a: Access, d: int, ext: list[int], size: int) -> tuple[list[float], list[float]]:
+def one_dim(a: Access, d: int, ext: list[int], size: int) -> tuple[vec[float], vec[float]]:
     """``dim_extent`` for a buffer accessed once (the common case, without the union)."""
     n = len(ext)
     coefs, _ = a.dims[d]
     hidden = a.opaque[d]
-    distinct = [1.0] * n
-    span = [1.0] * n
+    distinct = vec[float]([1.0] * n)
+    span = vec[float]([1.0] * n)
     if not coefs and not hidden:
         return distinct, span
     fsize = float(size)

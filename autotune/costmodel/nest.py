@@ -26,6 +26,7 @@ from autotune.ir.stmt import (
 ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1}
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
+_SCOPES = tuple(Scope)  # (iterating the Enum class itself runs Python-level code each time)
 
 
 @dataclass
@@ -58,7 +59,7 @@ class NestSummary:
     """Every store site plus function-wide allocation and barrier counts."""
 
     sites: list[StoreSite] = field(default_factory=list)
-    alloc_bytes: dict[Scope, int] = field(default_factory=lambda: dict.fromkeys(Scope, 0))
+    alloc_bytes: dict[Scope, int] = field(default_factory=lambda: dict.fromkeys(_SCOPES, 0))
     n_allocs: int = 0
     n_syncs: int = 0
 

@@ -61,11 +61,17 @@ def _accumulate(e: Expr, scale: int, coefs: dict[Expr, int], inner: Container[Va
                 for v, cv in fa[0].items():
                     coefs[v] = coefs.get(v, 0) + cv * k
                 return fa[1] * k
-    if inner is not None and e.dtype == INT and not any(
-            isinstance(x, Var) and x in inner for x in walk(e)):
+    if inner is not None and e.dtype == INT and _free_of(e, inner):
         coefs[e] = coefs.get(e, 0) + scale  # an opaque term
         return 0
     return None
+
+
+def _free_of(e: Expr, inner: Container[Var]) -> bool:
+    """No var of ``inner`` occurs in ``e``."""
+    if isinstance(inner, tuple) and not inner:  # ``affine(e, ())``: nothing to look for
+        return True
+    return not any(isinstance(x, Var) and x in inner for x in walk(e))
 
 
 def from_affine(coefs: Mapping[Expr, int], c: int) -> Expr:
@@ -189,10 +195,18 @@ def _simplify_nonlinear(e: BinOp, extents: Mapping[Var, int], memo: dict[Expr, E
 def _decide(op: str, r: tuple[int, int]) -> bool | None:
     """Decide ``d op 0`` for d in the closed range r, when possible."""
     lo, hi = r
-    table = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
-             ">=": (lo >= 0, hi < 0), "==": (lo == hi == 0, lo > 0 or hi < 0),
-             "!=": (lo > 0 or hi < 0, lo == hi == 0)}
-    yes, no = table[op]
+    if op == "<":
+        yes, no = hi < 0, lo >= 0
+    elif op == "<=":
+        yes, no = hi <= 0, lo > 0
+    elif op == ">":
+        yes, no = lo > 0, hi <= 0
+    elif op == ">=":
+        yes, no = lo >= 0, hi < 0
+    elif op == "==":
+        yes, no = lo == hi == 0, lo > 0 or hi < 0
+    else:  # "!="
+        yes, no = lo > 0 or hi < 0, lo == hi == 0
     return True if yes else (False if no else None)
 
 

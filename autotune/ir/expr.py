@@ -235,7 +235,14 @@ def const(x: ExprLike, like: Expr | None = None) -> Expr:
         return x
     if like is not None and like.dtype == FLOAT:
         return Const(float(x), FLOAT)
+    if isinstance(x, int) and _SMALL_MIN <= x < _SMALL_END:
+        return _SMALL_INTS[x - _SMALL_MIN]
     return Const(x)
+
+
+# index arithmetic builds its small constants again and again: share them (Const is immutable)
+_SMALL_MIN, _SMALL_END = -64, 1025
+_SMALL_INTS = tuple(Const(i) for i in range(_SMALL_MIN, _SMALL_END))
 
 
 def _fold(op: str, a: int | float, b: int | float) -> int | float:
