@@ -10,10 +10,11 @@ import dataclasses
 import statistics
 import time
 from collections import Counter
+from contextlib import nullcontext
 from functools import partial
 from types import MappingProxyType
-from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Optional,
-                    Protocol, Sequence, Union)
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, ContextManager, Iterable,
+                    Mapping, Optional, Protocol, Sequence, Union)
 
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.base import Tuner, TuningTask
@@ -42,10 +43,20 @@ TunerSpec = Union[str, Callable[..., Tuner]]
 
 
 class Executor(Protocol):
-    """Measures candidates; failures come back as results with an error kind."""
+    """Measures candidates; failures come back as results with an error kind.
+
+    An executor shared with other jobs may also have ``host_work() -> ContextManager``: the
+    loop holds it while it computes on the host (tuner set-up, search, model updates), so
+    that no other job times a kernel on this host's cores meanwhile (see `_host_work`)."""
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
     def close(self) -> None: ...
+
+
+def _host_work(executor: Executor) -> ContextManager[Any]:
+    """``executor.host_work()`` when it has one, else nothing to hold."""
+    hold = getattr(executor, "host_work", None)
+    return hold() if hold is not None else nullcontext()
 
 
 class TrialStore(Protocol):
@@ -115,17 +126,20 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
         raise ValueError(f"tune: early_stopping must be >= 1 or None; got {early_stopping}")
     prior = list(db.trials_for(workload, target)) if db is not None else []
     factory = partial(make_tuner, tuner) if isinstance(tuner, str) else tuner
-    tune = factory(space, seed=seed, measured={r.config_index for r in prior}, pool=pool,
-                   task=TuningTask(workload, target, db), **dict(tuner_options or {}))
+    with _host_work(executor):  # (a tuner may fit a transfer model on the history here)
+        tune = factory(space, seed=seed, measured={r.config_index for r in prior}, pool=pool,
+                       task=TuningTask(workload, target, db), **dict(tuner_options or {}))
     start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
     tally = _Tally(int(workload.flops()), start)
     stopped, callbacks = "budget", tuple(callbacks)
     try:  # the tuner may hold worker processes: closed however the loop ends
-        _replay_history(tune, tally, workload, target, space, prior)
+        with _host_work(executor):
+            _replay_history(tune, tally, workload, target, space, prior)
         t0 = time.perf_counter()
         while tally.done < trials:
             n = min(batch_size, trials - tally.done)
-            configs = tune.next_batch(n) if tune.has_next() else []
+            with _host_work(executor):
+                configs = tune.next_batch(n) if tune.has_next() else []
             if not configs:
                 stopped = "exhausted"
                 break
@@ -134,7 +148,8 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
             if len(results) != len(inputs):
                 raise RuntimeError(f"executor returned {len(results)} results for "
                                    f"{len(inputs)} inputs")
-            tune.update(inputs, results)
+            with _host_work(executor):
+                tune.update(inputs, results)
             results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
             if db is not None:
                 db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)

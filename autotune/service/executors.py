@@ -1,12 +1,16 @@
 """One shared measurement executor per target, serialised per device across jobs.
 
 All CPU ("llvm") targets share the host's cores, so they share one device lock: nothing
-else of ours builds or times while a kernel is timed. Each CUDA arch is its own device.
+else of ours builds or times while a kernel is timed, and a job's search and model updates
+(which use every core) hold it too, so they never run beside another job's timing. Each
+CUDA arch is its own device, timed by the GPU's own clock: searching on the host beside
+it is fine.
 """
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
@@ -21,14 +25,19 @@ def device_of(target: "Target") -> str:
 
 
 class LockedExecutor:
-    """An executor whose ``submit`` holds its device's lock (shared between executors)."""
+    """An executor whose ``submit`` holds its device's lock (shared between executors);
+    ``host_work`` too when that device is the host (see `autotune.search.loop`)."""
 
-    def __init__(self, inner: object, lock: threading.Lock) -> None:
-        self.inner, self.lock = inner, lock
+    def __init__(self, inner: object, lock: threading.Lock, *, on_host: bool) -> None:
+        self.inner, self.lock, self.on_host = inner, lock, on_host
 
     def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
         with self.lock:
             return list(self.inner.submit(inputs))  # type: ignore[attr-defined]
+
+    def host_work(self) -> ContextManager[Any]:
+        """Held by a job while it computes on the host: keeps other jobs' CPU timing out."""
+        return self.lock if self.on_host else nullcontext()
 
     def close(self) -> None:
         """A no-op: the pool owns the inner executor (jobs must not close it)."""
@@ -54,7 +63,8 @@ class ExecutorPool:
         with self._lock:
             found = self._executors.get(target.key)
             if found is None:
-                found = LockedExecutor(self._factory(target), lock)
+                found = LockedExecutor(self._factory(target), lock,
+                                       on_host=device_of(target) == "host")
                 self._executors[target.key] = found
             return found
 
