@@ -20,6 +20,11 @@ benchmarks/record_pools.py; ``--no-guard`` to turn that off). Run them on a quie
 Then the ratios of median trials-to-90%: xgb/random (target <= 1/3) and transfer/xgb
 (target <= 1/2). ">N": not reached within N trials. Prints tables; asserts nothing.
 
+Every run has the tuner option ``start_default=False``: this compares the strategies
+themselves. A job otherwise measures the template's default config first (often within 90%
+of the best, which would make every tuner "reach" it at trial 1); benchmarks/kernels.py's
+tuned column shows what a job gets.
+
     .venv/bin/python benchmarks/tuning.py [--real] [--replay] [--seeds 10] [--trials 128]
                                           [--only conv,dw] [--tuners xgb,xgb+transfer]
 """
@@ -51,6 +56,7 @@ TUNERS = {"random": ("random", False), "ga": ("ga", False), "xgb": ("xgb", False
 CHECKPOINTS = (16, 32, 64, 128)
 FRACTION = 0.9  # "reached" = best so far >= FRACTION x the reference
 NEVER = math.inf  # trials-to-reach of a run that never reached it
+STRATEGY_ONLY = {"start_default": False}  # see the module docstring
 
 
 # --- what one run's history says ---------------------------------------------------------
@@ -211,7 +217,8 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
                 url = make_db(Path(tmp) / f"{name}-{label}.db", hist)
                 t0 = time.perf_counter()
                 res = autotune.tune(wl, target, trials=args.trials, tuner=tuner, seed=args.seed,
-                                    db=url, executor=executor, transfer=transfer)
+                                    db=url, executor=executor, transfer=transfer,
+                                    tuner_options=STRATEGY_ONLY)
                 minutes = (time.perf_counter() - t0) / 60
                 runs[label] = (res.history, minutes)
                 print(f"# {name} {label}: best {best_at(res.history, args.trials):.1f} GFLOP/s "
@@ -306,7 +313,8 @@ def run_replay(args: argparse.Namespace, names: list[str], labels: list[str]) ->
                         db = f"sqlite:///{run_db}"
                     res = autotune.tune(wl, target, trials=len(records), tuner=tuner,
                                         seed=seed, db=db, executor=executor,
-                                        transfer=transfer, callbacks=[until_reached])
+                                        transfer=transfer, callbacks=[until_reached],
+                                        tuner_options=STRATEGY_ONLY)
                     if db is not None:
                         run_db.unlink()
                     bests.append([best_at(res.history, p) for p in points])

@@ -2,8 +2,10 @@
 
 The base class owns the bookkeeping that every strategy needs and must get right: it never
 hands out a config twice or one already measured, keeps proposals inside an optional replay
-pool, tops a short batch up with random configs, and tracks the best config seen.
-Subclasses only implement `_propose` (ask) and, if they learn, `_observe` (tell).
+pool, starts the first batch with the template's default config (a search then never ends
+below the schedule one gets without tuning), tops a short batch up with random configs, and
+tracks the best config seen. Subclasses only implement `_propose` (ask) and, if they learn,
+`_observe` (tell).
 """
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ from autotune.search.options import Option, resolve_options
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
     from autotune.space import Config, ConfigSpace
+
+
+START_DEFAULT = Option(
+    "start_default", "measure the template's default config first, so that the search never "
+    "ends below the untuned schedule (False: a pure strategy, for comparing strategies)", True)
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,12 @@ class Tuner:
     """
 
     name: ClassVar[str] = ""
-    OPTIONS: ClassVar[tuple[Option, ...]] = ()
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()  # the tuner's own (see `options_table`)
+
+    @classmethod
+    def options_table(cls) -> tuple[Option, ...]:
+        """Every option this tuner takes: the ones all tuners share, then its own."""
+        return (START_DEFAULT, *cls.OPTIONS)
 
     def __init__(self, space: "ConfigSpace", *, seed: int | np.random.Generator = 0,
                  measured: AbstractSet[int] = frozenset(),
@@ -48,7 +60,7 @@ class Tuner:
         self.space = space
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         self.options: Mapping[str, Any] = resolve_options(
-            self.name or type(self).__name__, self.OPTIONS, options)
+            self.name or type(self).__name__, self.options_table(), options)
         self.task = task or TuningTask()
         size = space.size
         self.pool: Optional[frozenset[int]] = (
@@ -60,6 +72,7 @@ class Tuner:
         self.best_config: Optional["Config"] = None
         self.best_score = 0.0  # throughput of best_config in calls per second (1 / cost)
         self.observed = 0
+        self._default_offered = False
 
     # --- the interface ---------------------------------------------------------------
     def next_batch(self, n: int) -> list["Config"]:
@@ -68,6 +81,12 @@ class Tuner:
             return []
         batch: list[Config] = []
         taken: set[int] = set()
+        if not self._default_offered and self.options["start_default"]:
+            self._default_offered = True  # (not when measured before or outside the pool)
+            default = self.space.default()
+            if self._admissible(default.index):
+                batch.append(default)
+                taken.add(default.index)
         for cfg in self._propose(n):
             if len(batch) == n:
                 break

@@ -42,7 +42,7 @@ def tuner_class(name: str) -> type[Tuner]:
 
 def tuner_options(name: str) -> tuple[Option, ...]:
     """The options table of tuner ``name``."""
-    return tuner_class(name).OPTIONS
+    return tuner_class(name).options_table()
 
 
 def describe_tuners() -> list[dict[str, Any]]:
@@ -52,7 +52,7 @@ def describe_tuners() -> list[dict[str, Any]]:
         cls = tuner_class(name)
         doc = (cls.__doc__ or "").strip().splitlines()
         out.append({"name": name, "description": doc[0] if doc else "", "default": name ==
-                    DEFAULT_TUNER, "options": [opt.describe() for opt in cls.OPTIONS]})
+                    DEFAULT_TUNER, "options": [opt.describe() for opt in cls.options_table()]})
     return out
 
 

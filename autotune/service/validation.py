@@ -97,7 +97,7 @@ def check_tuner(name: str, options: Mapping[str, Any]) -> None:
         raise invalid(("body", "tuner"), f"unknown tuner {name!r}; known tuners: "
                       f"{', '.join(TUNERS)}")
     try:
-        resolve_options(name, tuner_class(name).OPTIONS, options)
+        resolve_options(name, tuner_class(name).options_table(), options)
     except ValueError as err:
         found = re.search(r"option '([^']+)'", str(err))
         where = ("body", "options", found.group(1)) if found else ("body", "options")

@@ -7,6 +7,7 @@ import pytest
 from autotune.measure.result import MeasureInput
 from autotune.search import TUNERS, make_tuner, tune_loop
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+from autotune.space import Choice, ConfigSpace
 
 from search_cases import make_space
 
@@ -97,3 +98,19 @@ def test_ga_beats_random_on_a_smooth_objective(selection, wl, target):
                                tuner=name, tuner_options=opts, seed=seed, retime=0)
             gaps[name].append(result.best_cost / objective.best_cost - 1)
     assert np.mean(gaps["ga"]) < 0.5 * np.mean(gaps["random"]), gaps
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_the_first_batch_starts_with_the_default_config(name):
+    """So a search never ends below the schedule one gets without tuning."""
+    knobs = [Choice(f"k{i}", list(range(8))) for i in range(4)]
+    space = ConfigSpace(knobs, default={"k0": 5, "k1": 2, "k2": 7, "k3": 1}, name="fake")
+    default = space.default().index
+    assert default != 0
+    first = make_tuner(name, space, seed=3).next_batch(8)
+    assert first[0].index == default and len({c.index for c in first}) == 8
+    later = make_tuner(name, space, seed=3, measured={default}).next_batch(8)
+    assert default not in {c.index for c in later}  # measured before: never again
+    pool = set(range(100, 200))
+    replay = make_tuner(name, space, seed=3, pool=pool).next_batch(8)
+    assert {c.index for c in replay} <= pool  # outside the replay pool: not offered
