@@ -126,19 +126,20 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
         raise ValueError(f"tune: early_stopping must be >= 1 or None; got {early_stopping}")
     prior = list(db.trials_for(workload, target)) if db is not None else []
     factory = partial(make_tuner, tuner) if isinstance(tuner, str) else tuner
-    with _host_work(executor):  # (a tuner may fit a transfer model on the history here)
+    host_work = _host_work(executor)  # (reusable: a lock or a nullcontext)
+    with host_work:  # (a tuner may fit a transfer model on the history here)
         tune = factory(space, seed=seed, measured={r.config_index for r in prior}, pool=pool,
                        task=TuningTask(workload, target, db), **dict(tuner_options or {}))
     start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
     tally = _Tally(int(workload.flops()), start)
     stopped, callbacks = "budget", tuple(callbacks)
     try:  # the tuner may hold worker processes: closed however the loop ends
-        with _host_work(executor):
+        with host_work:
             _replay_history(tune, tally, workload, target, space, prior)
         t0 = time.perf_counter()
         while tally.done < trials:
             n = min(batch_size, trials - tally.done)
-            with _host_work(executor):
+            with host_work:
                 configs = tune.next_batch(n) if tune.has_next() else []
             if not configs:
                 stopped = "exhausted"
@@ -148,7 +149,7 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
             if len(results) != len(inputs):
                 raise RuntimeError(f"executor returned {len(results)} results for "
                                    f"{len(inputs)} inputs")
-            with _host_work(executor):
+            with host_work:
                 tune.update(inputs, results)
             results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
             if db is not None:

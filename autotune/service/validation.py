@@ -91,13 +91,13 @@ def check_space(wl: Workload, target: Target, loc: Loc) -> None:
 def check_tuner(name: str, options: Mapping[str, Any]) -> None:
     """422 at ``tuner`` for an unknown tuner, at ``options.<name>`` for a bad option."""
     from autotune.search.options import resolve_options
-    from autotune.search.registry import TUNERS, tuner_class
+    from autotune.search.registry import TUNERS, tuner_options
 
     if name not in TUNERS:
         raise invalid(("body", "tuner"), f"unknown tuner {name!r}; known tuners: "
                       f"{', '.join(TUNERS)}")
     try:
-        resolve_options(name, tuner_class(name).options_table(), options)
+        resolve_options(name, tuner_options(name), options)
     except ValueError as err:
         found = re.search(r"option '([^']+)'", str(err))
         where = ("body", "options", found.group(1)) if found else ("body", "options")
