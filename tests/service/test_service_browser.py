@@ -110,3 +110,38 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
     browser.save_screenshot(str(ARTIFACTS / "dashboard-job.png"))
     logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert not logs, logs
+
+
+def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, browser) -> None:
+    """The top list opens the best config's code; when a refresh brings a top k that no
+    longer holds the open config, the new best opens instead of leaving every entry shut."""
+    from selenium.webdriver.common.by import By
+
+    server = make_server()
+    key = create_key(server.db_url)
+    server.start()
+    with server.client(key) as c:
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
+                                           "tuner": "random", "seed": 3}).json()
+        wait_for(lambda: c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "done", 120,
+                 what="the job to finish")
+    browser.get(f"{server.url}/jobs/{job['id']}")
+    first = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#top details[open]"), 20,
+                     what="the best config opened")[0].get_attribute("data-index")
+    # Later configs overtake every one shown: the same page with other config indices.
+    browser.execute_script("""
+        const get = Api.get;
+        Api.get = async (path) => {
+          const page = await get(path);
+          if (path.includes('/top')) page.items.forEach((t) => { t.config.index += 100000; });
+          return page;
+        };
+        document.getElementById('top-form').dispatchEvent(new Event('change'));""")
+    def indices(selector: str) -> list[str]:  # read in one script: the list is re-rendered
+        return browser.execute_script(
+            f"return [...document.querySelectorAll('{selector}')].map((d) => d.dataset.index)")
+
+    wait_for(lambda: first not in indices("#top details") and indices("#top details"), 20,
+             what="the refreshed top list")
+    assert indices("#top details[open]") == [str(int(first) + 100000)]
+    assert "for " in browser.find_element(By.CSS_SELECTOR, "#top details[open] pre").text

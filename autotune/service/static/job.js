@@ -93,7 +93,11 @@
       S.top = page.items[0] || null;
       renderHeader();
       if (!page.items.length) { box.replaceChildren(h("div", { class: "empty" }, "no valid config yet")); return; }
-      const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.index));
+      // Keep the configs the reader has open; when none of them is still in the top k (the
+      // auto-opened best was overtaken), open the new best so the code stays in view.
+      const indices = new Set(page.items.map((t) => String(t.config.index)));
+      const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.index)
+        .filter((i) => indices.has(i)));
       box.replaceChildren(...page.items.map((t) => {
         const knobs = Object.entries(t.config.knobs).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ");
         const d = h("details", { "data-index": t.config.index },
