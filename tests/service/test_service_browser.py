@@ -125,9 +125,17 @@ def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, b
                                            "tuner": "random", "seed": 3}).json()
         wait_for(lambda: c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "done", 120,
                  what="the job to finish")
+
+    def indices(selector: str) -> list[str]:  # read in one script: the list is re-rendered
+        return browser.execute_script(
+            f"return [...document.querySelectorAll('{selector}')].map((d) => d.dataset.index)")
+
     browser.get(f"{server.url}/jobs/{job['id']}")
-    first = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#top details[open]"), 20,
-                     what="the best config opened")[0].get_attribute("data-index")
+    # Settled: the page's own two loads of the top list (at start, at the stream's end) are in.
+    wait_for(lambda: browser.execute_script(
+        "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/top?')"
+        " && e.responseEnd > 0).length") >= 2, 20, what="the page's top-list loads")
+    first = wait_for(lambda: indices("#top details[open]"), 20, what="the best config opened")[0]
     # Later configs overtake every one shown: the same page with other config indices.
     browser.execute_script("""
         const get = Api.get;
@@ -137,10 +145,6 @@ def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, b
           return page;
         };
         document.getElementById('top-form').dispatchEvent(new Event('change'));""")
-    def indices(selector: str) -> list[str]:  # read in one script: the list is re-rendered
-        return browser.execute_script(
-            f"return [...document.querySelectorAll('{selector}')].map((d) => d.dataset.index)")
-
     wait_for(lambda: first not in indices("#top details") and indices("#top details"), 20,
              what="the refreshed top list")
     assert indices("#top details[open]") == [str(int(first) + 100000)]
