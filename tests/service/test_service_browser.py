@@ -149,3 +149,50 @@ def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, b
              what="the refreshed top list")
     assert indices("#top details[open]") == [str(int(first) + 100000)]
     assert "for " in browser.find_element(By.CSS_SELECTOR, "#top details[open] pre").text
+
+
+def test_job_list_never_draws_a_stale_answer(make_server, browser) -> None:
+    """A poll of the whole list still in flight when the reader picks a state filter must
+    not redraw the unfiltered rows when it answers late."""
+    from selenium.webdriver.common.by import By
+
+    server = make_server()
+    key = create_key(server.db_url)
+    server.start()
+    with server.client(key) as c:
+        done = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
+                                            "tuner": "random", "seed": 4}).json()
+        wait_for(lambda: c.get(f"/api/v1/jobs/{done['id']}").json()["state"] == "done", 120,
+                 what="the first job to finish")
+        other = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
+                                             "tuner": "random", "seed": 5}).json()
+        assert c.post(f"/api/v1/jobs/{other['id']}/cancel").json()["state"] == "cancelled"
+    browser.get(server.url + "/")
+    wait_for(lambda: browser.find_elements(By.ID, f"job-{other['id']}"), 20, what="both rows")
+    # Unfiltered answers now come a second late; a refresh starts one, then the reader
+    # filters on "done". Every row added after the filter is recorded.
+    browser.execute_script("""
+        window.lateAnswers = 0; window.added = [];
+        const get = Api.get;
+        Api.get = async (path) => {
+          const page = await get(path);
+          if (path.startsWith('/jobs?') && !path.includes('state=')) {
+            await new Promise((resolve) => setTimeout(resolve, 1000));
+            window.lateAnswers += 1;
+          }
+          return page;
+        };
+        document.dispatchEvent(new Event('visibilitychange'));
+        const filter = document.getElementById('state-filter');
+        filter.value = 'done';
+        filter.dispatchEvent(new Event('change'));
+        new MutationObserver((records) => records.forEach((r) => r.addedNodes.forEach(
+          (n) => window.added.push(n.id)))).observe(document.querySelector('#jobs tbody'),
+                                                   { childList: true });""")
+    wait_for(lambda: browser.execute_script("return window.lateAnswers") >= 1, 20,
+             what="the late unfiltered answer")
+    added = browser.execute_script("return window.added")
+    assert f"job-{other['id']}" not in added, added
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#jobs tbody tr')].map((tr) => tr.id)")
+    assert rows == [f"job-{done['id']}"]

@@ -21,6 +21,16 @@ const Api = {
     return res.json();
   },
   get(path) { return Api.request("GET", path); },
+  // Refreshes of one view overlap (a poll and a filter change, a debounced reload and the
+  // end of a stream) and may answer out of order: an answer to anything but the newest
+  // request of the same name comes back as null, so a stale page is never drawn.
+  asked: new Map(),
+  async latest(name, path) {
+    const n = (Api.asked.get(name) || 0) + 1;
+    Api.asked.set(name, n);
+    const page = await Api.get(path);
+    return Api.asked.get(name) === n ? page : null;
+  },
   post(path, body) { return Api.request("POST", path, body); },
 };
 

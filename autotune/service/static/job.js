@@ -7,16 +7,8 @@
   const S = {
     job: null, trials: [], best: null, top: null, siblings: [], es: null, ended: false,
     sort: "id", desc: false, offset: 0, error: "", total: 0,
-    drawQueued: false, timers: {}, asked: {},
+    drawQueued: false, timers: {},
   };
-
-  // Refreshes overlap (a debounced one and the end of the stream) and may answer out of
-  // order: only the newest request of each kind is drawn; an older answer gives null.
-  async function latest(name, path) {
-    const n = (S.asked[name] = (S.asked[name] || 0) + 1);
-    const page = await Api.get(path);
-    return n === S.asked[name] ? page : null;
-  }
 
   function debounce(name, ms, fn) {
     clearTimeout(S.timers[name]);
@@ -96,7 +88,7 @@
   async function loadTop() {
     const form = $("#top-form").value;
     try {
-      const page = await latest("top", `/jobs/${jobId}/top?k=5&form=${form}`);
+      const page = await Api.latest("top", `/jobs/${jobId}/top?k=5&form=${form}`);
       if (!page) return;
       const box = $("#top");
       S.top = page.items[0] || null;
@@ -125,7 +117,7 @@
     const sort = (S.desc ? "-" : "") + S.sort;
     const q = `?offset=${S.offset}&limit=${TRIALS_PAGE}&sort=${sort}` + (S.error ? `&error=${S.error}` : "");
     try {
-      const page = await latest("trials", `/jobs/${jobId}/trials${q}`);
+      const page = await Api.latest("trials", `/jobs/${jobId}/trials${q}`);
       if (!page) return;
       S.total = page.total;
       $("#trials tbody").replaceChildren(...page.items.map((t) => {
@@ -152,7 +144,7 @@
 
   async function loadSiblings() {
     try {
-      const page = await latest("siblings", `/jobs/${jobId}/curves?siblings=true&points=300`);
+      const page = await Api.latest("siblings", `/jobs/${jobId}/curves?siblings=true&points=300`);
       if (!page) return;
       S.siblings = page.items;
       draw();

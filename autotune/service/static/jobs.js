@@ -31,8 +31,8 @@
     const seen = state.sparkSeen.get(job.id);
     if (seen !== job.trials_done && job.trials_done > 0) {
       state.sparkSeen.set(job.id, job.trials_done);
-      Api.get(`/jobs/${job.id}/curves?points=40`).then((page) => {
-        const curve = page.items[0];
+      Api.latest(`spark-${job.id}`, `/jobs/${job.id}/curves?points=40`).then((page) => {
+        const curve = page && page.items[0];
         if (curve) Charts.sparkline(tr.querySelector(".spark-cell"), curve.points);
       }).catch(() => state.sparkSeen.delete(job.id));
     }
@@ -41,7 +41,8 @@
   async function refresh() {
     const q = `?offset=${state.offset}&limit=${PAGE}` + (state.filter ? `&state=${state.filter}` : "");
     try {
-      const page = await Api.get(`/jobs${q}`);
+      const page = await Api.latest("jobs", `/jobs${q}`);
+      if (!page) return;  // a newer refresh (another filter or page) answers instead
       const keep = new Set();
       for (const job of page.items) {  // newest first; appending moves existing rows in order
         const tr = document.getElementById(`job-${job.id}`) || row(job);
