@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import httpx
 import pytest
 
 from service_helpers import ARTIFACTS, SMALL_MATMUL, create_key, wait_for
@@ -112,6 +113,15 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
     assert not logs, logs
 
 
+def _finished_job(client: httpx.Client, seed: int) -> dict:
+    """A small random-search job, once it is done."""
+    job = client.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
+                                            "tuner": "random", "seed": seed}).json()
+    wait_for(lambda: client.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "done", 120,
+             what=f"job {job['id']} to finish")
+    return job
+
+
 def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, browser) -> None:
     """The top list opens the best config's code; when a refresh brings a top k that no
     longer holds the open config, the new best opens instead of leaving every entry shut."""
@@ -121,10 +131,7 @@ def test_top_configs_keep_code_in_view_when_the_best_is_overtaken(make_server, b
     key = create_key(server.db_url)
     server.start()
     with server.client(key) as c:
-        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
-                                           "tuner": "random", "seed": 3}).json()
-        wait_for(lambda: c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "done", 120,
-                 what="the job to finish")
+        job = _finished_job(c, seed=3)
 
     def indices(selector: str) -> list[str]:  # read in one script: the list is re-rendered
         return browser.execute_script(
@@ -160,10 +167,7 @@ def test_job_list_never_draws_a_stale_answer(make_server, browser) -> None:
     key = create_key(server.db_url)
     server.start()
     with server.client(key) as c:
-        done = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
-                                            "tuner": "random", "seed": 4}).json()
-        wait_for(lambda: c.get(f"/api/v1/jobs/{done['id']}").json()["state"] == "done", 120,
-                 what="the first job to finish")
+        done = _finished_job(c, seed=4)
         other = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
                                              "tuner": "random", "seed": 5}).json()
         assert c.post(f"/api/v1/jobs/{other['id']}/cancel").json()["state"] == "cancelled"
