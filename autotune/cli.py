@@ -177,6 +177,20 @@ def _configure_tune(p: argparse.ArgumentParser) -> None:
                    help=f"configs measured per batch; the model is refit after each "
                    f"(default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--seed", type=int, default=0, help="random seed of the tuner (default 0)")
+    _add_ray_address(p)
+
+
+def _add_ray_address(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
+                   help="measure on the workers of this Ray cluster (default: "
+                        "$AUTOTUNE_RAY_ADDRESS, else this host); needs autotune[cluster]")
+
+
+def _settings(**given: Any) -> Any:
+    """The settings, with the command line's values (those given) over the environment's."""
+    from autotune.settings import Settings
+
+    return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
 def _run_tune(args: argparse.Namespace) -> int:
@@ -197,12 +211,14 @@ def _run_tune(args: argparse.Namespace) -> int:
         resolve_options(args.tuner, tuner_options(args.tuner), options)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
+    settings = _settings(ray_address=args.ray_address)
     return _tune_and_report(wl, target, db=_db_url(args), trials=args.trials, tuner=args.tuner,
                             tuner_options=options, early_stopping=args.early_stopping,
-                            batch_size=batch, seed=args.seed)
+                            batch_size=batch, seed=args.seed, ray_address=settings.ray_address)
 
 
-def _tune_and_report(wl: "Workload", target: "Target", **kwargs: Any) -> int:
+def _tune_and_report(wl: "Workload", target: "Target", ray_address: Optional[str] = None,
+                     **kwargs: Any) -> int:
     from autotune.api import space_of, tune
     from autotune.settings import Settings
 
@@ -210,13 +226,18 @@ def _tune_and_report(wl: "Workload", target: "Target", **kwargs: Any) -> int:
         space_of(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
+    options = Settings().measure_options()
+    executor = _ray_executor(target, ray_address, options) if ray_address else None
     bar = ProgressLine(sys.stderr)
-    print(f"tuning {wl} on {target.key}: {kwargs['trials']} trials, tuner {kwargs['tuner']}, "
-          f"database {kwargs['db']}", file=sys.stderr)
+    where = f"the Ray cluster at {ray_address}" if ray_address else "this host"
+    print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
+          f"{kwargs['tuner']}, database {kwargs['db']}", file=sys.stderr)
     try:
-        result = tune(wl, target, callbacks=[bar], options=Settings().measure_options(), **kwargs)
+        result = tune(wl, target, callbacks=[bar], options=options, executor=executor, **kwargs)
     finally:
         bar.finish()
+        if executor is not None:
+            executor.close()
     _print_summary(wl, result)
     return 0 if result.ok else 1
 
@@ -236,6 +257,14 @@ def _print_summary(wl: "Workload", result: "TuneResult") -> None:
     print(f"best: {result.best_gflops:.2f} GFLOP/s ({result.best_cost * 1e3:.4f} ms), "
           f"config {result.best_config.index}")
     print(json.dumps(result.best_config.to_dict()))
+
+
+def _ray_executor(target: "Target", address: str, options: Any) -> Any:
+    try:
+        from autotune.cluster.executor import RayExecutor
+    except ImportError as exc:
+        raise CliError(f"--ray-address needs Ray: pip install 'autotune[cluster]' ({exc})")
+    return RayExecutor(target, address=address, options=options)
 
 
 def _configure_run(p: argparse.ArgumentParser) -> None:
@@ -373,16 +402,71 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: $AUTOTUNE_PORT or 8000)")
     p.add_argument("--demo", action="store_true",
                    help="queue a demo job (matmul 512^3) when the database has no jobs")
+    _add_ray_address(p)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from autotune.service import run_local_demo, serve
-    from autotune.settings import Settings
 
-    given = {"db_url": args.db, "host": args.host, "port": args.port}
-    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    settings = _settings(db_url=args.db, host=args.host, port=args.port,
+                         ray_address=args.ray_address)
     (run_local_demo if args.demo else serve)(settings)
     return 0
+
+
+# --- cluster worker --------------------------------------------------------------------------
+
+def _configure_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", required=True, metavar="HOST:PORT",
+                   help="the Ray head to join (as started by 'ray start --head')")
+    p.add_argument("--no-cpu", action="store_true", help="do not measure on this host's CPU")
+    p.add_argument("--no-gpus", action="store_true", help="do not measure on its CUDA GPUs")
+    p.add_argument("--synthetic", type=float, default=None, metavar="SECONDS",
+                   help="instead of real devices, run synthetic ones that take SECONDS per "
+                        "trial (benchmarks and tests of the cluster itself)")
+    p.add_argument("--count", type=int, default=1, metavar="N",
+                   help="synthetic devices to run (with --synthetic; default 1)")
+    p.add_argument("--target", default="llvm", metavar="SPEC",
+                   help="the target synthetic devices advertise (default: this CPU's)")
+    p.add_argument("--crash", default="", metavar="INDICES",
+                   help="synthetic devices exit when measuring these config indices "
+                        "(comma-separated; fault injection)")
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    try:
+        from autotune.cluster import devices, worker
+        from autotune.cluster.actor import SleepDevice
+    except ImportError as exc:
+        raise CliError(f"'autotune worker' needs Ray: pip install 'autotune[cluster]' ({exc})")
+    from autotune.target import Target, host_cores
+
+    options = _settings().measure_options()
+    if args.synthetic is not None:
+        if not 0 <= args.synthetic <= 3600 or not 1 <= args.count <= 64:
+            raise usage_error("--synthetic must be within 0..3600 s and --count within 1..64")
+        try:
+            target = Target(args.target)
+            crash = frozenset(int(i) for i in args.crash.split(",") if i.strip())
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
+        name = f"synthetic ({args.synthetic:g} s per trial)"
+        found = [devices.Device(args.target, target.key, name)] * args.count
+        plan = worker.plan_for(found, options, SleepDevice(args.synthetic, crash))
+        return _run_plan(worker, args.address, plan, 0, 0)
+    found = devices.host_devices(cpu=not args.no_cpu, gpus=not args.no_gpus)
+    if not found:
+        raise CliError("no device to measure on (no CPU asked for, no supported CUDA GPU)")
+    plan = worker.plan_for(found, options)
+    gpus = sum(d.gpu is not None for d in found)
+    return _run_plan(worker, args.address, plan, 0 if args.no_cpu else host_cores(), gpus)
+
+
+def _run_plan(worker: Any, address: str, plan: Any, cpus: int, gpus: int) -> int:
+    try:
+        return worker.run(address, plan, num_cpus=cpus, num_gpus=gpus)
+    except RuntimeError as exc:  # the node or an actor did not start: say why, in one line
+        raise CliError(str(exc)) from None
 
 
 def _configure_apikey(p: argparse.ArgumentParser) -> None:
@@ -430,6 +514,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "serve the REST API and the dashboard", _configure_serve, _run_serve),
     Command("apikey", "create, list or revoke API keys of the service", _configure_apikey,
             _run_apikey),
+    Command("worker", "join a Ray cluster and measure on this host's devices",
+            _configure_worker, _run_worker),
 )
 
 

@@ -9,11 +9,13 @@ import multiprocessing
 import os
 import resource
 import signal
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator
 
 _JOIN_S = 2.0  # how long a dying child gets to leave before it is killed
+ORPHAN_POLL_S = 0.5  # how often a child checks that its parent still lives
 
 
 class ChildTimeout(Exception):
@@ -44,8 +46,8 @@ class ChildProcess:
         """Spawn the process (returns at once; the child says when it is ready)."""
         ctx = multiprocessing.get_context("spawn")  # fork would copy our threads and JIT state
         parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=self._main, args=(child, *self._args), name=self.name,
-                           daemon=True)
+        proc = ctx.Process(target=_bootstrap, args=(os.getpid(), self._main, child, *self._args),
+                           name=self.name, daemon=True)
         proc.start()
         child.close()  # so that the child's death shows up here as EOF
         self.conn, self._proc = parent, proc
@@ -108,6 +110,22 @@ class ChildProcess:
         self.kill()
 
 
+def _bootstrap(parent: int, main: Callable[..., None], *args: Any) -> None:
+    """Child entry: die with the parent, then run ``main``. ``daemon`` reaps children only on
+    a clean exit; a SIGKILLed parent (a Ray actor lost with its node) would leave them."""
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="autotune-orphan-watch",
+                     daemon=True).start()
+    main(*args)
+
+
+def _exit_with_parent(parent: int) -> None:
+    # Polled, not prctl(PR_SET_PDEATHSIG): that fires when the spawning *thread* ends, and
+    # children are respawned from short-lived threads (the GPU build feed).
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
+
+
 def child_setup() -> None:
     """Called first in every child: no core files from crashing kernels, SIGINT ignored."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -127,12 +145,3 @@ def tasks(conn: Connection) -> Iterator[Any]:
         if task is None:
             return
         yield task
-
-
-def deadline_after(seconds: float) -> float:
-    """A ``time.monotonic`` deadline."""
-    return time.monotonic() + seconds
-
-
-def remaining(deadline: float) -> float:
-    return deadline - time.monotonic()

@@ -4,7 +4,9 @@ On a CPU target the device is the building CPU, so a batch is built first and ti
 (the pool idles while timing). On a GPU target timing starts as soon as the first build is
 done and later builds overlap it. One LocalExecutor may be shared by several threads (the
 service's jobs): CPU batches take turns whole; GPU batches take turns on builder and device
-separately, so one job's builds overlap another's timing.
+separately, so one job's builds overlap another's timing. CPU batches also hold the host's
+`HostLock`, so that no other autotune process of this host computes while they time.
+Every result records who measured it (`autotune.measure.provenance`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Optional, Protocol, Sequence
 
 from autotune.measure.builder import BuildOutcome, LocalBuilder
+from autotune.measure.host_lock import HostLock
 from autotune.measure.options import MeasureOptions
+from autotune.measure.provenance import Provenance, local_provenance, stamped
 from autotune.measure.result import MeasureInput, MeasureResult
 from autotune.measure.runner import LocalRunner
 
@@ -50,13 +54,16 @@ class LocalExecutor:
 
     A ``builder`` or ``runner`` given is used as is (and closed with the executor); else
     they are made from ``options``. ``last_stats`` is the calling thread's last batch.
+    ``provenance`` is stamped on every result (default: this host, as ``local:<host>``).
     """
 
     def __init__(self, target: "Target", options: Optional[MeasureOptions] = None,
                  builder: Optional[LocalBuilder] = None,
-                 runner: Optional[LocalRunner] = None) -> None:
+                 runner: Optional[LocalRunner] = None,
+                 provenance: Optional[Provenance] = None) -> None:
         options = options or MeasureOptions()
         self.target, self.options = target, options
+        self.provenance = provenance or local_provenance(target)
         self.builder = builder or LocalBuilder(options.n_build_workers, options.build_timeout)
         self.runner = runner or LocalRunner(target, options)
         self.pipelined = target.kind == "cuda"  # builds may overlap timing: not the same chip
@@ -76,8 +83,9 @@ class LocalExecutor:
         if not inputs:
             return []
         if self.pipelined:
-            return self._submit_pipelined(inputs)
-        with self._device_lock:  # CPU: nothing else of ours runs while a kernel is timed
+            return stamped(self._submit_pipelined(inputs), self.provenance)
+        # CPU: nothing else of ours, in this process or another, runs while a kernel is timed
+        with self._device_lock, HostLock():
             t0 = time.perf_counter()
             built = self.builder.build(inputs)
             t1 = time.perf_counter()
@@ -88,7 +96,7 @@ class LocalExecutor:
                 results[i] = _with_build_s(res, art)  # type: ignore[arg-type]
             t2 = time.perf_counter()
         self._record(results, len(todo), t1 - t0, t2 - t1, t2 - t0)  # type: ignore[arg-type]
-        return results  # type: ignore[return-value]  # every slot is filled
+        return stamped(results, self.provenance)  # type: ignore[arg-type]  # all slots filled
 
     def _submit_pipelined(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         """Time each artifact as soon as it is built, while the pool builds the rest."""

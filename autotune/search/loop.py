@@ -47,7 +47,10 @@ class Executor(Protocol):
 
     An executor shared with other jobs may also have ``host_work() -> ContextManager``: the
     loop holds it while it computes on the host (tuner set-up, search, model updates), so
-    that no other job times a kernel on this host's cores meanwhile (see `_host_work`)."""
+    that no other job times a kernel on this host's cores meanwhile (see `_host_work`).
+    One measuring on several devices may have ``preferred_batch() -> int`` (batches are at
+    least that large, so that every device has work) and ``pinned() -> ContextManager`` of
+    an executor measuring on one device only (the final re-timing compares on one)."""
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
     def close(self) -> None: ...
@@ -137,8 +140,9 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
         with host_work:
             _replay_history(tune, tally, workload, target, space, prior)
         t0 = time.perf_counter()
+        preferred = getattr(executor, "preferred_batch", lambda: 0)
         while tally.done < trials:
-            n = min(batch_size, trials - tally.done)
+            n = min(max(batch_size, preferred()), trials - tally.done)
             with host_work:
                 configs = tune.next_batch(n) if tune.has_next() else []
             if not configs:
@@ -234,6 +238,14 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
     ranked = sorted(((statistics.median(first), cfg, first) for cfg, first in tally.valid),
                     key=lambda item: item[0])
     update = getattr(db, "update_trial_costs", None)
+    pinned = getattr(executor, "pinned", None)
+    with pinned() if pinned is not None else nullcontext(executor) as one_device:
+        return _retime_rounds(workload, target, one_device, update, tally, ranked, k)
+
+
+def _retime_rounds(workload: Any, target: Any, executor: Executor, update: Any, tally: _Tally,
+                   ranked: list[tuple[float, Config, tuple[float, ...]]],
+                   k: int) -> tuple[Retimed, ...]:
     out: list[Retimed] = []
     done: set[int] = set()
     tally.cost, tally.config = float("inf"), None
@@ -254,8 +266,10 @@ def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialSt
             if update is None:
                 continue
             if res.ok:
-                update(workload, target, cfg.index, costs=pooled,
-                       extra={"first_costs": list(first), "retimed_costs": list(res.costs)})
+                extra = {"first_costs": list(first), "retimed_costs": list(res.costs)}
+                if "measured_by" in res.extra:
+                    extra["retimed_by"] = res.extra["measured_by"]
+                update(workload, target, cfg.index, costs=pooled, extra=extra)
             elif res.error in _DISQUALIFY:  # never hand out a kernel that failed its re-run
                 update(workload, target, cfg.index, costs=first, extra={},
                        error=res.error.value, error_msg=f"on re-timing: {res.error_msg}")

@@ -1,0 +1,79 @@
+"""The devices a host can measure on, and the Ray resources that advertise them.
+
+A CPU host offers one device, its CPU (`Target("llvm")`); each CUDA GPU that `nvidia-smi`
+lists with a supported compute capability is one more (`Target("cuda -arch=sm_XY")`).
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Optional
+
+from autotune.target import CUDA_ARCHS, Target
+
+RESOURCE_PREFIX = "autotune-target-"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One measuring device of a host: its target spec and key, name, and GPU index/uuid."""
+
+    spec: str          # what `Target(spec)` is built from on the worker's host
+    key: str           # the target key jobs name
+    name: str          # CPU model or GPU product name
+    gpu: Optional[int] = None   # CUDA device index (None for the CPU)
+    uuid: str = ""     # GPU uuid
+
+    @property
+    def kind(self) -> str:
+        return "cuda" if self.gpu is not None else "llvm"
+
+    @property
+    def label(self) -> str:
+        """Short device text for listings: the name, and the uuid of a GPU."""
+        return f"{self.name} ({self.uuid})" if self.uuid else self.name
+
+
+def resource_name(target_key: str) -> str:
+    """The Ray custom resource advertising ``target_key`` (keys hold spaces and '=', so a
+    digest names it; the registry maps actors back to full keys)."""
+    return RESOURCE_PREFIX + hashlib.sha1(target_key.encode()).hexdigest()[:16]
+
+
+def cpu_device() -> Device:
+    """This host's CPU as a device."""
+    from autotune.measure.provenance import cpu_model
+
+    target = Target("llvm")
+    return Device("llvm", target.key, cpu_model())
+
+
+def gpu_devices() -> list[Device]:
+    """Each CUDA GPU of this host with a supported arch (none without ``nvidia-smi``)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,uuid,compute_cap",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4 or not parts[0].isdigit():
+            continue
+        index, name, uuid, cap = parts
+        arch = "sm_" + cap.replace(".", "")
+        if arch in CUDA_ARCHS:
+            spec = f"cuda -arch={arch}"
+            found.append(Device(spec, Target(spec).key, name, int(index), uuid))
+    return found
+
+
+def host_devices(cpu: bool = True, gpus: bool = True) -> list[Device]:
+    """The devices of this host to measure on."""
+    return ([cpu_device()] if cpu else []) + (gpu_devices() if gpus else [])

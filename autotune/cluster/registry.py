@@ -1,0 +1,205 @@
+"""`WorkerRegistry`: the measurement actors of a Ray cluster, found by name, and their status.
+
+A refresh thread lists the named actors of autotune's namespace every ``refresh_s``, asks
+each for its status (answered from a thread of its own while it measures), and marks a
+worker dead when its actor is gone. Dispatchers read ``live(target)`` and are woken when the
+set of live workers changes; the service shows ``snapshot()``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from autotune.cluster import ACTOR_PREFIX, NAMESPACE
+
+log = logging.getLogger("autotune.cluster")
+
+STATUS_TIMEOUT_S = 30.0  # a worker silent this long (status unanswered) counts as dead
+KEEP_DEAD = 100          # dead workers still listed (most recent first)
+
+
+@dataclass
+class WorkerView:
+    """One measurement actor as this process sees it."""
+
+    name: str
+    handle: Any
+    target: str = ""
+    host: str = ""
+    device: str = ""
+    pid: int = 0
+    state: str = "starting"  # starting (no status yet), idle, busy, dead
+    job: Optional[int] = None
+    chunk: Optional[int] = None
+    busy_s: float = 0.0
+    trials: int = 0
+    failures: int = 0
+    last_seen: float = 0.0   # wall-clock time of its last status
+    reason: str = ""         # why it is dead
+    pending: Any = None      # the outstanding status call
+    asked_at: float = field(default=0.0)
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("idle", "busy")
+
+    def public(self) -> dict[str, Any]:
+        return {"name": self.name, "worker": self.name[len(ACTOR_PREFIX):], "host": self.host,
+                "target": self.target, "device": self.device, "state": self.state,
+                "job": self.job, "trials": self.trials, "failures": self.failures,
+                "last_seen": self.last_seen or None, "reason": self.reason or None}
+
+
+def connect(address: Optional[str]) -> None:
+    """Join the Ray cluster at ``address`` as a driver (idempotent within a process)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                 configure_logging=False)
+
+
+class WorkerRegistry:
+    """The cluster's measurement workers; ``start`` connects and begins refreshing."""
+
+    def __init__(self, address: Optional[str], *, refresh_s: float = 1.0) -> None:
+        self.address, self.refresh_s = address, refresh_s
+        self._lock = threading.Lock()
+        self._workers: dict[str, WorkerView] = {}
+        self._dead: list[WorkerView] = []
+        self._listeners: list[Callable[[], None]] = []
+        self._banned: dict[str, float] = {}  # name -> monotonic time it may come back
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.error = ""  # why the last refresh failed ("" when it worked)
+
+    def start(self) -> "WorkerRegistry":
+        connect(self.address)
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, name="autotune-ray-registry",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (from the refresh thread) whenever workers come or go."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def live(self, target: str) -> list[WorkerView]:
+        """The live workers of ``target``, in a stable order."""
+        with self._lock:
+            return sorted((w for w in self._workers.values() if w.live and w.target == target),
+                          key=lambda w: w.name)
+
+    def get(self, name: str) -> Optional[WorkerView]:
+        with self._lock:
+            return self._workers.get(name)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every known worker, live first, then the most recently dead."""
+        with self._lock:
+            views = sorted(self._workers.values(), key=lambda w: (w.target, w.name))
+            return [w.public() for w in views] + [w.public() for w in self._dead]
+
+    def mark_dead(self, name: str, reason: str, *, ban_s: float = 0.0) -> None:
+        """Forget a worker whose actor failed; a later refresh re-adds it if it answers, after
+        ``ban_s`` seconds."""
+        with self._lock:
+            if ban_s > 0:
+                self._banned[name] = time.monotonic() + ban_s
+            view = self._workers.pop(name, None)
+            if view is None:
+                return
+            view.state, view.reason, view.pending = "dead", reason, None
+            self._dead.insert(0, view)
+            del self._dead[KEEP_DEAD:]
+        log.warning("measurement worker %s lost: %s", name, reason)
+        self._notify()
+
+    # -- refreshing ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self.refresh()
+                self.error = ""
+            except Exception as err:  # the cluster may be unreachable for a while
+                self.error = f"{type(err).__name__}: {err}"
+                log.warning("cannot refresh the Ray workers: %s", self.error)
+
+    def refresh(self) -> None:
+        """List the actors, collect answered status calls and ask again."""
+        import ray
+
+        names = {n for n in ray.util.list_named_actors() if n.startswith(ACTOR_PREFIX)}
+        changed = False
+        with self._lock:
+            known = dict(self._workers)
+        now = time.monotonic()
+        for name in names - known.keys():
+            if self._banned.get(name, 0.0) > now:
+                continue
+            self._banned.pop(name, None)
+            try:
+                handle = ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:  # gone between the listing and now
+                continue
+            with self._lock:
+                self._workers[name] = WorkerView(name, handle)
+        for name in known.keys() - names:
+            self.mark_dead(name, "its actor is gone")
+        with self._lock:
+            views = list(self._workers.values())
+        for view in views:
+            if view.pending is not None:
+                ready, _ = ray.wait([view.pending], timeout=0)
+                if ready:
+                    changed |= self._take_status(view, ready[0])
+                elif now - view.asked_at > STATUS_TIMEOUT_S:
+                    self.mark_dead(view.name, f"no status answer in {STATUS_TIMEOUT_S:g} s")
+                    continue
+            if view.pending is None and view.state != "dead":
+                view.pending = view.handle.status.options(concurrency_group="status").remote()
+                view.asked_at = now
+        if changed:
+            self._notify()
+
+    def _take_status(self, view: WorkerView, ref: Any) -> bool:
+        """Apply an answered status call; whether the worker became live."""
+        import ray
+
+        view.pending = None
+        try:
+            status = ray.get(ref)
+        except Exception as err:  # the actor died (or never started)
+            self.mark_dead(view.name, _reason(err))
+            return False
+        was_live = view.live
+        view.target, view.host, view.device = status["target"], status["host"], status["device"]
+        view.pid, view.job, view.chunk = status["pid"], status["job"], status["chunk"]
+        view.busy_s, view.trials, view.failures = (status["busy_s"], status["trials"],
+                                                   status["failures"])
+        view.state = "busy" if status["busy"] else "idle"
+        view.last_seen = time.time()
+        return not was_live
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+
+def _reason(err: BaseException) -> str:
+    """One line saying why an actor call failed."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".strip()
