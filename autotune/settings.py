@@ -5,7 +5,7 @@ or in a ``.env`` file. Nothing is read at import: construct ``Settings()`` where
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +30,10 @@ class Settings(BaseSettings):
         False, description="also require an API key for GET requests (writes always do)")
     auth_disabled: bool = Field(
         False, description="no API keys at all (local development only; never when exposed)")
+
+    ray_address: Optional[str] = Field(
+        None, description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
+                          "on this host")
 
     # Measurement (the timing protocol of DESIGN.md); defaults are MeasureOptions' defaults.
     repeat: int = Field(5, ge=1, description="timed repeats per config; the cost is their median")

@@ -94,6 +94,16 @@ class WorkerRegistry:
         with self._lock:
             self._listeners.append(listener)
 
+    def wait_live(self, target: str, n: int = 1, timeout: float = 30.0) -> int:
+        """Refresh until ``target`` has ``n`` live workers or ``timeout`` passes; how many."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh()
+            found = len(self.live(target))
+            if found >= n or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.1)
+
     def live(self, target: str) -> list[WorkerView]:
         """The live workers of ``target``, in a stable order."""
         with self._lock:

@@ -32,6 +32,8 @@ from autotune.measure.options import MeasureOptions
 log = logging.getLogger("autotune.cluster")
 
 NODE_START_S = 120.0   # for `ray start` to join the cluster
+# Chunks and results are a few kB: the node's object store need not take 30% of memory.
+OBJECT_STORE_BYTES = 256 * 2**20
 ACTOR_START_S = 180.0  # for an actor to import, check its device and warm up its processes
 SUPERVISE_S = 2.0      # how often dead actors are looked for
 
@@ -79,6 +81,7 @@ def start_node(address: str, plan: WorkerPlan, *, num_cpus: int,
     cmd = [ray_cmd, "start", "--address", address, "--block", "--disable-usage-stats",
            f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
            f"--resources={json.dumps(plan.resources())}",
+           f"--object-store-memory={OBJECT_STORE_BYTES}",
            # several nodes may share a host (tests, benchmarks): no fixed agent port
            "--dashboard-agent-listen-port=0"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

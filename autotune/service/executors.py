@@ -44,12 +44,15 @@ class LockedExecutor:
 
 
 class ExecutorPool:
-    """Lazily made executors keyed by target; ``close`` stops them all."""
+    """Lazily made executors keyed by target; ``close`` stops them all.
 
-    def __init__(self, factory: ExecutorFactory) -> None:
-        self._factory = factory
+    ``locked=False`` for executors that share their devices between jobs themselves (the
+    Ray executor): they are handed out as made, not behind a device lock."""
+
+    def __init__(self, factory: ExecutorFactory, *, locked: bool = True) -> None:
+        self._factory, self.locked = factory, locked
         self._lock = threading.Lock()
-        self._executors: dict[str, LockedExecutor] = {}
+        self._executors: dict[str, Any] = {}
         self._device_locks: dict[str, threading.Lock] = {}
 
     def device_lock(self, target: "Target") -> threading.Lock:
@@ -57,22 +60,28 @@ class ExecutorPool:
         with self._lock:
             return self._device_locks.setdefault(device_of(target), threading.Lock())
 
-    def get(self, target: "Target") -> LockedExecutor:
+    def get(self, target: "Target") -> Any:
         """The shared executor of ``target`` (made on first use)."""
         lock = self.device_lock(target)
         with self._lock:
             found = self._executors.get(target.key)
             if found is None:
-                found = LockedExecutor(self._factory(target), lock,
-                                       on_host=device_of(target) == "host")
+                made = self._factory(target)
+                found = LockedExecutor(made, lock, on_host=device_of(target) == "host") \
+                    if self.locked else made
                 self._executors[target.key] = found
             return found
+
+    def executors(self) -> dict[str, Any]:
+        """The executors made so far, by target key."""
+        with self._lock:
+            return dict(self._executors)
 
     def close(self) -> None:
         """Stop every executor's processes."""
         with self._lock:
             executors, self._executors = list(self._executors.values()), {}
         for ex in executors:
-            close = getattr(ex.inner, "close", None)
+            close = getattr(getattr(ex, "inner", ex), "close", None)
             if close is not None:
                 close()

@@ -125,3 +125,9 @@ def hand_build(workload: CopyWorkload, target: object, config: str) -> Artifact:
     func = crash_func(workload.n) if config == "crash" else copy_func(workload.n)
     source, binary = compile_llvm_object(func, target)
     return Artifact(func, target.key, source, binary, time.perf_counter() - t0)
+
+
+def busy_child(conn: object) -> None:
+    """A child main that says ready and then never reads its pipe (as a kernel being timed)."""
+    conn.send(("ready", os.getpid()))  # type: ignore[attr-defined]
+    time.sleep(3600)

@@ -70,3 +70,14 @@ def test_empty_batch_and_foreign_target(executor):
     other = Target("llvm -cores=1") if executor.target.kind == "cuda" else Target("cuda")
     with pytest.raises(ValueError, match="differs"):
         executor.submit([MeasureInput(WL, other, "copy")])
+
+
+def test_every_result_says_who_measured_it(executor):
+    from autotune.measure.provenance import cpu_model
+
+    results = executor.submit([MeasureInput(WL, executor.target, m) for m in MODES])
+    for r in results:
+        who = r.extra["measured_by"]
+        assert who["worker"].startswith("local:") and who["host"] and who["version"]
+    if executor.target.kind == "llvm":
+        assert results[0].extra["measured_by"]["device"] == cpu_model()

@@ -237,3 +237,40 @@ def test_xgb_workers_stop_with_the_loop(wl, target):
     tune_loop(wl, target, sp, SyntheticExecutor(SyntheticObjective(sp)), trials=8,
               tuner=Watched, batch_size=8, retime=0, tuner_options={"workers": 0})
     assert made[0].workers is None
+
+
+def test_batches_are_at_least_the_executors_preferred_size(wl, target, space, objective):
+    class Cluster(SyntheticExecutor):
+        """Three devices: two chunks each keep all of them busy."""
+
+        def preferred_batch(self) -> int:
+            return 6
+
+    executor = Cluster(objective)
+    result = tune_loop(wl, target, space, executor, trials=20, batch_size=4, retime=0)
+    assert result.trials == 20 and executor.batches == [6, 6, 6, 2]
+
+
+def test_retiming_measures_on_one_device_when_the_executor_can_pin(wl, target, space,
+                                                                   objective):
+    from contextlib import contextmanager
+
+    class Cluster(SyntheticExecutor):
+        pinned_batches: list[int] = []
+
+        @contextmanager
+        def pinned(self):
+            outer = self
+
+            class One:
+                def submit(self, inputs):
+                    outer.pinned_batches.append(len(inputs))
+                    return outer.submit(inputs)
+
+            yield One()
+
+    executor = Cluster(objective)
+    result = tune_loop(wl, target, space, executor, trials=16, batch_size=8, retime=3)
+    assert result.retimed and executor.pinned_batches  # every re-timing went through it
+    assert sum(executor.pinned_batches) == len(result.retimed)
+    assert executor.batches[:2] == [8, 8]

@@ -1,0 +1,77 @@
+"""`GET /workers`: who measures, and how busy each target is."""
+from __future__ import annotations
+
+import socket
+from typing import Any, Literal, Optional
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from autotune.service.deps import ReadAccess
+
+router = APIRouter(tags=["workers"])
+
+
+class WorkerPublic(BaseModel):
+    """One measurement worker: a Ray actor of one device, or this service's own host."""
+
+    worker: str = Field(description="worker id (host, token and device), or local:<host>")
+    host: str
+    target: str = Field(description="the target key it measures")
+    device: str = Field(description="CPU model, or GPU name and uuid")
+    state: Literal["starting", "idle", "busy", "dead"]
+    job: Optional[int] = Field(None, description="the job it measures now")
+    trials: Optional[int] = Field(None, description="candidates it has measured (Ray workers)")
+    failures: Optional[int] = Field(None, description="of which failed (Ray workers)")
+    last_seen: Optional[float] = Field(None, description="Unix time of its last status")
+    reason: Optional[str] = Field(None, description="why it is dead")
+
+
+class TargetLoad(BaseModel):
+    """This service's work for one target: candidates waiting, being measured; idle workers."""
+
+    target: str
+    queued: int
+    in_flight: int
+    free: int
+
+
+class WorkersPage(BaseModel):
+    cluster: Optional[str] = Field(description="the Ray address; null: this host measures")
+    error: Optional[str] = Field(None, description="why the cluster could not be read")
+    workers: list[WorkerPublic]
+    targets: list[TargetLoad]
+
+
+@router.get("/workers", response_model=WorkersPage, dependencies=[ReadAccess])
+def list_workers(request: Request) -> WorkersPage:
+    """The measurement workers (live first, then recently dead) and each target's load."""
+    state = request.app.state
+    registry, pool = state.registry, state.executors
+    executors = pool.executors()
+    if registry is None:
+        return WorkersPage(cluster=None, workers=[_local(key, ex) for key, ex in
+                                                  sorted(executors.items())],
+                           targets=[TargetLoad(target=key, queued=0, in_flight=0,
+                                               free=0 if ex.lock.locked() else 1)
+                                    for key, ex in sorted(executors.items())])
+    targets = [TargetLoad(target=key, **ex.stats()) for key, ex in sorted(executors.items())]
+    return WorkersPage(cluster=state.settings.ray_address, error=registry.error or None,
+                       workers=[WorkerPublic(**_public(w)) for w in registry.snapshot()],
+                       targets=targets)
+
+
+def _public(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if k in WorkerPublic.model_fields}
+
+
+def _local(key: str, executor: Any) -> WorkerPublic:
+    """This host's executor of a target, shown as a worker."""
+    from autotune.measure.provenance import device_name
+
+    inner = executor.inner
+    host = socket.gethostname()
+    target = getattr(inner, "target", None)
+    return WorkerPublic(worker=f"local:{host}", host=host, target=key,
+                        device=device_name(target) if target is not None else "",
+                        state="busy" if executor.lock.locked() else "idle")
