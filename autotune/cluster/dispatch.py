@@ -83,6 +83,7 @@ class Dispatcher:
         self._turn = 0
         self._closed = False
         self.dispatched = 0  # chunks sent (benchmarks read it)
+        self._stats = {"queued": 0, "in_flight": 0, "free": 0}  # replaced whole, never mutated
         registry.on_change(lambda: self._events.put(("workers",)))
         self._thread = threading.Thread(target=self._run, name=f"autotune-dispatch {target}",
                                         daemon=True)
@@ -114,12 +115,8 @@ class Dispatcher:
         return batch.results
 
     def stats(self) -> dict[str, int]:
-        """Candidates queued and in flight, and free workers (a snapshot)."""
-        live = self.registry.live(self.target)
-        busy = {f.worker.name for f in list(self._flights.values())}
-        return {"queued": sum(len(b.pending) for b in list(self._batches)),
-                "in_flight": sum(len(f.tasks) for f in list(self._flights.values())),
-                "free": sum(1 for w in live if w.name not in busy and w.state == "idle")}
+        """Candidates queued and in flight, and free workers, as of the last event."""
+        return dict(self._stats)
 
     def preferred_batch(self) -> int:
         """Twice the live workers: each gets two chunks, so none idles at a batch's end."""
@@ -145,6 +142,7 @@ class Dispatcher:
                 self._handle(event)
                 self._check_workers()
                 self._assign()
+                self._stats = self._count()
             except Exception as err:  # a Ray call failed (head unreachable?): retry later
                 log.exception("dispatcher of %s: %s", self.target, err)
                 for batch in self._batches:
@@ -262,6 +260,13 @@ class Dispatcher:
         self.dispatched += 1
         ref.future().add_done_callback(lambda fut, cid=chunk.chunk_id: self._events.put(
             ("done", cid, _outcome(fut))))
+
+    def _count(self) -> dict[str, int]:
+        busy = {f.worker.name for f in self._flights.values()}
+        return {"queued": sum(len(b.pending) for b in self._batches),
+                "in_flight": sum(len(f.tasks) for f in self._flights.values()),
+                "free": sum(w.name not in busy and w.state == "idle"
+                            for w in self.registry.live(self.target))}
 
     def _fail_all(self, err: BaseException) -> None:
         for batch in self._batches:

@@ -150,7 +150,9 @@ class WorkerRegistry:
         """List the actors, collect answered status calls and ask again."""
         import ray
 
-        names = {n for n in ray.util.list_named_actors() if n.startswith(ACTOR_PREFIX)}
+        # all namespaces: the caller may have joined Ray under a namespace of its own
+        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["namespace"] == NAMESPACE and a["name"].startswith(ACTOR_PREFIX)}
         changed = False
         with self._lock:
             known = dict(self._workers)
