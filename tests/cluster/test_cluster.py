@@ -130,3 +130,23 @@ def test_real_cpu_kernels_measured_through_a_ray_worker_pass_the_numpy_check(
         assert r.extra["measured_by"]["worker"] == proc.ids()[0]
         assert r.extra["measured_by"]["device"]
     assert all(r.error in (ErrorKind.NONE, ErrorKind.INSTANTIATION) for r in results)
+
+
+def test_cli_tune_measures_on_the_cluster(workers: Any, head: Any, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    target, args = synthetic(106)
+    (proc,) = workers("--synthetic", "0.01", *args)
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "matmul", "-p", "M=64",
+                          "-p", "N=64", "-p", "K=64", "--target", args[1], "--trials", "12",
+                          "--tuner", "random", "--db", db, "--ray-address", head.address],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Ray cluster" in out.stderr and "12 trials measured" in out.stdout
+    database = Database(db)
+    records = database.trials_for(WL, target)
+    assert len(records) == 12
+    assert {r.extra["measured_by"]["worker"] for r in records} == set(proc.ids())
+    database.dispose()
