@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -167,12 +168,14 @@ class Database:
     # -- jobs ---------------------------------------------------------------------------
 
     def create_job(self, *, workload: WorkloadLike, target: TargetLike, tuner: str, trials: int,
-                   options: Optional[Mapping[str, Any]] = None) -> JobRecord:
-        """Insert a queued job."""
+                   options: Optional[Mapping[str, Any]] = None, owner: Optional[str] = None,
+                   lease_s: Optional[float] = None) -> JobRecord:
+        """Insert a queued job; with ``owner``, one already running, claimed for ``lease_s``."""
         with self.session(write=True) as s:
             ids = self._ids(s, workload, target)
             job_id = jobs.create_job(s, workload_id=ids[0], target_id=ids[1], tuner=tuner,
-                                     trials=trials, options=options or {})
+                                     trials=trials, options=options or {}, owner=owner,
+                                     lease_s=lease_s)
             record = jobs.get_job(s, job_id=job_id)
         self._remember(workload, target, ids)
         assert record is not None
@@ -209,9 +212,56 @@ class Database:
                                             best_gflops=best_gflops)
 
     def jobs_in_state(self, *states: str) -> list[JobRecord]:
-        """Jobs in any of ``states``, oldest first (restart recovery)."""
+        """Jobs in any of ``states``, oldest first."""
         with self.session() as s:
             return jobs.jobs_in_state(s, states=states)
+
+    def job_workers(self, job_id: int) -> list[tuple[str, int, int]]:
+        """(worker, trials, failed trials) of a job per measuring worker; "" for records
+        that name none."""
+        with self.session() as s:
+            return trials.job_workers(s, job_id=job_id)
+
+    # -- job leases ---------------------------------------------------------------------
+
+    def claim_job(self, owner: str, lease_s: float, *,
+                  now: Optional[datetime] = None) -> Optional[JobRecord]:
+        """Take the oldest job nobody runs (unowned, lease expired, or owner a dead process
+        of this host) for ``owner``: running, leased for ``lease_s``. None when there is none."""
+        with self.session(write=True) as s:
+            job_id = jobs.claim_job(s, owner=owner, lease_s=lease_s, now=jobs.as_utc(now))
+            return None if job_id is None else jobs.get_job(s, job_id=job_id)
+
+    def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float, *,
+                     now: Optional[datetime] = None) -> dict[int, JobRecord]:
+        """Extend the leases ``owner`` still holds among ``job_ids`` by ``lease_s``; returns
+        every asked job that exists, so the caller sees cancels and lost ownership."""
+        with self.session(write=True) as s:
+            jobs.renew_leases(s, owner=owner, job_ids=job_ids, lease_s=lease_s,
+                              now=jobs.as_utc(now))
+            return jobs.jobs_by_id(s, job_ids=job_ids)
+
+    def release_job(self, job_id: int, owner: str, *, state: Optional[str] = None,
+                    error: Optional[str] = None) -> Optional[JobRecord]:
+        """Give up ``owner``'s hold on a job, moving it to ``state`` unless it has ended.
+
+        Returns the job, or None when ``owner`` did not hold it (then nothing changes).
+        """
+        with self.session(write=True) as s:
+            if not jobs.release_job(s, job_id=job_id, owner=owner, state=state, error=error):
+                return None
+            return jobs.get_job(s, job_id=job_id)
+
+    def set_job_waiting(self, job_id: int, owner: str,
+                        reason: Optional[str]) -> Optional[JobRecord]:
+        """Show why a job ``owner`` holds waits (queued), or with None that it runs again.
+
+        Returns the job, or None when ``owner`` does not hold it.
+        """
+        with self.session(write=True) as s:
+            if not jobs.set_job_waiting(s, job_id=job_id, owner=owner, reason=reason):
+                return None
+            return jobs.get_job(s, job_id=job_id)
 
     # -- API keys -----------------------------------------------------------------------
 

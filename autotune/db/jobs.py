@@ -1,13 +1,24 @@
-"""Job queries: create, read, list, state transitions, progress."""
+"""Job queries: create, read, list, state transitions, progress, and the leases of owners.
+
+A job being run has an ``owner`` (the process, "host:pid:token") and a lease that the owner
+renews; another process claims it once the lease has expired, or at once when the owner was
+a process of this host that no longer exists. Claims lock the job row (PostgreSQL: ``FOR
+UPDATE SKIP LOCKED``; SQLite: the write transaction's lock), so one process wins each job.
+"""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from autotune.db.lease import is_dead_local
 from autotune.db.records import JobRecord, job_record
 from autotune.db.schema import JOB_STATES, TERMINAL_STATES, JobRow, TargetRow, WorkloadRow, utcnow
+
+# States of a job that is still to run (a claimed job waiting for a device is 'queued').
+ACTIVE_STATES = ("queued", "running")
 
 
 def _check_state(state: str) -> None:
@@ -25,15 +36,30 @@ def _run(session: Session, stmt: Select[Any]) -> list[JobRecord]:
     return [job_record(row, wkey, tkey) for row, wkey, tkey in session.execute(stmt)]
 
 
+def as_utc(now: Optional[datetime]) -> datetime:
+    """``now`` in UTC (naive: taken as UTC), or the current time.
+
+    SQLite stores times as text without a zone: comparisons are right only between UTC times.
+    """
+    if now is None:
+        return utcnow()
+    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+
+
 def create_job(session: Session, *, workload_id: int, target_id: int, tuner: str, trials: int,
-               options: Mapping[str, Any]) -> int:
-    """Insert a queued job; returns its id."""
+               options: Mapping[str, Any], owner: Optional[str] = None,
+               lease_s: Optional[float] = None) -> int:
+    """Insert a job, queued, or running and claimed by ``owner`` for ``lease_s``; its id."""
     if trials < 0:
         raise ValueError(f"trials must be >= 0; got {trials}")
     now = utcnow()
     row = JobRow(workload_id=workload_id, target_id=target_id, tuner=tuner, trials=trials,
                  state="queued", options=dict(options), trials_done=0,
                  created_at=now, updated_at=now)
+    if owner is not None:
+        if lease_s is None:
+            raise ValueError("a job created with an owner needs lease_s")
+        _take(row, owner, lease_s, now)
     session.add(row)
     session.flush()
     return row.id
@@ -59,7 +85,7 @@ def list_jobs(session: Session, *, state: Optional[str] = None, offset: int = 0,
 
 
 def jobs_in_state(session: Session, *, states: Iterable[str]) -> list[JobRecord]:
-    """Jobs in any of ``states``, oldest first (what to resume after a restart)."""
+    """Jobs in any of ``states``, oldest first."""
     wanted = list(states)
     for state in wanted:
         _check_state(state)
@@ -74,14 +100,24 @@ def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[
     terminal state clears it.
     """
     _check_state(state)
-    # Row lock on PostgreSQL so a concurrent cancel and finish cannot interleave.
-    stmt = select(JobRow).where(JobRow.id == job_id).with_for_update()
-    row = session.execute(stmt).scalar_one_or_none()
+    row = _locked(session, job_id)
     if row is None:
         return False
     if from_states is not None and row.state not in set(from_states):
         return False
-    now = utcnow()
+    _move(row, state, error, utcnow())
+    session.flush()
+    return True
+
+
+def _locked(session: Session, job_id: int) -> Optional[JobRow]:
+    # Row lock on PostgreSQL so that a concurrent cancel and finish cannot interleave.
+    stmt = select(JobRow).where(JobRow.id == job_id).with_for_update()
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def _move(row: JobRow, state: str, error: Optional[str], now: datetime) -> None:
+    """Set ``state``: running stamps ``started_at`` once, terminal states ``finished_at``."""
     row.state = state
     if state == "running" and row.started_at is None:
         row.started_at = now
@@ -92,6 +128,100 @@ def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[
     if error is not None:
         row.error = error
     row.updated_at = now
+
+
+def _take(row: JobRow, owner: str, lease_s: float, now: datetime) -> None:
+    """Make ``owner`` run the job: running, leased until ``now + lease_s``, not waiting."""
+    _move(row, "running", None, now)
+    row.owner, row.waiting = owner, None
+    row.lease_expires_at = now + timedelta(seconds=lease_s)
+
+
+def _dead_local_owners(session: Session) -> list[str]:
+    """Owners of jobs that were processes of this host and no longer exist."""
+    # Few distinct owners hold jobs at any time (ix_jobs_owner), whatever the number of jobs.
+    stmt = select(JobRow.owner).where(JobRow.owner.is_not(None)).distinct()
+    return [owner for owner in session.scalars(stmt) if owner and is_dead_local(owner)]
+
+
+def _gone(now: datetime, dead: Sequence[str]) -> ColumnElement[bool]:
+    """Rows whose owner can no longer act: its lease expired (or never existed), or it died."""
+    stale = [JobRow.lease_expires_at.is_(None), JobRow.lease_expires_at < now]
+    if dead:
+        stale.append(JobRow.owner.in_(dead))
+    return or_(*stale)
+
+
+def claim_job(session: Session, *, owner: str, lease_s: float, now: datetime) -> Optional[int]:
+    """Take the oldest claimable job for ``owner`` (running, leased); its id, or None.
+
+    Claimable: queued or running with no owner, an expired lease, or a dead local owner.
+    Ended jobs whose owner is gone are released on the way, so that they read as finished.
+    """
+    dead = _dead_local_owners(session)
+    ended = (select(JobRow).where(JobRow.owner.is_not(None), JobRow.state.in_(TERMINAL_STATES),
+                                  _gone(now, dead))
+             .with_for_update(skip_locked=True))
+    for stale in session.scalars(ended):
+        _release(stale, now)
+    stmt = (select(JobRow)
+            .where(JobRow.state.in_(ACTIVE_STATES), or_(JobRow.owner.is_(None), _gone(now, dead)))
+            .order_by(JobRow.id).limit(1)
+            .with_for_update(skip_locked=True))  # other claimers skip the row we hold
+    row = session.execute(stmt).scalar_one_or_none()
+    if row is not None:
+        _take(row, owner, lease_s, now)
+    session.flush()
+    return None if row is None else row.id
+
+
+def renew_leases(session: Session, *, owner: str, job_ids: Sequence[int], lease_s: float,
+                 now: datetime) -> None:
+    """Extend the leases of the jobs among ``job_ids`` that ``owner`` still holds."""
+    stmt = (update(JobRow).where(JobRow.id.in_(job_ids), JobRow.owner == owner)
+            .values(lease_expires_at=now + timedelta(seconds=lease_s))
+            .execution_options(synchronize_session=False))
+    session.execute(stmt)
+
+
+def jobs_by_id(session: Session, *, job_ids: Sequence[int]) -> dict[int, JobRecord]:
+    """The jobs among ``job_ids`` that exist, by id."""
+    return {job.id: job for job in _run(session, _records().where(JobRow.id.in_(job_ids)))}
+
+
+def _release(row: JobRow, now: datetime) -> None:
+    row.owner = row.lease_expires_at = row.waiting = None
+    row.updated_at = now
+
+
+def release_job(session: Session, *, job_id: int, owner: str, state: Optional[str] = None,
+                error: Optional[str] = None) -> bool:
+    """Clear the job's owner, lease and waiting reason if ``owner`` holds it; False otherwise.
+
+    With ``state``, also move it there, unless it has already ended (a cancelled job stays so).
+    """
+    if state is not None:
+        _check_state(state)
+    row = _locked(session, job_id)
+    if row is None or row.owner != owner:
+        return False
+    now = utcnow()
+    if state is not None and row.state not in TERMINAL_STATES:
+        _move(row, state, error, now)
+    _release(row, now)
+    session.flush()
+    return True
+
+
+def set_job_waiting(session: Session, *, job_id: int, owner: str, reason: Optional[str]) -> bool:
+    """Mark a job ``owner`` holds as waiting (queued, with ``reason``) or, with None, running
+    again; an ended job keeps its state. False when ``owner`` does not hold it."""
+    row = _locked(session, job_id)
+    if row is None or row.owner != owner:
+        return False
+    if row.state in ACTIVE_STATES:
+        _move(row, "queued" if reason is not None else "running", None, utcnow())
+        row.waiting = reason
     session.flush()
     return True
 

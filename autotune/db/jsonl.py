@@ -45,6 +45,7 @@ def record_to_json(record: TrialRecord) -> dict[str, Any]:
         "run_s": record.run_s,
         "timestamp": record.timestamp,
         "extra": record.extra,
+        "worker": record.worker,
     }
 
 
@@ -82,6 +83,8 @@ def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int) -> 
         "timestamp": float(obj.get("timestamp", 0.0)),
         "extra": dict(obj.get("extra") or {}),
         "created_at": utcnow(),
+        # Exports from before trials.worker have no such field: None.
+        "worker": None if obj.get("worker") is None else str(obj["worker"])[:200],
     }
 
 

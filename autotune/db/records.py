@@ -66,6 +66,7 @@ class TrialRecord:
     job_id: Optional[int] = None
     extra: dict[str, Any] = field(default_factory=dict)
     id: Optional[int] = None
+    worker: Optional[str] = None  # who measured it (a worker id), when known
 
     @property
     def ok(self) -> bool:
@@ -90,6 +91,9 @@ class JobRecord:
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
     updated_at: Optional[datetime] = None
+    owner: Optional[str] = None  # the process running it ("host:pid:token"), None when none
+    lease_expires_at: Optional[datetime] = None
+    waiting: Optional[str] = None  # why a claimed job waits (state 'queued')
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ def trial_record(row: TrialRow, workload_key: str, target_key: str) -> TrialReco
         job_id=row.job_id,
         extra=dict(row.extra or {}),
         id=row.id,
+        worker=row.worker,
     )
 
 
@@ -148,6 +153,9 @@ def job_record(row: JobRow, workload_key: str, target_key: str) -> JobRecord:
         started_at=_utc(row.started_at),
         finished_at=_utc(row.finished_at),
         updated_at=_utc(row.updated_at),
+        owner=row.owner,
+        lease_expires_at=_utc(row.lease_expires_at),
+        waiting=row.waiting,
     )
 
 

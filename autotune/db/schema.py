@@ -75,6 +75,12 @@ class JobRow(Base):
     started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The process running the job ("host:pid:token"), NULL when none; another process may
+    # take the job over once ``lease_expires_at`` is past (see jobs.claim_job).
+    owner: Mapped[Optional[str]] = mapped_column(String(200), index=True)
+    lease_expires_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    # Why a claimed job waits (state 'queued', owner kept), e.g. no live worker for its target.
+    waiting: Mapped[Optional[str]] = mapped_column(Text)
 
 
 class TrialRow(Base):
@@ -104,6 +110,8 @@ class TrialRow(Base):
     timestamp: Mapped[float] = mapped_column(Float)
     extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Who measured it: the worker id of extra["measured_by"] (NULL in older records).
+    worker: Mapped[Optional[str]] = mapped_column(String(200), index=True)
 
 
 class ApiKeyRow(Base):

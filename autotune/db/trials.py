@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import insert_ignore
@@ -20,6 +20,14 @@ SORTS = ("id", "-id", "gflops", "-gflops", "cost", "-cost")
 
 def _error_name(error: Any) -> str:
     return str(getattr(error, "value", error))
+
+
+def worker_of(extra: Mapping[str, Any]) -> Optional[str]:
+    """The worker id in a result's ``extra["measured_by"]``, or None when it names none."""
+    who = extra.get("measured_by")
+    worker = who.get("worker") if isinstance(who, Mapping) else None
+    # The column holds 200 characters; an id is far shorter, but a bad one must not fail a batch.
+    return str(worker)[:200] if worker else None
 
 
 def trial_row(*, workload_id: int, target_id: int, job_id: Optional[int], config: ConfigLike,
@@ -45,6 +53,7 @@ def trial_row(*, workload_id: int, target_id: int, job_id: Optional[int], config
         "timestamp": float(result.timestamp),
         "extra": dict(result.extra),
         "created_at": utcnow(),
+        "worker": worker_of(result.extra),
     }
 
 
@@ -154,6 +163,18 @@ def job_trial_count(session: Session, *, job_id: int) -> int:
     """How many records a job has written."""
     stmt = select(func.count()).select_from(TrialRow).where(TrialRow.job_id == job_id)
     return int(session.scalar(stmt) or 0)
+
+
+def job_workers(session: Session, *, job_id: int) -> list[tuple[str, int, int]]:
+    """(worker, trials, failed trials) of a job per measuring worker, most trials first;
+    records that name no worker come as worker ""."""
+    failed = func.sum(case((TrialRow.error != "none", 1), else_=0))
+    stmt = (select(TrialRow.worker, func.count(), failed).where(TrialRow.job_id == job_id)
+            .group_by(TrialRow.worker))
+    rows = [(worker or "", int(count), int(bad or 0))
+            for worker, count, bad in session.execute(stmt)]
+    # Sorted here: the dialects disagree on where NULL sorts.
+    return sorted(rows, key=lambda row: (-row[1], row[0]))
 
 
 def job_trials_since(session: Session, *, job_id: int, after_id: int,

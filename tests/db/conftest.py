@@ -1,24 +1,18 @@
 """Fixtures for the database tests: test doubles, and a ``db`` on SQLite and on PostgreSQL.
 
-PostgreSQL comes from scripts/start-postgres.sh (URL in AUTOTUNE_TEST_PG_URL, or its default).
-Unreachable: the postgres cases skip, or fail when CI=true.
+The PostgreSQL database (``pg_url``, ``fresh_pg_url``) comes from tests/conftest.py; the
+postgres cases skip when its server is unreachable, or fail when CI=true.
 """
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from autotune.db import Database
 from autotune.measure.result import ErrorKind, MeasureResult
-
-PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/autotune_test"
-TABLES = ("trials", "jobs", "api_keys", "workloads", "targets")
 
 
 @dataclass(frozen=True)
@@ -83,43 +77,6 @@ def make() -> Make:
     return Make()
 
 
-def _conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for this test session (dropped afterwards)."""
-    psycopg = pytest.importorskip("psycopg")
-    server_url = os.environ.get("AUTOTUNE_TEST_PG_URL", PG_DEFAULT_URL)
-    try:
-        admin = psycopg.connect(_conninfo(server_url), autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        reason = (f"PostgreSQL not reachable at {server_url}: {str(exc).strip()}; "
-                  "start it with scripts/start-postgres.sh")
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    # A database of our own: concurrent test runs on the same server must not collide.
-    name = f"autotune_test_{os.getpid()}_{secrets.token_hex(4)}"
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        try:
-            Database.open(url).dispose()
-            yield url
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _fresh_postgres(url: str) -> Database:
-    db = Database(url)
-    db.upgrade()  # a test may have dropped the schema
-    with db.engine.begin() as conn:
-        conn.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-    return db
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     """The URL of an empty, migrated database of each dialect."""
@@ -127,9 +84,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
         url = f"sqlite:///{tmp_path / 'tuning.db'}"
         Database.open(url).dispose()
         return url
-    url = request.getfixturevalue("pg_url")
-    _fresh_postgres(url).dispose()
-    return url
+    return str(request.getfixturevalue("fresh_pg_url"))
 
 
 @pytest.fixture

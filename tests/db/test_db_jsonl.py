@@ -43,11 +43,11 @@ def test_export_format(db: Database, make) -> None:
     assert len(lines) == 5
     first = json.loads(lines[0])
     assert list(first) == ["workload", "target", "config", "costs", "cost", "gflops", "error",
-                           "error_msg", "build_s", "run_s", "timestamp", "extra"]
+                           "error_msg", "build_s", "run_s", "timestamp", "extra", "worker"]
     assert first["workload"] == {"op": "fake_matmul", "params": {"m": 16}, "dtype": "float32"}
     assert first["target"] == make.target().key
     assert tuple(first["costs"]) == AWKWARD[:3]
-    assert first["extra"] == {"predicted": 0.75, "note": "ünïcode"}
+    assert first["extra"] == {"predicted": 0.75, "note": "ünïcode"} and first["worker"] is None
     failed = json.loads(lines[2])
     assert failed["config"]["index"] == 2**70
     assert failed["error"] == "build_timeout" and failed["cost"] is None
@@ -86,6 +86,22 @@ def test_import_into_the_same_dialect_round_trips(db: Database, make, db_url: st
         source.dispose()
     assert db.import_jsonl(io.StringIO(exported)) == 5
     assert _export(db) == exported
+
+
+def test_worker_round_trips_and_old_lines_import_without_one(db: Database, make) -> None:
+    w, t = make.workload(), make.target()
+    who = {"worker": "host-1/cpu", "host": "host-1", "device": "cpu", "version": "0"}
+    db.add_trials(w, t, None, [(make.config(1), make.ok(1e-3, measured_by=who))], FLOPS)
+    line = json.loads(_export(db))
+    assert line["worker"] == "host-1/cpu"
+    fresh = Database.open("sqlite://")
+    try:
+        old = {key: value for key, value in line.items() if key != "worker"}
+        old["config"] = {**line["config"], "index": 2}
+        assert fresh.import_jsonl(io.StringIO(json.dumps(line) + "\n" + json.dumps(old))) == 2
+        assert [r.worker for r in fresh.trials_for(w, t)] == ["host-1/cpu", None]
+    finally:
+        fresh.dispose()
 
 
 def test_export_filters(db: Database, make) -> None:

@@ -180,3 +180,22 @@ def test_update_trial_costs_replaces_a_valid_records_repeats(db: Database, make)
     bad = next(r for r in db.trials_for(w, t) if r.config_index == 1)
     assert bad.error == "wrong_answer" and bad.error_msg == "on re-timing: off by 1"
     assert bad.gflops is None and bad.extra["why"] == "re-run"
+
+
+def test_trials_record_their_worker_and_jobs_count_trials_per_worker(db: Database, make) -> None:
+    w, t = make.workload(), make.target()
+    job = db.create_job(workload=w, target=t, tuner="random", trials=8, options={})
+
+    def by(worker: str) -> dict:
+        return {"worker": worker, "host": "h", "device": "cpu", "version": "0"}
+
+    items = [(make.config(1), make.ok(1e-3, measured_by=by("a/cpu"))),
+             (make.config(2), make.ok(2e-3, measured_by=by("a/cpu"))),
+             (make.config(3), MeasureResult.failure(ErrorKind.RUNTIME, "lost",
+                                                    extra={"measured_by": by("b/cpu")})),
+             (make.config(4), make.ok(1e-3)),                            # no provenance
+             (make.config(5), make.ok(1e-3, measured_by="not a dict"))]  # tolerated
+    db.add_trials(w, t, job.id, items, FLOPS)
+    assert [r.worker for r in db.trials_for(w, t)] == ["a/cpu", "a/cpu", "b/cpu", None, None]
+    assert db.job_workers(job.id) == [("", 2, 0), ("a/cpu", 2, 0), ("b/cpu", 1, 1)]
+    assert db.job_workers(job.id + 1) == []

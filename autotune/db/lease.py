@@ -1,0 +1,127 @@
+"""Owners of jobs and `LeaseKeeper`, which keeps an owner's leases on its running jobs alive.
+
+A process that runs jobs (the service's job manager, the library's `tune`) holds each under
+an owner id and renews the lease from a daemon thread. After each batch the runner asks
+`LeaseKeeper.stopping`: the job may have been cancelled (by any process, since cancelling
+only writes the database), taken over by another owner, or left unrenewed past its lease.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from autotune.db.schema import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from autotune.db.database import Database
+
+log = logging.getLogger("autotune.db")
+
+
+def new_owner() -> str:
+    """A new owner id of this process: ``host:pid:token`` (the token tells owners in one
+    process apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def is_dead_local(owner: str) -> bool:
+    """Whether ``owner`` names a process of this host that no longer exists."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if not 0 < pid < 2**31:  # 0 and negative pids name process groups
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it exists, as another user's process
+        pass
+    return False
+
+
+@dataclass
+class _Held:
+    expires: float  # monotonic time by which the lease has surely run out unless renewed
+    reason: Optional[str] = None  # why the job must stop, once known
+
+
+class LeaseKeeper:
+    """Renews ``owner``'s leases of the jobs added to it every ``lease_s / 3`` seconds."""
+
+    def __init__(self, db: "Database", owner: str, lease_s: float) -> None:
+        self.db, self.owner, self.lease_s = db, owner, lease_s
+        self._lock = threading.Lock()
+        self._held: dict[int, _Held] = {}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, job_id: int) -> None:
+        """Keep the lease of ``job_id``, just claimed (so valid for ``lease_s`` from now)."""
+        with self._lock:
+            self._held[job_id] = _Held(time.monotonic() + self.lease_s)
+
+    def discard(self, job_id: int) -> None:
+        """Stop renewing ``job_id`` (call before releasing it)."""
+        with self._lock:
+            self._held.pop(job_id, None)
+
+    def stopping(self, job_id: int) -> Optional[str]:
+        """Why a held job must stop: the state it ended in (``cancelled``), ``lost`` (another
+        owner took it over) or ``expired`` (not renewed in time); None to go on."""
+        with self._lock:
+            held = self._held.get(job_id)
+            if held is None or held.reason is not None:
+                return None if held is None else held.reason
+            return "expired" if time.monotonic() >= held.expires else None
+
+    def start(self) -> "LeaseKeeper":
+        """Renew from a daemon thread until `stop`."""
+        self._thread = threading.Thread(target=self._loop, name="autotune-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop renewing (the leases run out unless their jobs are released)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            self.renew()
+
+    def renew(self) -> None:
+        """One round: extend every held lease and note which jobs must stop."""
+        with self._lock:
+            job_ids = list(self._held)
+        if not job_ids:
+            return
+        started = time.monotonic()  # the new lease runs from no earlier than this
+        try:
+            found = self.db.renew_leases(self.owner, job_ids, self.lease_s)
+        except Exception as err:  # the database is unreachable: keep trying; stopping() expires
+            log.warning("renewing the leases of jobs %s failed: %s: %s", job_ids,
+                        type(err).__name__, err)
+            return
+        with self._lock:
+            for job_id in job_ids:
+                held, job = self._held.get(job_id), found.get(job_id)
+                if held is None or held.reason is not None:
+                    continue  # discarded meanwhile, or already told to stop
+                if job is None or job.owner != self.owner:
+                    held.reason = "lost"
+                elif job.state in TERMINAL_STATES:
+                    held.reason = job.state
+                else:
+                    held.expires = started + self.lease_s
