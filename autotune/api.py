@@ -15,6 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, N
                     Optional, Union)
 
 from autotune.db import DEFAULT_URL, Database, TrialRecord
+from autotune.db.lease import LeaseKeeper, new_owner
 from autotune.ops import Workload
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
 from autotune.search.registry import tuner_options as options_table
@@ -115,10 +116,12 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     """Search ``workload``'s schedule space on ``target`` and record every trial in ``db``.
 
     ``tuner`` defaults to DEFAULT_TUNER; ``transfer`` goes to tuners with that option. Without
-    ``job_id`` a job is created and its state kept; with one, only its progress is updated
-    and its recorded trials count toward ``trials``. ``executor`` defaults to a LocalExecutor
-    with ``options`` (closed at the end); a ReplayExecutor restricts the search to its pool.
-    ``db=None`` records nothing. See `autotune.search.tune_loop` for the loop's rules.
+    ``job_id`` a job is created, held under a lease (`autotune.db.lease`; the job stops when
+    it is cancelled elsewhere, e.g. through a service) and its state kept; with one, only its
+    progress is updated and its recorded trials count toward ``trials``. ``executor``
+    defaults to a LocalExecutor with ``options`` (closed at the end); a ReplayExecutor
+    restricts the search to its pool. ``db=None`` records nothing. See
+    `autotune.search.tune_loop` for the loop's rules.
     """
     wl, tgt = as_workload(workload), as_target(target)
     name = tuner or DEFAULT_TUNER
@@ -128,31 +131,70 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     space = space_of(wl, tgt)
     pool = _replay_pool(executor, wl)
     with open_database(db) as database:
-        own_job = database is not None and job_id is None
-        if own_job:
-            job_id = database.create_job(
-                workload=wl, target=tgt, tuner=name, trials=trials,
-                options={"seed": seed, "batch_size": batch_size,
-                         "early_stopping": early_stopping, "tuner_options": opts}).id
-            database.set_job_state(job_id, "running")
+        lease: Optional[_JobLease] = None
+        if database is not None and job_id is None:
+            lease = _hold_new_job(database, wl, tgt, tuner=name, trials=trials, options={
+                "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
+                "tuner_options": opts})
+            job_id = lease.job_id
+            callbacks = (*callbacks, lease.callback)
         exe = executor if executor is not None else _local_executor(tgt, options)
         try:
-            result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
-                               tuner_options=opts, seed=seed, db=database,
-                               batch_size=batch_size, early_stopping=early_stopping,
-                               job_id=job_id, callbacks=callbacks, pool=pool)
-        except BaseException as exc:
-            if own_job:
-                cancelled = isinstance(exc, KeyboardInterrupt)
-                database.set_job_state(job_id, "cancelled" if cancelled else "failed",
-                                       error=None if cancelled else f"{type(exc).__name__}: {exc}")
-            raise
+            try:
+                result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
+                                   tuner_options=opts, seed=seed, db=database,
+                                   batch_size=batch_size, early_stopping=early_stopping,
+                                   job_id=job_id, callbacks=callbacks, pool=pool)
+            except BaseException as exc:
+                if lease is not None:
+                    cancelled = isinstance(exc, KeyboardInterrupt)
+                    lease.release("cancelled" if cancelled else "failed",
+                                  None if cancelled else f"{type(exc).__name__}: {exc}")
+                raise
+            finally:
+                if executor is None:
+                    exe.close()
+            if lease is not None:
+                lease.release("cancelled" if result.stopped == "callback" else "done")
+            return result
         finally:
-            if executor is None:
-                exe.close()
-        if own_job:
-            database.set_job_state(job_id, "cancelled" if result.stopped == "callback" else "done")
-        return result
+            if lease is not None:
+                lease.stop()
+
+
+class _JobLease(LeaseKeeper):
+    """The lease of the one job `tune` created: stops the loop when it is cancelled or lost."""
+
+    def __init__(self, db: Database, job_id: int, owner: str, lease_s: float) -> None:
+        super().__init__(db, owner, lease_s)
+        self.job_id = job_id
+        self.add(job_id)
+
+    def callback(self, progress: Progress) -> Optional[bool]:
+        """A loop callback: False (stop now) once the job must stop."""
+        return False if self.stopping(self.job_id) else None
+
+    def release(self, state: Optional[str], error: Optional[str] = None) -> None:
+        """Release the job in ``state`` (an ended job keeps its own); after a lost or expired
+        lease, as it is, for another process to resume."""
+        if self.stopping(self.job_id) in ("lost", "expired"):
+            state, error = None, None
+        self.discard(self.job_id)
+        self.db.release_job(self.job_id, self.owner, state=state, error=error)
+
+
+def _hold_new_job(database: Database, workload: Workload, target: Target, *, tuner: str,
+                  trials: int, options: Mapping[str, Any]) -> _JobLease:
+    """Create a job already running under a new owner, and keep its lease alive."""
+    from autotune.settings import Settings
+
+    lease_s = Settings().job_lease_s  # read now: the environment may change between calls
+    owner = new_owner()
+    job = database.create_job(workload=workload, target=target, tuner=tuner, trials=trials,
+                              options=options, owner=owner, lease_s=lease_s)
+    lease = _JobLease(database, job.id, owner, lease_s)
+    lease.start()
+    return lease
 
 
 def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:

@@ -26,6 +26,10 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address the REST service binds")
     port: int = Field(8000, ge=1, le=65535, description="port the REST service binds")
     max_concurrent_jobs: int = Field(2, ge=1, description="tuning jobs run at the same time")
+    job_lease_s: float = Field(
+        30.0, ge=1.0, le=3600.0,
+        description="seconds a running job's lease lasts unless renewed (every third of it); "
+                    "another process takes over the job of an owner gone this long")
     require_key_for_reads: bool = Field(
         False, description="also require an API key for GET requests (writes always do)")
     auth_disabled: bool = Field(

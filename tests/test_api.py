@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -85,6 +87,46 @@ def test_a_failing_executor_fails_the_job(url):
     jobs, _ = db.list_jobs()
     assert jobs[0].state == "failed" and "device lost" in jobs[0].error
     db.dispose()
+
+
+def test_tune_holds_its_job_under_a_lease_and_releases_it(objective, url):
+    db = Database(url)
+    seen = []
+
+    def look(progress):
+        seen.append(db.get_job(progress.job_id))
+
+    result = autotune.tune(WL, trials=16, db=url, executor=SyntheticExecutor(objective),
+                           tuner="random", batch_size=8, callbacks=[look])
+    assert [j.state for j in seen] == ["running", "running"]
+    assert seen[0].owner and seen[0].owner.split(":")[1] == str(os.getpid())
+    assert seen[0].lease_expires_at > seen[0].started_at
+    assert db.claim_job("elsewhere:1:aa", 30.0) is None  # nobody else takes it meanwhile
+    job = db.get_job(result.job_id)
+    assert job.state == "done" and job.owner is None and job.lease_expires_at is None
+    db.dispose()
+
+
+class SlowExecutor(SyntheticExecutor):
+    def submit(self, inputs):
+        time.sleep(0.1)
+        return super().submit(inputs)
+
+
+def test_tune_stops_when_its_job_is_cancelled_elsewhere(objective, url, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_JOB_LEASE_S", "1")  # renewed, and so checked, every 1/3 s
+    elsewhere = Database(url)
+
+    def cancel_from_a_service(progress):
+        if progress.trials_done == 4:
+            elsewhere.set_job_state(progress.job_id, "cancelled", from_states=["running"])
+
+    result = autotune.tune(WL, trials=400, db=url, executor=SlowExecutor(objective),
+                           tuner="random", batch_size=4, callbacks=[cancel_from_a_service])
+    assert result.stopped == "callback" and result.trials < 100
+    job = elsewhere.get_job(result.job_id)
+    assert job.state == "cancelled" and job.owner is None
+    elsewhere.dispose()
 
 
 def test_tune_with_a_replay_executor_searches_its_pool(wl, target, objective, tmp_path, url):

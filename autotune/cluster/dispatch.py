@@ -28,6 +28,7 @@ from autotune.measure.result import (ErrorKind, MeasureInput, MeasureResult,
 log = logging.getLogger("autotune.cluster")
 
 OnWait = Callable[[Optional[str]], None]
+ShouldStop = Callable[[], bool]
 PREPARE_S = 120.0  # a chunk's allowance for inputs and the numpy reference (see runner)
 SLACK_S = 60.0     # and for the worker itself (imports, the first build's compiler start)
 BAN_S = 60.0       # how long a worker whose own code failed gets no chunks
@@ -93,9 +94,11 @@ class Dispatcher:
 
     def submit(self, inputs: Sequence[MeasureInput], *, job: Optional[int] = None,
                pinned: bool = False, pin: Optional[str] = None,
-               on_wait: Optional[OnWait] = None) -> list[MeasureResult]:
+               on_wait: Optional[OnWait] = None,
+               should_stop: Optional[ShouldStop] = None) -> list[MeasureResult]:
         """Measure ``inputs`` on the target's workers; results in input order. Blocks while
-        no worker is alive (``on_wait`` hears the reason, then None when it goes on).
+        no worker is alive (``on_wait`` hears the reason, then None when it goes on); a
+        waiting batch is withdrawn (MeasureUnavailable) once ``should_stop`` says so.
         ``pinned``: all on one worker, ``pin`` if it lives, else the first live one."""
         if not inputs:
             return []
@@ -104,10 +107,16 @@ class Dispatcher:
         batch = _Batch(inputs, job, pinned, pin)
         self._events.put(("submit", batch))
         told: Optional[str] = None
+        withdrawn = False
         while not batch.done.wait(0.2):
             if batch.waiting != told and on_wait is not None:
                 told = batch.waiting
                 on_wait(told)
+            if batch.waiting is not None and not withdrawn and should_stop is not None \
+                    and should_stop():
+                # A cancelled job must not wait for a worker that may never come.
+                self._events.put(("withdraw", batch))
+                withdrawn = True
         if told is not None and on_wait is not None:
             on_wait(None)
         if batch.error is not None:
@@ -152,6 +161,14 @@ class Dispatcher:
     def _handle(self, event: tuple[Any, ...]) -> None:
         if event[0] == "submit":
             self._batches.append(event[1])
+        elif event[0] == "withdraw":
+            batch = event[1]
+            if batch in self._batches:
+                self._batches.remove(batch)
+                # Chunks still in flight finish on their workers; their answers are dropped.
+                batch.error = MeasureUnavailable("withdrawn: the job stopped while it waited "
+                                                 "for a measurement worker")
+                batch.done.set()
         elif event[0] == "done":
             _, chunk_id, value = event
             flight = self._flights.pop(chunk_id, None)
@@ -176,6 +193,8 @@ class Dispatcher:
             self._settle(batch, task, result)
 
     def _settle(self, batch: _Batch, task: _Task, result: MeasureResult) -> None:
+        if batch.done.is_set():
+            return  # withdrawn
         batch.results[task.index] = result
         batch.left -= 1
         if batch.left == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Sequence
 
-from autotune.cluster.dispatch import Dispatcher, OnWait
+from autotune.cluster.dispatch import Dispatcher, OnWait, ShouldStop
 from autotune.cluster.registry import WorkerRegistry
 from autotune.measure.host_lock import HostLock
 from autotune.measure.options import MeasureOptions
@@ -39,10 +39,11 @@ class RayExecutor:
         self.dispatcher = Dispatcher(self.registry, target.key, options)
 
     def submit(self, inputs: Sequence[MeasureInput], *, job: Optional[int] = None,
-               on_wait: Optional[OnWait] = None) -> list[MeasureResult]:
+               on_wait: Optional[OnWait] = None,
+               should_stop: Optional[ShouldStop] = None) -> list[MeasureResult]:
         """Measure ``inputs`` on the target's live workers (waits while there is none)."""
         self._check(inputs)
-        return self.dispatcher.submit(inputs, job=job, on_wait=on_wait)
+        return self.dispatcher.submit(inputs, job=job, on_wait=on_wait, should_stop=should_stop)
 
     def preferred_batch(self) -> int:
         """The smallest batch that keeps every live worker busy (two chunks each)."""
@@ -58,9 +59,11 @@ class RayExecutor:
         live = self.registry.live(self.target.key)
         yield _Pinned(self, live[0].name if live else None)
 
-    def for_job(self, *, job_id: int, on_wait: Optional[OnWait] = None) -> "JobExecutor":
-        """This executor as one job sees it: its chunks name the job, waits are reported."""
-        return JobExecutor(self, job_id, on_wait)
+    def for_job(self, *, job_id: int, on_wait: Optional[OnWait] = None,
+                should_stop: Optional[ShouldStop] = None) -> "JobExecutor":
+        """This executor as one job sees it: its chunks name the job, waits are reported,
+        and a wait for a worker ends once ``should_stop`` says the job stops."""
+        return JobExecutor(self, job_id, on_wait, should_stop)
 
     def stats(self) -> dict[str, int]:
         return self.dispatcher.stats()
@@ -89,11 +92,13 @@ class JobExecutor:
     """A job's view of a shared `RayExecutor` (closing it leaves the executor running)."""
 
     def __init__(self, executor: RayExecutor, job_id: Optional[int],
-                 on_wait: Optional[OnWait]) -> None:
+                 on_wait: Optional[OnWait], should_stop: Optional[ShouldStop] = None) -> None:
         self.executor, self.job_id, self.on_wait = executor, job_id, on_wait
+        self.should_stop = should_stop
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        return self.executor.submit(inputs, job=self.job_id, on_wait=self.on_wait)
+        return self.executor.submit(inputs, job=self.job_id, on_wait=self.on_wait,
+                                    should_stop=self.should_stop)
 
     def preferred_batch(self) -> int:
         return self.executor.preferred_batch()
@@ -105,6 +110,7 @@ class JobExecutor:
     def pinned(self) -> Iterator["_Pinned"]:
         with self.executor.pinned() as pinned:
             pinned.job, pinned.on_wait = self.job_id, self.on_wait
+            pinned.should_stop = self.should_stop
             yield pinned
 
     def close(self) -> None:
@@ -118,11 +124,13 @@ class _Pinned:
         self.executor, self.worker = executor, worker
         self.job: Optional[int] = None
         self.on_wait: Optional[OnWait] = None
+        self.should_stop: Optional[ShouldStop] = None
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         self.executor._check(inputs)
         results = self.executor.dispatcher.submit(inputs, job=self.job, pinned=True,
-                                                  pin=self.worker, on_wait=self.on_wait)
+                                                  pin=self.worker, on_wait=self.on_wait,
+                                                  should_stop=self.should_stop)
         # Later rounds stay on whichever worker measured this one.
         who = results[0].extra.get("measured_by", {}) if results else {}
         self.worker = _actor_name(who.get("worker")) or self.worker

@@ -3,11 +3,12 @@
 Event ``id`` is the id of the newest trial sent, so a client reconnecting with
 ``Last-Event-ID`` (or ``?after=``) gets only what it has not seen. Events:
 
-- ``state``: ``{"state", "error", "trials_done", "budget", "best_gflops"}`` on connect and on
-  every change;
+- ``state``: ``{"state", "error", "trials_done", "budget", "best_gflops", "waiting"}`` on
+  connect and on every change (``waiting``: why a claimed job is queued, else null);
 - ``batch``: ``{"trials": [...], "trials_done", "budget", "best": {...} | null}`` per measured
   batch (a reconnect's backlog comes in chunks of at most ``CHUNK`` trials);
-- ``end``: the job has ended and every trial was sent; the stream then closes.
+- ``end``: the job has ended and every trial was sent; the stream then closes. Which process
+  runs the job does not matter: everything is read from the database.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _slim(trial: TrialRecord) -> dict[str, Any]:
 
 def _state(job: JobRecord) -> dict[str, Any]:
     return {"state": job.state, "error": job.error, "trials_done": job.trials_done,
-            "budget": job.trials, "best_gflops": job.best_gflops}
+            "budget": job.trials, "best_gflops": job.best_gflops, "waiting": job.waiting}
 
 
 class _Best:
@@ -72,9 +73,10 @@ async def job_events(db: Database, manager: JobManager, job_id: int,
             job: Optional[JobRecord] = await run(db.get_job, job_id)
             if job is None:
                 return
-            # Whether the worker is done must be read before the trials: then no trial of its
-            # last batch can be missed when we end the stream below.
-            finished = job.state in TERMINAL_STATES and not manager.is_active(job_id)
+            # Whether the job is done must be read before the trials: then no trial of its
+            # last batch can be missed when we end the stream below. The process running it
+            # (this one or another) clears the owner only after its last batch is recorded.
+            finished = job.state in TERMINAL_STATES and job.owner is None
             trials = await run(db.job_trials_since, job_id, after, CHUNK)
             if trials:
                 for trial in trials:

@@ -59,7 +59,8 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
             pool = ExecutorPool(executor_factory or local_executor_factory(settings))
         app.state.registry, app.state.executors = registry, pool
         db = Database.open(settings.db_url)
-        manager = JobManager(db, pool, workers=settings.max_concurrent_jobs, tune_fn=tune_fn)
+        manager = JobManager(db, pool, workers=settings.max_concurrent_jobs, tune_fn=tune_fn,
+                             lease_s=settings.job_lease_s)
         app.state.settings, app.state.db, app.state.manager = settings, db, manager
         app.state.sources = SourceCache(pool.device_lock)
         app.state.cache = ResponseCache(lambda: manager.notifier.version)

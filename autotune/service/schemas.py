@@ -72,6 +72,11 @@ class JobPublic(BaseModel):
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
+    waiting: Optional[str] = Field(
+        None, description="why the job is queued although claimed (e.g. no live worker for "
+                          "its target); null otherwise")
+    owner: Optional[str] = Field(
+        None, description="which process runs it (host:pid:token); null when none does")
 
 
 class JobsPage(BaseModel):
@@ -79,6 +84,18 @@ class JobsPage(BaseModel):
     total: int
     offset: int
     limit: int
+
+
+class JobWorkerPublic(BaseModel):
+    """How many of a job's trials one worker measured."""
+
+    worker: str = Field(description="worker id; 'local' for records that name none")
+    trials: int
+    failed: int = Field(description="trials that failed (any error kind)")
+
+
+class JobWorkersPage(BaseModel):
+    items: list[JobWorkerPublic]
 
 
 class TrialPublic(BaseModel):
@@ -145,6 +162,7 @@ class Health(BaseModel):
     db: str
     workers: int
     auth: Literal["on", "off"]
+    owner: str = Field(description="the owner id this service runs jobs under")
 
 
 @lru_cache(maxsize=4096)
@@ -167,7 +185,7 @@ def job_public(job: JobRecord) -> JobPublic:
                      trials=job.trials, trials_done=job.trials_done,
                      best_gflops=job.best_gflops, error=job.error, options=job.options,
                      created_at=job.created_at, started_at=job.started_at,
-                     finished_at=job.finished_at)
+                     finished_at=job.finished_at, waiting=job.waiting, owner=job.owner)
 
 
 def _predicted(trial: TrialRecord) -> Optional[float]:

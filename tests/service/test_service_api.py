@@ -188,7 +188,8 @@ def test_reads_can_require_a_key(serve) -> None:
 def test_auth_disabled_for_local_development(serve) -> None:
     client = serve(auth_disabled=True)
     assert client.post("/api/v1/jobs", json={"workload": _mm(), "trials": 4}).status_code == 201
-    assert client.get("/api/v1/health").json()["auth"] == "off"
+    health = client.get("/api/v1/health").json()
+    assert health["auth"] == "off" and health["owner"] == client.app.state.manager.owner
 
 
 def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
@@ -199,6 +200,10 @@ def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
     assert job["state"] == "queued" and job["label"] == "matmul(M=64,N=64,K=64)"
     done = _wait_state(client, job["id"], "done")
     assert done["trials_done"] == 12 and done["started_at"] and done["finished_at"]
+    assert done["owner"] is None and done["waiting"] is None
+    workers = client.get(f"/api/v1/jobs/{job['id']}/workers").json()["items"]
+    assert workers == [{"worker": "local", "trials": 12, "failed": 2}]  # made-up: no worker ids
+    assert client.get("/api/v1/jobs/41/workers").status_code == 404
     assert tune.calls[0]["job_id"] == job["id"] and tune.calls[0]["seed"] == 5
     assert tune.calls[0]["tuner"] == "random"
 
@@ -262,7 +267,8 @@ def test_failed_job_records_why(serve) -> None:
     assert "the compiler caught fire" in failed["error"] and failed["finished_at"]
 
 
-def test_restart_requeues_unfinished_jobs(serve, tmp_path) -> None:
+def test_restart_resumes_unfinished_jobs(serve, tmp_path) -> None:
+    # Rows as a service from before leases left them: running or queued, with no owner.
     url = f"sqlite:///{tmp_path / 'api.db'}"
     db = Database.open(url)
     wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")

@@ -3,6 +3,7 @@ the best kernel through `autotune.build(url=...)` and check it against numpy."""
 from __future__ import annotations
 
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -66,6 +67,9 @@ def test_job_runs_to_completion_over_http(live) -> None:
         assert top[0]["rank"] == 1 and "for " in top[0]["source"]
         curves = c.get(f"/api/v1/jobs/{job['id']}/curves").json()["items"]
         assert curves[0]["points"][-1][0] == 16
+        # The service's own executor measured everything, under its host's worker id.
+        (worker,) = c.get(f"/api/v1/jobs/{job['id']}/workers").json()["items"]
+        assert worker["worker"] == f"local:{socket.gethostname()}" and worker["trials"] == 16
 
         # Resume: after the first batch's id only the later trials come, then the end.
         first_id = batches[0][0]

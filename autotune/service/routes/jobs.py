@@ -1,4 +1,4 @@
-"""Job routes: submit, list, get, cancel, trials, top configs, progress curves, events."""
+"""Job routes: submit, list, get, cancel, trials, workers, top configs, curves, events."""
 from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
@@ -14,8 +14,9 @@ from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, Sour
                                    WriteAccess)
 from autotune.service.events import job_events
 from autotune.service.schemas import (CurvePublic, CurvesPage, ErrorKindName, JobCreate,
-                                      JobPublic, JobsPage, JobState, TopConfig, TopPage,
-                                      TrialSort, TrialsPage, job_public, trial_fields)
+                                      JobPublic, JobsPage, JobState, JobWorkerPublic,
+                                      JobWorkersPage, TopConfig, TopPage, TrialSort,
+                                      TrialsPage, job_public, trial_fields)
 from autotune.service.sources import SourceError
 from autotune.service.validation import check_job
 
@@ -79,6 +80,17 @@ async def job_trials(db: DbDep, cache: CacheDep, job_id: int,
                           "offset": offset, "limit": limit})
 
     return json_response(await cache.fetch(("trials", job_id, offset, limit, sort, error), page))
+
+
+@router.get("/{job_id}/workers", response_model=JobWorkersPage, dependencies=[ReadAccess],
+            responses=_NOT_FOUND)
+def job_workers(db: DbDep, job_id: int) -> JobWorkersPage:
+    """Who measured the job's trials: trials and failures per worker, most trials first
+    ("local": records that name no worker, such as those made before workers were recorded)."""
+    _job(db, job_id)
+    return JobWorkersPage(items=[JobWorkerPublic(worker=worker or "local", trials=trials,
+                                                 failed=failed)
+                                 for worker, trials, failed in db.job_workers(job_id)])
 
 
 @router.get("/{job_id}/top", response_model=TopPage, dependencies=[ReadAccess],

@@ -68,4 +68,5 @@ def health(db: DbDep, manager: ManagerDep, settings: SettingsDep) -> Health:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             f"database unreachable: {type(err).__name__}") from None
     return Health(status="ok", version=autotune.__version__, db=revision or "unmigrated",
-                  workers=manager.workers, auth="off" if settings.auth_disabled else "on")
+                  workers=manager.workers, auth="off" if settings.auth_disabled else "on",
+                  owner=manager.owner)
