@@ -200,3 +200,41 @@ def test_job_list_never_draws_a_stale_answer(make_server, browser) -> None:
     rows = browser.execute_script(
         "return [...document.querySelectorAll('#jobs tbody tr')].map((tr) => tr.id)")
     assert rows == [f"job-{done['id']}"]
+
+
+def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
+    """The Workers page lists this host's measuring executor and each target's load; a job's
+    page counts its trials per worker, as the API does."""
+    import socket
+
+    from selenium.webdriver.common.by import By
+
+    server = make_server()
+    key = create_key(server.db_url)
+    server.start()
+    with server.client(key) as c:
+        job = _finished_job(c, seed=6)
+        by = c.get(f"/api/v1/jobs/{job['id']}/workers").json()["items"]
+        listing = c.get("/api/v1/workers").json()
+    local = f"local:{socket.gethostname()}"
+    assert [w["worker"] for w in by] == [local] and by[0]["trials"] == 8
+
+    browser.get(server.url + "/")
+    browser.find_element(By.CSS_SELECTOR, 'nav a[href="/workers"]').click()
+    row = wait_for(lambda: browser.find_elements(
+        By.CSS_SELECTOR, f'#workers tr[data-worker="{local}"]'), 20, what="this host's row")[0]
+    assert row.find_element(By.CSS_SELECTOR, ".state").text == "idle"
+    assert browser.find_element(By.ID, "summary").text == "measuring on this host · 1 live worker"
+    (target,) = listing["targets"]
+    cells = browser.find_element(By.CSS_SELECTOR, f'#targets tr[data-target="{target["target"]}"]')
+    assert cells.find_element(By.CSS_SELECTOR, ".free").text == str(target["free"])
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-workers.png"))
+
+    browser.get(f"{server.url}/jobs/{job['id']}")
+    mine = wait_for(lambda: browser.find_elements(
+        By.CSS_SELECTOR, f'#measured-by tr[data-worker="{local}"]'), 20, what="measured by")[0]
+    assert mine.find_element(By.CSS_SELECTOR, ".trials").text == "8"
+    assert mine.find_element(By.CSS_SELECTOR, ".failed").text == str(by[0]["failed"])
+    assert not browser.find_element(By.ID, "waiting").is_displayed()
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs

@@ -1,4 +1,5 @@
-"""The dashboard: two static pages that read the REST API and its event streams."""
+"""The dashboard: static pages (jobs, one job, workers) that read the REST API and its
+event streams."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,3 +22,9 @@ def jobs_page() -> FileResponse:
 def job_page(job_id: int) -> FileResponse:
     """One job, live (the page reads the id from its URL)."""
     return FileResponse(STATIC_DIR / "job.html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/workers")
+def workers_page() -> FileResponse:
+    """The measurement workers and each target's load."""
+    return FileResponse(STATIC_DIR / "workers.html", headers={"Cache-Control": "no-cache"})

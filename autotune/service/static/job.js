@@ -28,6 +28,8 @@
       `created ${Fmt.when(job.created_at)}`].filter(Boolean).join(" · ");
     $("#subtitle").title = job.target;
     $("#cancel").hidden = !(job.state === "queued" || job.state === "running");
+    $("#waiting").hidden = !job.waiting;
+    $("#waiting").textContent = job.waiting || "";
     $("#stat-best").innerHTML = job.best_gflops ? `${Fmt.gflops(job.best_gflops)} <small>GFLOP/s</small>` : "–";
     $("#stat-trials").innerHTML = `${job.trials_done} <small>/ ${job.trials}</small>`;
     const valid = S.trials.filter((t) => t.gflops !== null).length;
@@ -71,7 +73,8 @@
     legend.unshift(h("span", {}, h("i", { style: `background:${Charts.PALETTE[0]}` }), `#${jobId} ${S.job ? S.job.tuner : ""} (this job)`));
     if (cloud.length) legend.push(h("span", {}, h("i", { style: "background:#94a3b8;height:6px;width:6px;border-radius:50%" }), "each trial"));
     Charts.line($("#chart-best"), { series, dots: cloud, xLabel: "trials", yLabel: "GFLOP/s",
-      xMax: S.job ? S.job.trials : 0, empty: S.job && S.job.state === "queued" ? "queued: waiting for a worker" : "waiting for the first batch" });
+      xMax: S.job ? S.job.trials : 0,
+      empty: S.job && S.job.state === "queued" ? `queued: ${S.job.waiting || "waiting for a free job slot"}` : "waiting for the first batch" });
     $("#legend-best").replaceChildren(...legend);
   }
 
@@ -142,6 +145,19 @@
     } catch (err) { /* keep the old page */ }
   }
 
+  // --- who measured it ------------------------------------------------------------------------
+  async function loadWorkers() {
+    try {
+      const page = await Api.latest("measured-by", `/jobs/${jobId}/workers`);
+      if (!page) return;
+      const rows = page.items.map((w) => h("tr", { "data-worker": w.worker },
+        h("td", { class: "wl" }, w.worker), h("td", { class: "num trials" }, w.trials),
+        h("td", { class: "num failed" }, w.failed)));
+      $("#measured-by tbody").replaceChildren(...(rows.length ? rows
+        : [h("tr", {}, h("td", { colspan: 3, class: "empty" }, "no trials yet"))]));
+    } catch (err) { /* keep the old table */ }
+  }
+
   async function loadSiblings() {
     try {
       const page = await Api.latest("siblings", `/jobs/${jobId}/curves?siblings=true&points=300`);
@@ -166,11 +182,12 @@
       if (S.job && msg.best) S.job.best_gflops = Math.max(S.job.best_gflops || 0, msg.best.gflops);
       draw();
       debounce("trials", 800, loadTrials);
+      debounce("workers", 2000, loadWorkers);
       if ((S.best ? S.best.id : null) !== prevBest) debounce("top", 1500, loadTop);
     });
     es.addEventListener("state", (e) => {
       const msg = JSON.parse(e.data);
-      if (S.job) Object.assign(S.job, { state: msg.state, error: msg.error, trials_done: msg.trials_done, best_gflops: msg.best_gflops });
+      if (S.job) Object.assign(S.job, { state: msg.state, error: msg.error, trials_done: msg.trials_done, best_gflops: msg.best_gflops, waiting: msg.waiting });
       draw();
     });
     es.addEventListener("end", async () => {
@@ -179,7 +196,7 @@
       setLive(false);
       $("#live-text").textContent = "finished";
       S.job = await Api.get(`/jobs/${jobId}`);
-      draw(); loadTop(); loadTrials(); loadSiblings();
+      draw(); loadTop(); loadTrials(); loadSiblings(); loadWorkers();
     });
   }
 
@@ -212,6 +229,7 @@
     loadTrials();
     loadTop();
     loadSiblings();
+    loadWorkers();
     // Other jobs on this workload may still be running: refresh their curves now and then.
     setInterval(() => { if (!document.hidden) loadSiblings(); }, 10000);
   })();
