@@ -15,7 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, N
                     Optional, Union)
 
 from autotune.db import DEFAULT_URL, Database, TrialRecord
-from autotune.db.lease import LeaseKeeper, new_owner
+from autotune.db.lease import LeaseKeeper, OwnedStore, new_owner
 from autotune.ops import Workload
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
 from autotune.search.registry import tuner_options as options_table
@@ -111,14 +111,16 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
          seed: int = 0, options: Optional["MeasureOptions"] = None,
          executor: Optional["Executor"] = None,
          callbacks: Iterable[Callable[[Progress], Optional[bool]]] = (), transfer: bool = True,
-         job_id: Optional[int] = None,
+         job_id: Optional[int] = None, owner: Optional[str] = None,
          tuner_options: Optional[Mapping[str, Any]] = None) -> TuneResult:
     """Search ``workload``'s schedule space on ``target`` and record every trial in ``db``.
 
     ``tuner`` defaults to DEFAULT_TUNER; ``transfer`` goes to tuners with that option. Without
     ``job_id`` a job is created, held under a lease (`autotune.db.lease`; the job stops when
     it is cancelled elsewhere, e.g. through a service) and its state kept; with one, only its
-    progress is updated and its recorded trials count toward ``trials``. ``executor``
+    progress is updated and its recorded trials count toward ``trials``, and with ``owner``
+    (the lease holder of ``job_id``) each write checks that it still holds the job
+    (`autotune.db.lease.LeaseLost` otherwise). ``executor``
     defaults to a LocalExecutor with ``options`` (closed at the end); a ReplayExecutor
     restricts the search to its pool. ``db=None`` records nothing. See
     `autotune.search.tune_loop` for the loop's rules.
@@ -136,13 +138,15 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
             lease = _hold_new_job(database, wl, tgt, tuner=name, trials=trials, options={
                 "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
                 "tuner_options": opts})
-            job_id = lease.job_id
+            job_id, owner = lease.job_id, lease.owner
             callbacks = (*callbacks, lease.callback)
+        store = database if database is None or owner is None or job_id is None else \
+            OwnedStore(database, job_id, owner)
         exe = executor if executor is not None else _local_executor(tgt, options)
         try:
             try:
                 result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
-                                   tuner_options=opts, seed=seed, db=database,
+                                   tuner_options=opts, seed=seed, db=store,
                                    batch_size=batch_size, early_stopping=early_stopping,
                                    job_id=job_id, callbacks=callbacks, pool=pool)
             except BaseException as exc:

@@ -94,9 +94,13 @@ class Database:
         self._workload_ids[workload.key], self._target_ids[target.key] = ids
 
     def add_trials(self, workload: WorkloadLike, target: TargetLike, job_id: Optional[int],
-                   items: Sequence[tuple[ConfigLike, "MeasureResult"]], flops: int) -> int:
-        """Record measurements in one transaction, skipping configs already recorded; returns count."""
+                   items: Sequence[tuple[ConfigLike, "MeasureResult"]], flops: int, *,
+                   lease: Optional[tuple[int, str]] = None) -> int:
+        """Record measurements in one transaction, skipping configs already recorded; returns
+        count. With ``lease`` (job id, owner), only while that owner holds the job (else
+        `LeaseLost`, nothing written)."""
         with self.session(write=True) as s:
+            jobs.check_held(s, lease)
             ids = self._ids(s, workload, target)
             rows = [trials.trial_row(workload_id=ids[0], target_id=ids[1], job_id=job_id,
                                      config=config, result=result, flops=flops)
@@ -107,13 +111,16 @@ class Database:
 
     def update_trial_costs(self, workload: WorkloadLike, target: TargetLike, config_index: int,
                            *, costs: Sequence[float], extra: Mapping[str, Any],
-                           error: str = "none", error_msg: str = "") -> bool:
+                           error: str = "none", error_msg: str = "",
+                           lease: Optional[tuple[int, str]] = None) -> bool:
         """Replace a valid trial's repeat times after re-timing it (cost and GFLOP/s follow);
         with ``error`` (the re-run crashed or answered wrong), mark it failed instead.
 
         ``workload`` must know its ``flops()``; returns False when no valid record matches.
+        ``lease`` as in `add_trials`.
         """
         with self.session(write=True) as s:
+            jobs.check_held(s, lease)
             return trials.update_costs(s, workload_key=key_of(workload), target_key=key_of(target),
                                        config_key=str(int(config_index)), costs=costs,
                                        flops=int(workload.flops()), extra=extra,
@@ -205,9 +212,12 @@ class Database:
             return jobs.get_job(s, job_id=job_id)
 
     def update_job_progress(self, job_id: int, *, trials_done: int,
-                            best_gflops: Optional[float]) -> bool:
-        """Record a job's trial count and best GFLOP/s so far; False when it does not exist."""
+                            best_gflops: Optional[float],
+                            lease: Optional[tuple[int, str]] = None) -> bool:
+        """Record a job's trial count and best GFLOP/s so far; False when it does not exist.
+        ``lease`` as in `add_trials`."""
         with self.session(write=True) as s:
+            jobs.check_held(s, lease)
             return jobs.update_job_progress(s, job_id=job_id, trials_done=trials_done,
                                             best_gflops=best_gflops)
 

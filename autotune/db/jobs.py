@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from sqlalchemy import ColumnElement, Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from autotune.db.lease import is_dead_local
+from autotune.db.lease import LeaseLost, is_dead_local
 from autotune.db.records import JobRecord, job_record
 from autotune.db.schema import JOB_STATES, TERMINAL_STATES, JobRow, TargetRow, WorkloadRow, utcnow
 
@@ -108,6 +108,21 @@ def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[
     _move(row, state, error, utcnow())
     session.flush()
     return True
+
+
+def check_held(session: Session, lease: Optional[tuple[int, str]]) -> None:
+    """With ``lease`` = (job id, owner): raise `LeaseLost` unless that owner holds the job.
+
+    Called inside a write transaction, with the row locked, so that no claim can slip in
+    between the check and the write.
+    """
+    if lease is None:
+        return
+    job_id, owner = lease
+    row = _locked(session, job_id)
+    if row is None or row.owner != owner:
+        holder = "nobody" if row is None or row.owner is None else row.owner
+        raise LeaseLost(f"job {job_id} is held by {holder} now, not by {owner}")
 
 
 def _locked(session: Session, job_id: int) -> Optional[JobRow]:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from autotune.db.schema import TERMINAL_STATES
 
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from autotune.db.database import Database
 
 log = logging.getLogger("autotune.db")
+
+
+class LeaseLost(RuntimeError):
+    """Another process holds the job now: what this one measured for it is not written."""
 
 
 def new_owner() -> str:
@@ -125,3 +129,30 @@ class LeaseKeeper:
                     held.reason = job.state
                 else:
                     held.expires = started + self.lease_s
+
+
+class OwnedStore:
+    """The database as the owner of one job writes to it: each write for the job checks, in
+    its own transaction, that ``owner`` still holds the job, else raises `LeaseLost`.
+
+    This fences a process that lost its lease without knowing (suspended, cut off from the
+    database) from writing beside the job's new owner. Reads go to the database.
+    """
+
+    def __init__(self, db: "Database", job_id: int, owner: str) -> None:
+        self.db, self.lease = db, (job_id, owner)
+
+    def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
+                   items: Sequence[tuple[Any, Any]], flops: int) -> int:
+        return self.db.add_trials(workload, target, job_id, items, flops, lease=self.lease)
+
+    def update_job_progress(self, job_id: int, *, trials_done: int,
+                            best_gflops: Optional[float]) -> bool:
+        return self.db.update_job_progress(job_id, trials_done=trials_done,
+                                           best_gflops=best_gflops, lease=self.lease)
+
+    def update_trial_costs(self, *args: Any, **kwargs: Any) -> bool:
+        return self.db.update_trial_costs(*args, lease=self.lease, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)  # reads: trials_for, history, ...

@@ -17,7 +17,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from autotune.db import Database, JobRecord
-from autotune.db.lease import LeaseKeeper, new_owner
+from autotune.db.lease import LeaseKeeper, LeaseLost, new_owner
 from autotune.service.executors import ExecutorPool
 from autotune.service.notifier import Notifier
 
@@ -202,9 +202,12 @@ class JobManager:
                                    should_stop=lambda: self._stop_reason(job.id) is not None)
             self._tune(workload, target, trials=job.trials, tuner=job.tuner, db=self.db,
                        early_stopping=opts.get("early_stopping"), seed=int(opts.get("seed", 0)),
-                       callbacks=[on_batch], job_id=job.id,
+                       callbacks=[on_batch], job_id=job.id, owner=self.owner,
                        transfer=bool(opts.get("transfer", True)), executor=executor,
                        tuner_options=dict(opts.get("tuner_options") or {}))
+        except LeaseLost as err:  # another process runs it now: leave it alone
+            log.warning("job %d: %s; stopped here", job.id, err)
+            return None, None
         except Exception as err:  # recorded on the job; the worker lives on
             reason = self._stop_reason(job.id)
             if reason in _HAND_OVER:

@@ -307,3 +307,30 @@ def test_migration_adds_leases_to_a_database_with_jobs(db_url: str, tmp_path: An
         assert claimed.started_at == old.started_at
     finally:
         db.dispose()
+
+
+def test_writes_under_a_lost_lease_are_refused(db: Database, make) -> None:
+    """An owner that lost its job without knowing (suspended past its lease) writes nothing
+    for it: trials, progress and re-timed costs are fenced by the owner in the transaction."""
+    from autotune.db.lease import LeaseLost, OwnedStore
+
+    w, t = make.workload(), make.target()
+    job = _job(db, make, owner="elsewhere:4242:aa", lease_s=LEASE)
+    old = OwnedStore(db, job.id, "elsewhere:4242:aa")
+    assert old.add_trials(w, t, job.id, [(make.config(1), make.ok(1e-3))], 100) == 1
+    assert old.update_job_progress(job.id, trials_done=1, best_gflops=0.1)
+    assert [r.config_index for r in old.trials_for(w, t)] == [1]  # reads go through
+
+    taken = db.claim_job("host-b:2:bb", LEASE, now=_later(LEASE + 2))
+    assert taken is not None and taken.id == job.id
+    with pytest.raises(LeaseLost, match="host-b:2:bb"):
+        old.add_trials(w, t, job.id, [(make.config(2), make.ok(1e-3))], 100)
+    with pytest.raises(LeaseLost):
+        old.update_job_progress(job.id, trials_done=7, best_gflops=9.0)
+    with pytest.raises(LeaseLost):
+        old.update_trial_costs(w, t, 1, costs=[5e-3], extra={})
+    assert [r.config_index for r in db.trials_for(w, t)] == [1]
+    assert db.get_job(job.id).trials_done == 1
+    assert db.trials_for(w, t)[0].cost == pytest.approx(1e-3)
+    new = OwnedStore(db, job.id, "host-b:2:bb")
+    assert new.add_trials(w, t, job.id, [(make.config(2), make.ok(1e-3))], 100) == 1

@@ -1,12 +1,16 @@
 """Two real `autotune serve` processes on one PostgreSQL database: a job runs in exactly one of
 them; when that one is SIGKILLed the other takes the job over and finishes its budget with no
-config measured twice; a cancel sent to the service that does not run a job stops it.
+config measured twice; when it is suspended (SIGSTOP) the other takes over once the lease has
+expired, and the suspended one, resumed, writes nothing more for the job; a cancel sent to
+the service that does not run a job stops it.
 
 (That a lease running out lets a process of another host take over is tested at the database
 level, in tests/db/test_db_leases.py: here every owner is a process of this host.)
 """
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -25,11 +29,14 @@ LEASES = {"AUTOTUNE_JOB_LEASE_S": "3"}
 
 @pytest.fixture
 def services(fresh_pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
-    """Two services on one empty PostgreSQL database, each with its own log directory."""
+    """Two services on one empty PostgreSQL database, each with its own log directory and
+    its own host CPU lock (TMPDIR), as on two hosts: a suspended one must not hold up the
+    other's timing."""
     servers = []
     for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        servers.append(Server(fresh_pg_url, tmp_path / name, dict(LEASES)))
+        (tmp_path / name / "tmp").mkdir(parents=True)
+        env = {**LEASES, "TMPDIR": str(tmp_path / name / "tmp")}
+        servers.append(Server(fresh_pg_url, tmp_path / name, env))
     try:
         for server in servers:
             server.start()
@@ -120,6 +127,39 @@ def test_one_service_runs_a_job_and_the_other_takes_over_when_it_dies(services) 
         kept = {t.id: t.config_index for t in after}
         assert all(kept.get(t.id) == t.config_index for t in before)  # nothing lost
         assert len(db.trials_for(after[0].workload_key, after[0].target_key)) == BUDGET
+    finally:
+        db.dispose()
+
+
+def test_a_suspended_owner_loses_the_job_when_its_lease_expires(services) -> None:
+    """A hung owner's process still exists, so only the lease frees its job. Resumed after
+    the job has finished elsewhere, it writes nothing for it: its batch in flight is refused
+    (fenced by owner), so neither the trials nor the job's count change."""
+    key = create_key(services[0].db_url)
+    with services[0].client(key) as c:
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": BUDGET,
+                                           "tuner": "random", "seed": 9}).json()
+    first = _running(services[0], job["id"])
+    runner, other = _split(services, first["owner"])
+    os.kill(runner.proc.pid, signal.SIGSTOP)
+    try:
+        # The lease (3 s, renewed every second) outlives the first second of the freeze.
+        time.sleep(1.0)
+        assert _job(other, job["id"])["owner"] == first["owner"]
+        final = wait_for(lambda: (lambda j: j if j["state"] == "done" else None)(
+            _job(other, job["id"])), timeout=180, what="the other service to finish the job")
+        assert final["trials_done"] == BUDGET and final["owner"] is None
+    finally:
+        os.kill(runner.proc.pid, signal.SIGCONT)
+    with runner.client() as c:  # the resumed service lives on
+        assert c.get("/api/v1/health").status_code == 200
+    time.sleep(3.0)  # its batch in flight ends and tries to write
+    db = Database(runner.db_url)
+    try:
+        trials, total = db.job_trials(job["id"], limit=10 * BUDGET)
+        assert total == BUDGET and len({t.config_index for t in trials}) == BUDGET
+        after = db.get_job(job["id"])
+        assert (after.state, after.trials_done, after.owner) == ("done", BUDGET, None)
     finally:
         db.dispose()
 
