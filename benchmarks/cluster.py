@@ -7,7 +7,8 @@ Starts a Ray head and `autotune worker` nodes on this machine and prints four ta
 2. dispatch overhead per trial: one-candidate round trips to a worker whose device takes no
    time (p50, p95), and per trial in batches of 8;
 3. recovery from a killed worker node: when the loss was seen and when the batch finished;
-4. the same 20 real CPU configs timed through one Ray worker and through `LocalExecutor`.
+4. the same 20 real CPU configs timed through one Ray worker and through `LocalExecutor`,
+   interleaved config by config.
 
 Asserts nothing about times.
 
@@ -191,12 +192,15 @@ def fidelity(address: str, logdir: Path, quick: bool) -> None:
         first = local.submit([MeasureInput(wl, target, c) for c in configs])
     picked = [c for c, r in zip(configs, first) if r.ok][:n]
     inputs = [MeasureInput(wl, target, c) for c in picked]
-    with LocalExecutor(target, options) as local:
-        local_res = local.submit(inputs)
+    # Interleaved config by config, with the worker node up throughout: both paths time
+    # beside the same Ray daemons, and drift of the machine hits both alike.
     proc = start_worker(address, logdir, "--no-gpus")
-    with RayExecutor(target, options=options) as ex:
+    local_res, ray_res = [], []
+    with LocalExecutor(target, options) as local, RayExecutor(target, options=options) as ex:
         ex.registry.wait_live(target.key, 1)
-        ray_res = ex.submit(inputs)
+        for inp in inputs:
+            local_res += local.submit([inp])
+            ray_res += ex.submit([inp])
     _stop(proc)
     flops = wl.flops()
     print(f"{'config':>12} {'local GFLOP/s':>14} {'spread %':>9} {'ray GFLOP/s':>12} "
