@@ -221,13 +221,17 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
 
     browser.get(server.url + "/")
     browser.find_element(By.CSS_SELECTOR, 'nav a[href="/workers"]').click()
-    row = wait_for(lambda: browser.find_elements(
-        By.CSS_SELECTOR, f'#workers tr[data-worker="{local}"]'), 20, what="this host's row")[0]
-    assert row.find_element(By.CSS_SELECTOR, ".state").text == "idle"
-    assert browser.find_element(By.ID, "summary").text == "measuring on this host · 1 live worker"
+    def cell(selector: str) -> str:  # read in one script: the tables are redrawn every poll
+        return browser.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : null",
+            selector)
+
+    state = wait_for(lambda: cell(f'#workers tr[data-worker="{local}"] .state'), 20,
+                     what="this host's row")
+    assert state == "idle"
+    assert cell("#summary") == "measuring on this host · 1 live worker"
     (target,) = listing["targets"]
-    cells = browser.find_element(By.CSS_SELECTOR, f'#targets tr[data-target="{target["target"]}"]')
-    assert cells.find_element(By.CSS_SELECTOR, ".free").text == str(target["free"])
+    assert cell(f'#targets tr[data-target="{target["target"]}"] .free') == str(target["free"])
     browser.save_screenshot(str(ARTIFACTS / "dashboard-workers.png"))
 
     browser.get(f"{server.url}/jobs/{job['id']}")
