@@ -1,10 +1,14 @@
-"""Trial queries: insert measured configs, best/top records, history, per-job listings."""
+"""Trial queries: insert measured configs, best/top records, history, per-job listings.
+
+A config is recorded once per (workload, target), except that a ``transient`` record (the
+measuring process was lost: no verdict on the config) gives way to the next measurement.
+"""
 from __future__ import annotations
 
 import statistics
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Select, case, func, select
+from sqlalchemy import Select, case, delete, func, select
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import insert_ignore
@@ -16,6 +20,7 @@ if TYPE_CHECKING:
 
 # Sort keys accepted by ``job_trials``; failed trials (NULL cost/gflops) always sort last.
 SORTS = ("id", "-id", "gflops", "-gflops", "cost", "-cost")
+TRANSIENT = "transient"  # ErrorKind.TRANSIENT's value (the db layer does not import measure)
 
 
 def _error_name(error: Any) -> str:
@@ -58,14 +63,28 @@ def trial_row(*, workload_id: int, target_id: int, job_id: Optional[int], config
 
 
 def insert_rows(session: Session, *, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Insert trial rows in one statement, skipping configs already recorded; returns count."""
+    """Insert trial rows in one statement, skipping configs already recorded (a transient
+    record is replaced: deleted, then its config inserted anew); returns count."""
     if not rows:
         return 0
+    _drop_transient(session, rows)
     stmt = insert_ignore(session, TrialRow.__table__,  # type: ignore[arg-type]
                          ["workload_id", "target_id", "config_key"])
     # RETURNING counts what was inserted on every dialect (executemany rowcounts do not).
     result = session.execute(stmt.returning(TrialRow.id), list(rows))
     return len(result.all())
+
+
+def _drop_transient(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Delete the transient records of the configs in ``rows`` (in the caller's transaction:
+    a concurrent writer of the same config then finds the new row and skips its own)."""
+    keys: dict[tuple[int, int], list[str]] = {}
+    for row in rows:
+        keys.setdefault((row["workload_id"], row["target_id"]), []).append(row["config_key"])
+    for (workload_id, target_id), config_keys in keys.items():
+        session.execute(delete(TrialRow).where(
+            TrialRow.workload_id == workload_id, TrialRow.target_id == target_id,
+            TrialRow.config_key.in_(config_keys), TrialRow.error == TRANSIENT))
 
 
 def _records() -> Select[Any]:
@@ -113,8 +132,9 @@ def update_costs(session: Session, *, workload_key: str, target_key: str, config
 
 
 def measured_indices(session: Session, *, workload_key: str, target_key: str) -> set[int]:
-    """Space indices already measured (valid or not) for a workload on a target."""
-    stmt = (select(TrialRow.config_key)
+    """Space indices already measured (valid or not; transient records aside) for a
+    workload on a target."""
+    stmt = (select(TrialRow.config_key).where(TrialRow.error != TRANSIENT)
             .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
             .join(TargetRow, TrialRow.target_id == TargetRow.id))
     return {int(key) for key in session.scalars(_of(stmt, workload_key, target_key))}
@@ -127,8 +147,10 @@ def trials_for(session: Session, *, workload_key: str, target_key: str) -> list[
 
 def history(session: Session, *, op: str, target_kind: str,
             exclude_workload_key: Optional[str]) -> dict[str, list[TrialRecord]]:
-    """Records of other workloads of ``op`` on ``target_kind`` targets, by workload key."""
-    stmt = _records().where(WorkloadRow.op == op, TargetRow.kind == target_kind)
+    """Records of other workloads of ``op`` on ``target_kind`` targets, by workload key
+    (transient records say nothing about their configs: left out)."""
+    stmt = _records().where(WorkloadRow.op == op, TargetRow.kind == target_kind,
+                            TrialRow.error != TRANSIENT)
     if exclude_workload_key is not None:
         stmt = stmt.where(WorkloadRow.key != exclude_workload_key)
     grouped: dict[str, list[TrialRecord]] = {}

@@ -1,7 +1,9 @@
 """`LocalBuilder`: a warm pool of spawned processes that build candidates, each with a timeout.
 
 A build that overruns its timeout or kills its worker costs only that worker: it is
-killed and respawned while the other workers go on with the batch.
+killed and respawned while the other workers go on with the batch. A worker killed from
+outside (the OOM killer, an operator) is not the build's verdict: the input is built once
+more, and a second such loss is recorded as ``ErrorKind.TRANSIENT``.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from autotune.measure import build_worker
-from autotune.measure.child import ChildDied, ChildProcess
+from autotune.measure.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 
 if TYPE_CHECKING:
@@ -119,6 +121,7 @@ class _Batch:
         self.b, self.inputs = builder, inputs
         self.pending = deque(range(len(inputs)))
         self.left = len(inputs)
+        self.lost: dict[int, str] = {}  # inputs whose worker was killed from outside once
 
     def run(self, wait_ready: bool = False) -> Iterator[tuple[int, BuildOutcome]]:
         """Dispatch, collect and yield until every input has an outcome (``wait_ready``:
@@ -164,6 +167,9 @@ class _Batch:
         try:
             msg = slot.child.recv(0.0)
         except ChildDied as died:
+            if died.signal in EXTERNAL_SIGNALS and slot.state == "busy":
+                yield from self._killed(slot, f"build worker killed from outside ({died})")
+                return
             yield from self._lost(slot, f"build worker died ({died})", ErrorKind.COMPILE)
             return
         if msg[0] == "ready":
@@ -196,6 +202,17 @@ class _Batch:
             self.left -= 1
             seconds = self.b.timeout if kind is ErrorKind.BUILD_TIMEOUT else 0.0
             yield i, MeasureResult.failure(kind, msg, build_s=seconds)
+
+    def _killed(self, slot: _Slot, msg: str) -> Iterator[tuple[int, BuildOutcome]]:
+        """The worker was killed from outside mid-build: build the input again, once."""
+        i = slot.task
+        if i in self.lost:
+            yield from self._lost(slot, f"{msg} (and on the first attempt: {self.lost[i]})",
+                                  ErrorKind.TRANSIENT)
+            return
+        self.lost[i] = msg
+        self._respawn(slot)
+        self.pending.appendleft(i)
 
     def _respawn(self, slot: _Slot, start_failed: bool = False) -> None:
         if start_failed:

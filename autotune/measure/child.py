@@ -1,21 +1,32 @@
 """`ChildProcess`: one spawned worker on a duplex pipe that can be killed and respawned.
 
-Builders and runners both keep such children warm (a spawn costs an interpreter start
-and the imports) and replace one whenever it hangs or dies; nothing else is shared.
+Builders, runners and feature workers keep such children warm (a spawn costs an interpreter
+start and the imports) and replace one whenever it hangs or dies; nothing else is shared.
+Every child dies with the process that spawned it, however that one ends: Linux's
+parent-death signal kills it at once, and an orphan watch covers other systems.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import queue
 import resource
 import signal
+import sys
 import threading
 import time
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 _JOIN_S = 2.0  # how long a dying child gets to leave before it is killed
 ORPHAN_POLL_S = 0.5  # how often a child checks that its parent still lives
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# Signals a child's own code does not raise by crashing: they come from outside (the OOM
+# killer and `kill -9` send SIGKILL, `kill` SIGTERM). SIGSEGV, SIGBUS, SIGILL, SIGFPE and
+# SIGABRT are the code's own.
+EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP})
 
 
 class ChildTimeout(Exception):
@@ -23,7 +34,13 @@ class ChildTimeout(Exception):
 
 
 class ChildDied(Exception):
-    """The child's end of the pipe closed: it exited or was killed by a signal."""
+    """The child's end of the pipe closed: it exited or was killed by a signal.
+
+    ``signal`` is the signal that ended it (None: it exited, or we killed it ourselves)."""
+
+    def __init__(self, reason: str, signal: Optional[int] = None) -> None:
+        super().__init__(reason)
+        self.signal = signal
 
 
 class ChildProcess:
@@ -48,7 +65,7 @@ class ChildProcess:
         parent, child = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_bootstrap, args=(os.getpid(), self._main, child, *self._args),
                            name=self.name, daemon=True)
-        proc.start()
+        _spawn(proc)
         child.close()  # so that the child's death shows up here as EOF
         self.conn, self._proc = parent, proc
 
@@ -71,20 +88,24 @@ class ChildProcess:
                 raise ChildTimeout(f"no answer within {timeout:g} s")
             return self.conn.recv()
         except (EOFError, OSError):
-            raise ChildDied(self.exit_reason()) from None
+            raise ChildDied(*self.exit_status()) from None
 
     def exit_reason(self) -> str:
         """'signal N' or 'exit code N' of a child whose pipe has closed."""
+        return self.exit_status()[0]
+
+    def exit_status(self) -> tuple[str, Optional[int]]:
+        """(reason, ending signal or None) of a child whose pipe has closed."""
         if self._proc is None:
-            return "not started"
+            return "not started", None
         self._proc.join(_JOIN_S)
         code = self._proc.exitcode
         if code is None:
             self.kill()
-            return "closed its pipe and was killed"
+            return "closed its pipe and was killed", None
         if code < 0:
-            return f"signal {-code}"
-        return f"exit code {code}"
+            return f"signal {-code}", -code
+        return f"exit code {code}", None
 
     def kill(self) -> None:
         """Kill the process now and forget it (a no-op when not started)."""
@@ -110,17 +131,80 @@ class ChildProcess:
         self.kill()
 
 
+class _Spawner:
+    """One daemon thread that starts every child of this process.
+
+    Linux sends the parent-death signal when the *thread* that forked a child ends, and
+    children are (re)spawned from short-lived threads (the GPU build feed, job threads):
+    forking from this thread, which lives as long as the process, ties them to the process.
+    """
+
+    _lock = threading.Lock()
+    _instance: Optional["_Spawner"] = None
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._loop, name="autotune-spawner", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> "_Spawner":
+        """This process's spawner, started on first use (a forked copy starts its own)."""
+        with cls._lock:
+            if cls._instance is None or cls._instance.pid != os.getpid():
+                cls._instance = cls()
+            return cls._instance
+
+    def run(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the spawner thread and wait for it (its exception is raised here)."""
+        done: Future[None] = Future()
+        self._tasks.put((fn, done))
+        done.result()
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self._tasks.get()
+            try:
+                fn()
+                done.set_result(None)
+            except BaseException as err:  # handed to the caller
+                done.set_exception(err)
+
+
+def _spawn(proc: multiprocessing.process.BaseProcess) -> None:
+    if threading.current_thread() is threading.main_thread():
+        proc.start()  # the main thread lives as long as the process
+    else:
+        _Spawner.get().run(proc.start)
+
+
 def _bootstrap(parent: int, main: Callable[..., None], *args: Any) -> None:
     """Child entry: die with the parent, then run ``main``. ``daemon`` reaps children only on
-    a clean exit; a SIGKILLed parent (a Ray actor lost with its node) would leave them."""
+    a clean exit; a SIGKILLed parent (the service, or a Ray actor lost with its node) would
+    leave them, and a hung kernel would keep spinning and distort later timings."""
+    _set_parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    # Also polled: the signal is Linux-only, and the watch needs no help from the kernel.
     threading.Thread(target=_exit_with_parent, args=(parent,), name="autotune-orphan-watch",
                      daemon=True).start()
     main(*args)
 
 
+def _set_parent_death_signal() -> None:
+    """SIGKILL this process when its parent ends (Linux ``prctl``; elsewhere nothing): it
+    fires even while a native call holds the GIL, which the orphan watch needs."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc symbol: the orphan watch still runs
+        pass
+
+
 def _exit_with_parent(parent: int) -> None:
-    # Polled, not prctl(PR_SET_PDEATHSIG): that fires when the spawning *thread* ends, and
-    # children are respawned from short-lived threads (the GPU build feed).
     while os.getppid() == parent:
         time.sleep(ORPHAN_POLL_S)
     os._exit(1)

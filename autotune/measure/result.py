@@ -28,6 +28,10 @@ class ErrorKind(str, Enum):
     WRONG_ANSWER = "wrong_answer"
     BUILD_TIMEOUT = "build_timeout"
     RUN_TIMEOUT = "run_timeout"
+    # Not the config's verdict: the measuring process was lost twice to something outside
+    # it (SIGKILL by the OOM killer or an operator, a setup timeout). A later job may
+    # measure the config again; best() and the tuners ignore such records.
+    TRANSIENT = "transient"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,11 @@ class MeasureResult:
     @property
     def ok(self) -> bool:
         return self.error is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def transient(self) -> bool:
+        """Whether this failure says nothing about the config (see ErrorKind.TRANSIENT)."""
+        return self.error is ErrorKind.TRANSIENT
 
     @property
     def cost(self) -> float:

@@ -1,7 +1,11 @@
 """`LocalRunner`: one spawned process that owns the device and times artifacts one by one.
 
 A kernel that kills the process (a segfault) or hangs costs only that process: it is
-replaced and the batch goes on. A lock makes one runner safe to share between threads.
+replaced and the batch goes on. A runner lost to something outside the kernel (SIGKILL by
+the OOM killer or an operator, SIGTERM, a timeout while preparing inputs, death while
+idle) is not the config's verdict: the candidate is tried once more on a fresh runner, and
+a second such loss is recorded as ``ErrorKind.TRANSIENT``. A lock makes one runner safe to
+share between threads.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from autotune.measure import run_worker
-from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
+from autotune.measure.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess, ChildTimeout
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 from autotune.measure.run_worker import LoadFn
@@ -22,6 +26,12 @@ if TYPE_CHECKING:
 
 START_TIMEOUT = 60.0    # seconds for a fresh runner to import and say "ready"
 PREPARE_TIMEOUT = 120.0  # seconds for a workload's inputs and numpy reference (not timed)
+
+@dataclasses.dataclass(frozen=True)
+class _Lost:
+    """An attempt lost to something outside the candidate (the runner was replaced)."""
+
+    reason: str
 
 
 class LocalRunner:
@@ -88,22 +98,40 @@ class LocalRunner:
     # -- one candidate -------------------------------------------------------------------
 
     def _run_one(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult:
+        """One candidate, tried a second time when the first attempt was lost (`_Lost`)."""
+        first = self._attempt(inp, artifact)
+        if not isinstance(first, _Lost):
+            return first
+        second = self._attempt(inp, artifact)
+        if not isinstance(second, _Lost):
+            return dataclasses.replace(second, extra={**second.extra, "retried": first.reason})
+        return MeasureResult.failure(ErrorKind.TRANSIENT, f"{second.reason} (and on the first "
+                                     f"attempt: {first.reason})")
+
+    def _attempt(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult | _Lost:
+        """One try: the candidate's result, or `_Lost` when the runner was lost to
+        something outside the candidate (it has been replaced then)."""
         self._ensure_ready()
         if not self._child.send((artifact, inp.workload, self.options)):
-            return self._replace(ErrorKind.RUNTIME, f"runner process died ({self._exit()})")
-        phase = "preparing inputs and reference"
+            return self._lose(f"runner process died before the task ({self._exit()})")
+        started = False
         try:
             msg = self._child.recv(PREPARE_TIMEOUT)
             if msg[0] == "started":
-                phase = "run"
+                started = True
                 msg = self._child.recv(self.options.run_timeout)
         except ChildTimeout:
-            if phase == "run":
+            if started:
                 return self._replace(ErrorKind.RUN_TIMEOUT, f"run exceeded "
                                      f"{self.options.run_timeout:g} s; runner killed")
-            return self._replace(ErrorKind.RUNTIME,
-                                 f"{phase} exceeded {PREPARE_TIMEOUT:g} s; runner killed")
+            return self._lose(f"preparing inputs and reference exceeded "
+                              f"{PREPARE_TIMEOUT:g} s; runner killed")
         except ChildDied as died:
+            # Before "started" the candidate's code is not even loaded: never its fault.
+            if not started:
+                return self._lose(f"runner process died while preparing inputs ({died})")
+            if died.signal in EXTERNAL_SIGNALS:
+                return self._lose(f"runner process killed from outside while timing ({died})")
             return self._replace(ErrorKind.RUNTIME, f"runner process died ({died})")
         return msg[1]
 
@@ -128,3 +156,8 @@ class LocalRunner:
         self._child.restart()
         self._ready = False
         return MeasureResult.failure(kind, msg)
+
+    def _lose(self, reason: str) -> _Lost:
+        self._child.restart()
+        self._ready = False
+        return _Lost(reason)

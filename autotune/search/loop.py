@@ -2,6 +2,9 @@
 
 The loop owns batching, the trial budget, early stopping, de-duplication against the
 database, job resumption, progress callbacks and the final re-timing. Tuners only choose.
+A transient result (`ErrorKind.TRANSIENT`: the measuring process was lost, not the config's
+fault) counts as a trial of the job but teaches the tuner nothing, and a later job may
+measure that config again.
 """
 from __future__ import annotations
 
@@ -130,8 +133,12 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
     prior = list(db.trials_for(workload, target)) if db is not None else []
     factory = partial(make_tuner, tuner) if isinstance(tuner, str) else tuner
     host_work = _host_work(executor)  # (reusable: a lock or a nullcontext)
+    # A transient record is no verdict: measured again, except by the job that wrote it
+    # (which has spent a trial on it already).
+    measured = {r.config_index for r in prior
+                if not _is_transient(r) or (job_id is not None and r.job_id == job_id)}
     with host_work:  # (a tuner may fit a transfer model on the history here)
-        tune = factory(space, seed=seed, measured={r.config_index for r in prior}, pool=pool,
+        tune = factory(space, seed=seed, measured=measured, pool=pool,
                        task=TuningTask(workload, target, db), **dict(tuner_options or {}))
     start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
     tally = _Tally(int(workload.flops()), start)
@@ -153,8 +160,10 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
             if len(results) != len(inputs):
                 raise RuntimeError(f"executor returned {len(results)} results for "
                                    f"{len(inputs)} inputs")
-            with host_work:
-                tune.update(inputs, results)
+            learnt = [(i, r) for i, r in zip(inputs, results) if not r.transient]
+            if learnt:
+                with host_work:
+                    tune.update([i for i, _ in learnt], [r for _, r in learnt])
             results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
             if db is not None:
                 db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
@@ -186,6 +195,10 @@ def _report(db: Optional[TrialStore], job_id: Optional[int], tally: _Tally) -> N
         db.update_job_progress(job_id, trials_done=tally.done, best_gflops=tally.gflops or None)
 
 
+def _is_transient(record: Any) -> bool:
+    return str(record.error) == ErrorKind.TRANSIENT.value
+
+
 def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
     """The record's config in this space, or None when the space has changed since."""
     try:
@@ -208,6 +221,8 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
     """Tell the tuner what earlier runs measured, and start the tally from their best."""
     inputs, results = [], []
     for record in prior:
+        if _is_transient(record):  # says nothing about the config
+            continue
         cfg = _config_of(space, record)
         if cfg is None:
             continue
