@@ -1,7 +1,15 @@
-"""JSON-lines export/import of trial records (one object per line; floats round-trip exactly)."""
+"""JSON-lines export/import of trial records (one object per line; floats round-trip exactly).
+
+An import trusts no line: each is checked field by field, and ``cost`` and ``gflops`` are
+recomputed from ``costs`` (and the workload's FLOPs) rather than read. The first bad line
+stops the import with `BadRecord` (its line number and field) and nothing is imported: the
+import is one transaction.
+"""
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from typing import IO, Any, Callable, Mapping, Optional
 
 from sqlalchemy.orm import Session
@@ -13,6 +21,29 @@ from autotune.jsonlines import parse_lines
 from autotune.db.trials import insert_rows, iter_trials
 
 _BATCH = 500
+# ErrorKind's values (autotune.measure.result; the db layer does not import measure).
+ERROR_KINDS = ("none", "instantiation", "compile", "runtime", "wrong_answer", "build_timeout",
+               "run_timeout", "transient")
+
+
+class BadRecord(ValueError):
+    """A line that is not a valid record: ``line`` and ``field`` say where."""
+
+    def __init__(self, line: int, field: str, problem: str) -> None:
+        super().__init__(f"line {line}, field {field!r}: {problem}")
+        self.line, self.field, self.problem = line, field, problem
+
+
+def _known_workload(obj: Mapping[str, Any]) -> Any:
+    """The `autotune.ops.Workload` of an exported workload object, or None when this
+    version does not know it."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    try:
+        from autotune.ops import Workload  # deferred: ops sits below the database layer
+
+        return Workload.from_json(text)
+    except (ImportError, AttributeError, ValueError, TypeError, KeyError, RecursionError):
+        return None
 
 
 def canonical_workload_key(obj: Mapping[str, Any]) -> str:
@@ -21,13 +52,10 @@ def canonical_workload_key(obj: Mapping[str, Any]) -> str:
     Uses ``autotune.ops.Workload`` when it knows the workload, so the key matches what the
     tuner writes; otherwise compact JSON with sorted keys.
     """
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    try:
-        from autotune.ops import Workload  # deferred: ops sits below the database layer
-
-        return str(Workload.from_json(text).key)
-    except (ImportError, AttributeError, ValueError, TypeError, KeyError):
-        return text
+    known = _known_workload(obj)
+    if known is not None:
+        return str(known.key)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
 def record_to_json(record: TrialRecord) -> dict[str, Any]:
@@ -60,51 +88,117 @@ def export_jsonl(session: Session, fp: IO[str], *, workload_key: Optional[str] =
     return count
 
 
-def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int) -> dict[str, Any]:
+def _number(obj: Mapping[str, Any], name: str, line: int, *, positive: bool = False) -> float:
+    """A finite number >= 0 (> 0 when ``positive``); 0.0 when the field is absent."""
+    value = obj.get(name, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadRecord(line, name, f"must be a number, got {json.dumps(value)[:40]}")
     try:
-        config = dict(obj["config"])
-        config_key = str(int(config["index"]))
-        costs = [float(c) for c in obj.get("costs", [])]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"line {number}: bad config or costs ({exc})") from None
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        value = math.inf
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise BadRecord(line, name, f"must be a finite number {'>' if positive else '>='} 0, "
+                                    f"got {value}")
+    return value
+
+
+def _costs(obj: Mapping[str, Any], line: int, valid: bool) -> list[float]:
+    costs = obj.get("costs", [])
+    if not isinstance(costs, list):
+        raise BadRecord(line, "costs", "must be a list of seconds")
+    if valid and not costs:
+        raise BadRecord(line, "costs", "a valid record (error 'none') needs at least one cost")
+    return [_number({"costs": c}, "costs", line, positive=True) for c in costs]
+
+
+def _text(obj: Mapping[str, Any], name: str, line: int, default: Optional[str]) -> Optional[str]:
+    value = obj.get(name, default)
+    if value is not None and not isinstance(value, str):
+        raise BadRecord(line, name, "must be a string")
+    return value
+
+
+def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int,
+         flops: Optional[int]) -> dict[str, Any]:
+    """A checked record's column values; `BadRecord` names the first bad field."""
+    config = obj.get("config")
+    index = config.get("index") if isinstance(config, dict) else None
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise BadRecord(number, "config", "must be an object with an integer 'index' >= 0")
+    error = obj.get("error", "none")
+    if error not in ERROR_KINDS:
+        raise BadRecord(number, "error", f"must be one of {', '.join(ERROR_KINDS)}; "
+                                         f"got {json.dumps(error)[:40]}")
+    costs = _costs(obj, number, error == "none")
+    extra = obj.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise BadRecord(number, "extra", "must be an object")
+    for name in ("cost", "gflops"):  # checked, then recomputed: a line's own may lie
+        if obj.get(name) is not None:
+            _number(obj, name, number, positive=name == "cost")
+    # A failed record keeps the median of the costs it has (a config disqualified on
+    # re-timing keeps its first timings), as the database wrote it.
+    cost = statistics.median(costs) if costs else None
+    gflops = None
+    if error == "none" and cost is not None:
+        gflops = flops / cost / 1e9 if flops is not None else _claimed_gflops(obj)
+    worker = _text(obj, "worker", number, None)
     return {
         "workload_id": workload_id,
         "target_id": target_id,
         "job_id": None,
-        "config_key": config_key,
+        "config_key": str(index),
         "config": config,
         "costs": costs,
-        "cost": obj.get("cost"),
-        "gflops": obj.get("gflops"),
-        "error": str(obj.get("error", "none")),
-        "error_msg": str(obj.get("error_msg", "")),
-        "build_s": float(obj.get("build_s", 0.0)),
-        "run_s": float(obj.get("run_s", 0.0)),
-        "timestamp": float(obj.get("timestamp", 0.0)),
-        "extra": dict(obj.get("extra") or {}),
+        "cost": cost,
+        "gflops": gflops,
+        "error": error,
+        "error_msg": _text(obj, "error_msg", number, ""),
+        "build_s": _number(obj, "build_s", number),
+        "run_s": _number(obj, "run_s", number),
+        "timestamp": _number(obj, "timestamp", number),
+        "extra": extra,
         "created_at": utcnow(),
         # Exports from before trials.worker have no such field: None.
-        "worker": None if obj.get("worker") is None else str(obj["worker"])[:200],
+        "worker": None if worker is None else worker[:200],
     }
+
+
+def _claimed_gflops(obj: Mapping[str, Any]) -> Optional[float]:
+    # A workload this version does not know has no FLOPs here: its line's value is shown
+    # when it is a plausible number (nothing ranks by it; best() ranks by cost).
+    value = obj.get("gflops")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def import_jsonl(session: Session, fp: IO[str], *,
                  workload_key: Callable[[Mapping[str, Any]], str] = canonical_workload_key) -> int:
-    """Insert the records in ``fp``, skipping configs already recorded; returns inserted count."""
+    """Insert the records in ``fp``, skipping configs already recorded; returns inserted count.
+
+    `BadRecord` (a ValueError) at the first line that is not a valid record; the caller's
+    transaction then rolls back, so nothing of ``fp`` is imported."""
     workload_ids: dict[str, int] = {}
+    flops: dict[str, Optional[int]] = {}
     target_ids: dict[str, int] = {}
     pending: list[dict[str, Any]] = []
     inserted = 0
     for number, obj in parse_lines(fp):
         workload, target = obj.get("workload"), obj.get("target")
-        if not isinstance(workload, dict) or not isinstance(target, str):
-            raise ValueError(f"line {number}: needs a 'workload' object and a 'target' string")
+        if not isinstance(workload, dict):
+            raise BadRecord(number, "workload", "must be an object")
+        if not isinstance(target, str) or not target.strip():
+            raise BadRecord(number, "target", "must be a non-empty string")
         wkey = workload_key(workload)
         if wkey not in workload_ids:
             workload_ids[wkey] = ensure_workload(session, key=wkey, op=str(workload.get("op", "")))
+            known = _known_workload(workload)
+            flops[wkey] = None if known is None else int(known.flops())
         if target not in target_ids:
             target_ids[target] = ensure_target(session, key=target, kind=target_kind_of(target))
-        pending.append(_row(obj, number, workload_ids[wkey], target_ids[target]))
+        pending.append(_row(obj, number, workload_ids[wkey], target_ids[target], flops[wkey]))
         if len(pending) >= _BATCH:
             inserted += insert_rows(session, rows=pending)
             pending = []
