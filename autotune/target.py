@@ -1,12 +1,15 @@
 """`Target`: the device kernels are generated for and timed on (host CPU or a CUDA GPU).
 
 `Target("llvm")` detects the host CPU with llvmlite; `Target("cuda -arch=sm_90")` carries
-the GPU's limits. `key` is the stable string the tuning database stores.
+the GPU's limits. `key` is the stable string the tuning database stores; it names the ISA
+extensions that decide what runs (``-mattr=``) only where they differ from LLVM's defaults
+for the CPU (see `autotune.target_isa`), so the keys of default targets never changed.
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
@@ -16,6 +19,10 @@ DEFAULT_CUDA_ARCH = "sm_90"
 _LLVM_OPTIONS = ("mcpu", "mattr", "cores", "vector-bits")
 _CUDA_OPTIONS = ("arch",)
 _VECTOR_BITS = (128, 256, 512)
+MAX_CORES = 1024
+MAX_SPEC_CHARS = 256  # the longest key (-mattr of every probed extension) is ~200
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_MATTR = re.compile(r"[+-][A-Za-z0-9_.-]+(,[+-][A-Za-z0-9_.-]+)*")
 
 # Vector width of CPUs named with -mcpu but not the host, whose features we cannot query.
 _CPU_VECTOR_BITS: Mapping[str, int] = MappingProxyType(
@@ -137,6 +144,9 @@ def _xyz(attrs: Mapping[Any, int], names: Any, prefix: str) -> tuple[int, int, i
 
 def _parse(spec: str) -> tuple[str, dict[str, str]]:
     """Split 'kind -name=value ...' into the kind and its options."""
+    if isinstance(spec, str) and len(spec) > MAX_SPEC_CHARS:
+        raise ValueError(f"target: spec too long ({len(spec)} characters; at most "
+                         f"{MAX_SPEC_CHARS})")
     if not isinstance(spec, str) or not spec.split():
         raise ValueError(f"target: expected a spec like 'llvm' or 'cuda -arch=sm_90', got {spec!r}")
     kind, *tokens = spec.split()
@@ -153,13 +163,19 @@ def _parse(spec: str) -> tuple[str, dict[str, str]]:
             )
         if not eq or not value:
             raise ValueError(f"target: option '-{name}' needs a value, as in -{name}=...")
+        pattern = _MATTR if name == "mattr" else _NAME
+        if not pattern.fullmatch(value):
+            form = "+feature,-feature,..." if name == "mattr" else "letters, digits, . _ -"
+            raise ValueError(f"target: option '-{name}' must be {form}, got {value!r}")
         options[name] = value
     return kind, options
 
 
-def _positive_int(name: str, value: str) -> int:
+def _positive_int(name: str, value: str, maximum: Optional[int] = None) -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"target: option '-{name}' must be a positive integer, got {value!r}")
+    if maximum is not None and int(value) > maximum:
+        raise ValueError(f"target: option '-{name}' must be at most {maximum}, got {value}")
     return int(value)
 
 
@@ -167,8 +183,10 @@ def _positive_int(name: str, value: str) -> int:
 class Target:
     """A compilation and measurement target, immutable; equal when keys are equal.
 
-    LLVM: `mcpu`, `features`, `cores`, `vector_bits` (detected, options override).
-    CUDA: `arch` and `cuda` limits; the CPU fields are ''/0 there.
+    LLVM: `mcpu`, `features`, `cores`, `vector_bits` (detected, options override), and
+    `isa_diff`: the probed ISA extensions that `features` turn on or off against LLVM's
+    defaults for `mcpu` (``+x,-y``; '' for defaults). CUDA: `arch` and `cuda` limits; the
+    CPU fields are ''/0 there.
     """
 
     kind: str
@@ -178,11 +196,12 @@ class Target:
     vector_bits: int = 0
     arch: str = ""
     cuda: Optional[CudaLimits] = field(default=None)
+    isa_diff: str = ""
 
     def __init__(self, spec: str = "llvm") -> None:
         kind, options = _parse(spec)
         values: dict[str, Any] = {"kind": kind, "mcpu": "", "features": "", "cores": 0,
-                                  "vector_bits": 0, "arch": "", "cuda": None}
+                                  "vector_bits": 0, "arch": "", "cuda": None, "isa_diff": ""}
         if kind == "llvm":
             values.update(_llvm_fields(options))
         else:
@@ -203,7 +222,8 @@ class Target:
         """Stable database key; `Target(t.key) == t` on the same host."""
         if self.kind == "cuda":
             return f"cuda -arch={self.arch}"
-        return f"llvm -mcpu={self.mcpu} -cores={self.cores} -vector-bits={self.vector_bits}"
+        key = f"llvm -mcpu={self.mcpu} -cores={self.cores} -vector-bits={self.vector_bits}"
+        return f"{key} -mattr={self.isa_diff}" if self.isa_diff else key
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Target) and self.key == other.key
@@ -220,22 +240,42 @@ class Target:
 
 def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
     """CPU fields from host detection, overridden by the spec's options."""
+    from autotune.target_isa import probe, probe_trusted
+
     host_name, host_features = host_cpu()
     mcpu = options.get("mcpu", host_name)
+    isa_diff, probed_bits = "", 0
     if "mattr" in options:
         features = options["mattr"]
+        # User input: probed in a child process (LLVM aborts on some names and features).
+        found = probe(mcpu, features)
+        base = probe_trusted(mcpu, "") if mcpu == host_name else probe(mcpu, "")
+        error = found.error or base.error
+        if error:
+            raise ValueError(f"target: {error}")
+        isa_diff = found.diff(base)
+        probed_bits = 512 if "avx512f" in found.isa else 256 if "avx" in found.isa else 128
+    elif mcpu == host_name:
+        features = host_features
+        # The host's features may differ from LLVM's defaults for its name (a VM that hides
+        # AVX-512): the key says so. Both strings come from LLVM: safe to probe here.
+        isa_diff = probe_trusted(mcpu, features).diff(probe_trusted(mcpu, ""))
     else:
         # Another CPU's features are unknown here: leave them to LLVM's defaults for mcpu.
-        features = host_features if mcpu == host_name else ""
+        features = ""
     if "vector-bits" in options:
         bits = _positive_int("vector-bits", options["vector-bits"])
         if bits not in _VECTOR_BITS:
             raise ValueError(
                 f"target: option '-vector-bits' must be one of {_VECTOR_BITS}, got {bits}"
             )
+    elif probed_bits:
+        bits = probed_bits
     elif features:
         bits = vector_bits_of(features)
     else:
         bits = _CPU_VECTOR_BITS.get(mcpu, 128)
-    cores = _positive_int("cores", options["cores"]) if "cores" in options else host_cores()
-    return {"mcpu": mcpu, "features": features, "cores": cores, "vector_bits": bits}
+    cores = (_positive_int("cores", options["cores"], MAX_CORES) if "cores" in options
+             else host_cores())
+    return {"mcpu": mcpu, "features": features, "cores": cores, "vector_bits": bits,
+            "isa_diff": isa_diff}

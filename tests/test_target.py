@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import sys
 import types
 
@@ -128,3 +129,56 @@ def test_device_limits_read_from_pycuda(monkeypatch):
 def test_bad_specs(spec, message):
     with pytest.raises(ValueError, match=message):
         Target(spec)
+
+
+# -- issue 16, item 6: bounded specs, keys that name the ISA, what this host can measure --
+
+@pytest.mark.parametrize("spec, words", [
+    ("llvm -cores=0", "positive integer"), ("llvm -cores=1025", "at most 1024"),
+    ("llvm " + "-cores=2 " * 40, "too long"), ("llvm -mattr=avx2", "+feature"),
+    ("llvm -mcpu=a;b", "letters, digits"),
+])
+def test_specs_are_bounded(spec, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Target(spec)
+
+
+def test_key_names_features_that_differ_from_the_cpus_defaults():
+    host = Target("llvm")
+    assert "-mattr" not in host.key  # LLVM's own view of this CPU: keys of old records kept
+    assert "-mattr" not in Target("llvm -mcpu=haswell").key
+    t = Target("llvm -mcpu=x86-64 -mattr=+avx2,+fma")
+    assert t.key.endswith(" -mattr=+avx,+avx2,+fma") and t.vector_bits == 256
+    assert Target(t.key) == t and Target(t.key).key == t.key  # round trip
+    assert t != Target("llvm -mcpu=x86-64 -vector-bits=256")  # not the same code any more
+    off = Target("llvm -mcpu=skylake-avx512 -mattr=-avx512f")
+    assert off.key.endswith("-mattr=-avx512f,-avx512bw,-avx512dq") and off.vector_bits == 256
+    with pytest.raises(ValueError, match="does not know the processor"):
+        Target("llvm -mcpu=nonsense-cpu -mattr=+avx2")
+
+
+def test_this_host_measures_its_own_target_only():
+    from autotune.measure.capability import why_not_measurable
+    from autotune.target_isa import probe, probe_trusted
+
+    assert why_not_measurable(Target("llvm")) is None
+    assert why_not_measurable(Target(Target("llvm").key)) is None
+    assert "cores" in why_not_measurable(Target(f"llvm -cores={host_cores_plus_one()}"))
+    assert "does not know" in why_not_measurable(Target("llvm -mcpu=nonsense-cpu"))
+    host = probe_trusted(*host_cpu()).isa
+    lacking = [cpu for cpu in ("graniterapids", "sapphirerapids", "skylake-avx512", "haswell")
+               if not probe(cpu, "").isa <= host]
+    if not lacking:
+        pytest.skip("this host's CPU has every probed ISA extension")
+    assert "lacks" in why_not_measurable(Target(f"llvm -mcpu={lacking[0]}"))
+
+
+def host_cores_plus_one() -> int:
+    return len(os.sched_getaffinity(0)) + 1
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this host may have a GPU")
+def test_cuda_is_not_measurable_without_a_gpu():
+    from autotune.measure.capability import why_not_measurable
+
+    assert why_not_measurable(Target("cuda")) is not None
