@@ -22,13 +22,15 @@ class GATuner(Tuner):
     """Genetic algorithm over knob positions (uniform crossover, per-knob mutation)."""
 
     name = "ga"
+    # Maxima bound the population a batch sorts and breeds from (a real job never needs more).
     OPTIONS = (
         Option("pop_size", "configs in the breeding population; the first ones are random",
-               32, minimum=2),
-        Option("elite", "best configs ever that always stay in the population", 4, minimum=0),
+               32, minimum=2, maximum=4096),
+        Option("elite", "best configs ever that always stay in the population", 4, minimum=0,
+               maximum=1024),
         Option("selection", "how parents are picked by throughput", "tournament",
                choices=("tournament", "roulette")),
-        Option("tournament_size", "contestants per tournament", 3, minimum=2),
+        Option("tournament_size", "contestants per tournament", 3, minimum=2, maximum=64),
         Option("crossover_rate", "probability that a child mixes two parents", 0.9,
                minimum=0.0, maximum=1.0),
         Option("mutation_rate", "probability that each knob of a child changes", 0.1,

@@ -1,10 +1,13 @@
 """Tuner option tables (Kernel Tuner style): each option has a name, a description and a default.
 
 A tuner class declares ``OPTIONS``; ``resolve_options`` checks user values against it, so a
-misspelt option or a wrong type is a ``ValueError`` naming the tuner and the option.
+misspelt option or a wrong type is a ``ValueError`` naming the tuner and the option. Every
+number an option takes from a client has an upper bound (``maximum``), shown by ``describe``.
 """
 from __future__ import annotations
 
+import math
+import reprlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
@@ -40,6 +43,10 @@ class Option:
                                "default": self.default}
         if self.choices is not None:
             out["choices"] = list(self.choices)
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
         return out
 
 
@@ -53,14 +60,25 @@ def _coerce(where: str, default: Any, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        # NaN passes every bound check, and infinity every lower one: only finite numbers.
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(number := _as_float(value)):
+            return number
     elif kind is str:
         if isinstance(value, str):
             return value
     else:  # default None or another type: accept as given
         return value
-    raise ValueError(f"{where} must be {kind.__name__}; got {type(value).__name__} {value!r}")
+    what = "a finite float" if kind is float else kind.__name__
+    raise ValueError(f"{where} must be {what}; got {type(value).__name__} "
+                     f"{reprlib.repr(value)}")
+
+
+def _as_float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        return math.inf
 
 
 def resolve_options(tuner: str, table: Sequence[Option],

@@ -42,6 +42,9 @@ class XGBTuner(Tuner):
     """XGBoost cost model + simulated annealing (the default tuner)."""
 
     name = "xgb"
+    # Maxima keep one round's host time (a few seconds of annealing, re-ranking and fitting
+    # on one core), the feature cache (<= ~350 MB of AST rows) and the processes a job
+    # starts bounded; defaults sit well inside them.
     OPTIONS = (
         # "curve" by default: with the few records of a young job its 137 columns rank
         # better than all 1294 (replayed pools, 100+ draws of 16-64 records: the first
@@ -52,21 +55,21 @@ class XGBTuner(Tuner):
         Option("sa_model", "what the annealing chains walk: a twin model on knob values, "
                "re-ranked by the main model, or the main model itself", "knob",
                choices=("knob", "main")),
-        Option("n_chains", "parallel annealing chains", 64, minimum=1),
-        Option("sa_steps", "annealing steps per round", 64, minimum=1),
+        Option("n_chains", "parallel annealing chains", 64, minimum=1, maximum=1024),
+        Option("sa_steps", "annealing steps per round", 64, minimum=1, maximum=1024),
         Option("rerank", "configs the twin's walk hands to the main model per round", 256,
-               minimum=1),
+               minimum=1, maximum=8192),
         Option("sa_budget", "with sa_model='main': new (uncached) feature rows per round",
-               1024, minimum=1),
+               1024, minimum=1, maximum=8192),
         Option("exhaustive", "score every admissible config instead of annealing when "
-               "there are at most this many", 2048, minimum=0),
+               "there are at most this many", 2048, minimum=0, maximum=16384),
         Option("temperature", "initial annealing temperature, in score standard deviations",
-               1.0, minimum=0.0),
+               1.0, minimum=0.0, maximum=100.0),
         # 4 members on 70% of the rows per tree: over 100 replayed seeds the median trials
         # to 90% of each pool's best went 34.5 -> 31 (matmul), 30 -> 27 (conv2d), 35 -> 35.5
         # (depthwise; geometric means 31.3 -> 29.1, 27.0 -> 24.7, 32.2 -> 30.4)
         Option("members", "models in the ensemble; each picks its share of a batch", 4,
-               minimum=1),
+               minimum=1, maximum=16),
         Option("subsample", "share of the records each member's trees are fit on", 0.7,
                minimum=0.05, maximum=1.0),
         Option("epsilon", "share of each batch picked at random", 0.05, minimum=0.0,
@@ -74,15 +77,15 @@ class XGBTuner(Tuner):
         Option("diversity", "most knobs a pick may share with an earlier one, as a fraction", 0.85,
                minimum=0.0, maximum=1.0),
         Option("min_records", "own records needed before the model steers (the random "
-               "initial design)", 16, minimum=1),
+               "initial design)", 16, minimum=1, maximum=4096),
         Option("transfer", "seed the model with other workloads' records (needs a database)",
                True),
-        Option("n_estimators", "boosting rounds per fit", 200, minimum=1),
-        Option("max_depth", "tree depth", 6, minimum=1),
-        Option("cache_size", "feature rows kept", 16384, minimum=1),
+        Option("n_estimators", "boosting rounds per fit", 200, minimum=1, maximum=2000),
+        Option("max_depth", "tree depth", 6, minimum=1, maximum=16),
+        Option("cache_size", "feature rows kept", 16384, minimum=1, maximum=65536),
         Option("workers", "processes that lower new configs beside the tuner's own, for "
                "large batches (-1: one per further core, at most 3; 0: none)", -1,
-               minimum=-1),
+               minimum=-1, maximum=8),
     )
 
     def __init__(self, space: Any, **kwargs: Any) -> None:

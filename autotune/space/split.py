@@ -9,6 +9,10 @@ from autotune.space.base import KnobBase
 
 POLICIES = ("factors", "power2", "both")
 
+# Divisors come from trial division up to sqrt(extent): ~0.1 s at 2**40, minutes at 2**61.
+# Real loops are far shorter (the service accepts extents up to 2**20, service/validation.py).
+MAX_EXTENT = 2**40
+
 
 def divisors(n: int) -> list[int]:
     """Sorted divisors of a positive integer."""
@@ -79,6 +83,8 @@ class Split(KnobBase):
         where = f"split {self.name!r}"
         if not isinstance(self.extent, int) or self.extent < 1:
             raise ValueError(f"{where}: extent must be a positive int, got {self.extent!r}")
+        if self.extent > MAX_EXTENT:
+            raise ValueError(f"{where}: extent {self.extent} is larger than {MAX_EXTENT}")
         if not isinstance(self.levels, int) or self.levels < 1:
             raise ValueError(f"{where}: levels must be a positive int, got {self.levels!r}")
         if self.policy not in POLICIES:

@@ -144,3 +144,10 @@ def test_value_semantics():
     a, b = Split("x", 64, 2), Split("x", 64, 2)
     assert a == b and hash(a) == hash(b)
     assert a != Split("x", 64, 2, "factors")
+
+
+def test_extent_is_bounded():
+    # Divisors come from trial division to sqrt(extent): 2**61 - 1 took minutes (issue 16).
+    with pytest.raises(ValueError, match="extent 2199023255553 is larger than"):
+        Split("x", 2**41 + 1, 3, max_inner=16)
+    assert len(Split("x", 2**40, 2, max_inner=16)) == 5  # inner 1, 2, 4, 8 or 16
