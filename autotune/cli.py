@@ -118,6 +118,13 @@ def _db_url(args: argparse.Namespace) -> str:
     return args.db or _default_db()
 
 
+def _shown(url: str) -> str:
+    """A database URL as printed: its password masked."""
+    from autotune.db.engine import masked_url
+
+    return masked_url(url)
+
+
 # --- tune --------------------------------------------------------------------------------
 
 class ProgressLine:
@@ -231,7 +238,7 @@ def _tune_and_report(wl: "Workload", target: "Target", ray_address: Optional[str
     bar = ProgressLine(sys.stderr)
     where = f"the Ray cluster at {ray_address}" if ray_address else "this host"
     print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
-          f"{kwargs['tuner']}, database {kwargs['db']}", file=sys.stderr)
+          f"{kwargs['tuner']}, database {_shown(kwargs['db'])}", file=sys.stderr)
     try:
         result = tune(wl, target, callbacks=[bar], options=options, executor=executor, **kwargs)
     finally:
@@ -297,7 +304,7 @@ def _run_best(args: argparse.Namespace) -> int:
     url = _db_url(args)
     found = best(wl, target, db=url)
     if found is None:
-        raise CliError(f"no valid record for {wl} on {target.key} in {url}")
+        raise CliError(f"no valid record for {wl} on {target.key} in {_shown(url)}")
     if args.json:
         print(json.dumps({"config": found.config.to_dict(), "gflops": found.gflops,
                           "cost": found.cost}))
@@ -352,7 +359,7 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
 def _run_export(args: argparse.Namespace) -> int:
     with _open_read(_db_url(args)) as db:
         if db is None:
-            raise CliError(f"database {_db_url(args)} does not exist")
+            raise CliError(f"database {_shown(_db_url(args))} does not exist")
         count = db.export_jsonl_path(args.output)
     print(f"exported {count} records to {args.output}")
     return 0
@@ -360,7 +367,9 @@ def _run_export(args: argparse.Namespace) -> int:
 
 def _configure_import(p: argparse.ArgumentParser) -> None:
     _add_db(p)
-    p.add_argument("file", help="JSON-lines file (plain or gzip) written by 'autotune export'")
+    p.add_argument("file", help="JSON-lines file (plain or gzip) written by 'autotune export'; "
+                                "every line is checked and cost/GFLOP/s recomputed from its "
+                                "costs: the first bad line stops the import, nothing imported")
 
 
 def _run_import(args: argparse.Namespace) -> int:
@@ -369,8 +378,8 @@ def _run_import(args: argparse.Namespace) -> int:
     with open_database(_db_url(args)) as db:
         try:
             count = db.import_jsonl_path(args.file)
-        except ValueError as exc:
-            raise CliError(f"{args.file}: {exc}") from None
+        except ValueError as exc:  # BadRecord names the line and field
+            raise CliError(f"{args.file}: {exc}; nothing imported") from None
     print(f"imported {count} new records from {args.file}")
     return 0
 
@@ -407,10 +416,14 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from autotune.service import run_local_demo, serve
+    from autotune.service.serve import UnsafeBind
 
     settings = _settings(db_url=args.db, host=args.host, port=args.port,
                          ray_address=args.ray_address)
-    (run_local_demo if args.demo else serve)(settings)
+    try:
+        (run_local_demo if args.demo else serve)(settings)
+    except UnsafeBind as exc:
+        raise usage_error(str(exc)) from None
     return 0
 
 
@@ -474,8 +487,9 @@ def _configure_apikey(p: argparse.ArgumentParser) -> None:
     create = sub.add_parser("create", help="make a key and print it (its last line)")
     create.add_argument("--name", default="default", help="a label for the key")
     sub.add_parser("list", help="list keys (names and prefixes, never the keys)")
-    revoke = sub.add_parser("revoke", help="revoke the keys with a display prefix")
-    revoke.add_argument("prefix", help="the prefix 'apikey list' shows")
+    revoke = sub.add_parser("revoke", help="revoke a key by its display prefix or the key")
+    revoke.add_argument("prefix", help="the prefix 'apikey list' shows, or the whole key "
+                                       "(when several active keys share the prefix)")
     for q in sub.choices.values():
         _add_db(q)
 
@@ -493,10 +507,15 @@ def _run_apikey(args: argparse.Namespace) -> int:
                      "revoked" if k.revoked else "active"] for k in db.list_api_keys()]
             _print_table(["prefix", "name", "created", "state"], rows)
         else:
-            count = db.revoke_api_key(args.prefix)
+            from autotune.db.apikeys import AmbiguousKeyPrefix
+
+            try:
+                count = db.revoke_api_key(args.prefix)
+            except AmbiguousKeyPrefix as exc:
+                raise usage_error(f"{exc}; nothing revoked") from None
             if count == 0:
-                raise CliError(f"no key with prefix {args.prefix!r}")
-            print(f"revoked {count} key(s)")
+                raise CliError(f"no active key with prefix {args.prefix!r}")
+            print(f"revoked {count} key")
     return 0
 
 

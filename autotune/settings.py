@@ -5,10 +5,10 @@ or in a ``.env`` file. Nothing is read at import: construct ``Settings()`` where
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 if TYPE_CHECKING:
     from autotune.measure import MeasureOptions
@@ -33,11 +33,55 @@ class Settings(BaseSettings):
     require_key_for_reads: bool = Field(
         False, description="also require an API key for GET requests (writes always do)")
     auth_disabled: bool = Field(
-        False, description="no API keys at all (local development only; never when exposed)")
+        False, description="no API keys at all (local development only: the service then "
+                           "refuses to bind anything but a loopback address)")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"], min_length=1,
+        max_length=100,
+        description="Host header values the service answers (comma-separated; '*.example.com' "
+                    "patterns; '*' allows any); the bind host is added. Others get 400, so "
+                    "that a DNS-rebinding page cannot reach a local service")
 
     ray_address: Optional[str] = Field(
         None, description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
                           "on this host")
+
+    # Job threads, executors and generated code (`autotune.service.manager`, `.sources`).
+    job_db_retry_s: float = Field(
+        300.0, ge=0.0, le=86_400.0,
+        description="seconds a job retries database errors (a lock held, a lost connection), "
+                    "with backoff, resuming from its recorded trials; then it fails with the "
+                    "error")
+    executor_idle_s: float = Field(
+        600.0, ge=1.0, le=604_800.0,
+        description="seconds a target's executor (build pool and runner processes) stays open "
+                    "with no job using it; then it is closed (made again when needed)")
+    source_workers: int = Field(
+        1, ge=1, le=16, description="threads that generate code for /jobs/{id}/top?form=llvm "
+                                    "(at the lowest CPU priority)")
+    source_timeout_s: float = Field(
+        10.0, ge=0.001, le=600.0,
+        description="seconds a /top request waits for generated code; then that config's "
+                    "source_error says so (the code is still made and cached)")
+
+    # Request limits of the service (a client beyond them gets a 413 or 429 with the reason).
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30,
+        description="largest request body accepted, in bytes (413 beyond; checked on the "
+                    "Content-Length header and while a streamed body is read)")
+    max_queued_jobs: int = Field(
+        100, ge=1, le=100_000,
+        description="jobs that may wait in the queue (state 'queued'); a submit beyond is 429")
+    max_event_streams: int = Field(
+        256, ge=1, le=10_000, description="event streams (/jobs/{id}/events) open at once, "
+                                          "all clients together; 429 beyond")
+    max_event_streams_per_client: int = Field(
+        16, ge=1, le=10_000,
+        description="event streams open at once from one client address; 429 beyond")
+    event_stream_lifetime_s: float = Field(
+        900.0, ge=1.0, le=86_400.0,
+        description="seconds an event stream stays open; then it closes and the client "
+                    "reconnects with Last-Event-ID (browsers do so by themselves)")
 
     # Measurement (the timing protocol of DESIGN.md); defaults are MeasureOptions' defaults.
     repeat: int = Field(5, ge=1, description="timed repeats per config; the cost is their median")
@@ -46,6 +90,30 @@ class Settings(BaseSettings):
                                  description="grow `number` until one repeat lasts this long")
     build_timeout: float = Field(10.0, gt=0, description="seconds one build may take")
     run_timeout: float = Field(10.0, gt=0, description="seconds one config's timing may take")
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        # The environment gives one string: "a.example.com, b.example.com".
+        if isinstance(value, str):
+            return [host.strip() for host in value.split(",") if host.strip()]
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if "*" in host[1:] or (host.startswith("*") and host != "*"
+                                   and not host.startswith("*.")):
+                raise ValueError(f"{host!r}: a wildcard must be '*' or lead as in "
+                                 "'*.example.com'")
+        return value
+
+    def trusted_hosts(self) -> list[str]:
+        """``allowed_hosts`` plus the bind host (unless that is a wildcard address)."""
+        bind = f"[{self.host}]" if ":" in self.host else self.host
+        wildcard = bind in ("0.0.0.0", "[::]", "")
+        return list(dict.fromkeys([*self.allowed_hosts, *([] if wildcard else [bind.lower()])]))
 
     def measure_options(self, **overrides: Any) -> "MeasureOptions":
         """`MeasureOptions` from the measurement fields, then ``overrides``."""

@@ -1,10 +1,11 @@
-"""API keys: generated once, stored only as a SHA-256 hash, revocable by display prefix."""
+"""API keys: generated once, stored only as a SHA-256 hash, revocable by the key itself or
+by a display prefix that names one active key."""
 from __future__ import annotations
 
 import hashlib
 import secrets
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from autotune.db.records import ApiKeyRecord, api_key_record
@@ -47,8 +48,25 @@ def list_api_keys(session: Session) -> list[ApiKeyRecord]:
     return [api_key_record(row) for row in rows]
 
 
+class AmbiguousKeyPrefix(ValueError):
+    """A display prefix shared by several active keys: revoking by it would revoke them all."""
+
+    def __init__(self, prefix: str, count: int) -> None:
+        super().__init__(f"prefix {prefix!r} matches {count} active keys; give the whole key "
+                         f"to revoke one of them")
+        self.prefix, self.count = prefix, count
+
+
 def revoke_api_key(session: Session, *, prefix: str) -> int:
-    """Revoke every unrevoked key whose display prefix is ``prefix``; returns how many."""
-    stmt = (update(ApiKeyRow).where(ApiKeyRow.prefix == prefix, ApiKeyRow.revoked.is_(False))
-            .values(revoked=True))
-    return int(session.execute(stmt).rowcount or 0)
+    """Revoke the active key that ``prefix`` names (its display prefix, or the whole key);
+    returns how many were revoked (0 or 1). `AmbiguousKeyPrefix` when several match."""
+    if len(prefix) > DISPLAY_CHARS:  # the whole key: its hash names exactly one
+        where = ApiKeyRow.key_hash == hash_key(prefix)
+    else:
+        where = ApiKeyRow.prefix == prefix
+    active = (where, ApiKeyRow.revoked.is_(False))
+    count = int(session.scalar(select(func.count()).select_from(ApiKeyRow).where(*active)) or 0)
+    if count > 1:
+        raise AmbiguousKeyPrefix(prefix, count)
+    return int(session.execute(update(ApiKeyRow).where(*active).values(revoked=True)).rowcount
+               or 0)

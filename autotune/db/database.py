@@ -291,7 +291,8 @@ class Database:
             return apikeys.list_api_keys(s)
 
     def revoke_api_key(self, prefix: str) -> int:
-        """Revoke the keys with display ``prefix``; returns how many were revoked."""
+        """Revoke the active key with display ``prefix`` (or the whole key); returns how many
+        were revoked (0 or 1). `AmbiguousKeyPrefix` when the prefix names several."""
         with self.session(write=True) as s:
             return apikeys.revoke_api_key(s, prefix=prefix)
 

@@ -2,11 +2,15 @@
 
 Auth: writes need ``Authorization: Bearer <key>`` (keys from ``autotune apikey create``);
 reads need one only with ``require_key_for_reads``. A missing key is 401 (with
-``WWW-Authenticate: Bearer``), a wrong or revoked key 403. ``auth_disabled`` turns it off.
+``WWW-Authenticate: Bearer``), a wrong or revoked key 403. ``auth_disabled`` turns it off;
+writes then still need proof that no other site's page sent them (a browser sends a form
+cross-site without asking): a JSON body, or ``Origin``/``Sec-Fetch-Site`` naming this
+service. Otherwise 403.
 """
 from __future__ import annotations
 
 from typing import Annotated, Optional
+from urllib.parse import urlsplit
 
 from anyio import to_thread
 from fastapi import Depends, HTTPException, Request, status
@@ -61,10 +65,38 @@ def _check(db: Database, key: Optional[str]) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid or revoked API key")
 
 
-async def require_write_key(settings: SettingsDep, db: DbDep, creds: Credentials) -> None:
-    """Writes: a valid key in the Authorization header (never a cookie: no CSRF)."""
+async def require_write_key(request: Request, settings: SettingsDep, db: DbDep,
+                            creds: Credentials) -> None:
+    """Writes: a valid key in the Authorization header (never a cookie: no CSRF). Without
+    auth, a write that may come from another site's page is refused instead."""
     if not settings.auth_disabled:
         await to_thread.run_sync(_check, db, creds.credentials if creds else None)
+        return
+    reason = cross_site_reason(request)
+    if reason is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"refused a write that may come from "
+                            f"another site ({reason}): send 'Content-Type: application/json' "
+                            f"or, from a page, an Origin of this service")
+
+
+def cross_site_reason(request: Request) -> Optional[str]:
+    """Why a write may have been sent by another site's page, or None when it was not.
+
+    A cross-site page cannot send JSON without a CORS preflight (which this service never
+    grants), and browsers name the page's origin in ``Origin`` and ``Sec-Fetch-Site``."""
+    site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site is {site!r}"
+    if origin is not None and urlsplit(origin).netloc.lower() != request.headers.get(
+            "host", "").lower():
+        return f"Origin {origin!r} is not this service"
+    if site is not None or origin is not None:
+        return None  # a browser vouching for a page of ours
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        return None
+    return "no JSON Content-Type and no Origin or Sec-Fetch-Site header"
 
 
 async def require_read_key(request: Request, settings: SettingsDep, db: DbDep,

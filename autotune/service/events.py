@@ -9,10 +9,18 @@ Event ``id`` is the id of the newest trial sent, so a client reconnecting with
   batch (a reconnect's backlog comes in chunks of at most ``CHUNK`` trials);
 - ``end``: the job has ended and every trial was sent; the stream then closes. Which process
   runs the job does not matter: everything is read from the database.
+
+A stream closes after ``lifetime_s`` whatever the job does (a comment line says so); clients
+reconnect with ``Last-Event-ID`` (browsers' EventSource does). `StreamLimits` caps the streams
+open at once, in all and per client address.
 """
 from __future__ import annotations
 
 import json
+import math
+import threading
+import time
+from collections import Counter
 from typing import Any, AsyncIterator, Optional
 
 from anyio import to_thread
@@ -24,6 +32,50 @@ from autotune.service.schemas import trial_fields
 CHUNK = 500
 POLL_S = 1.0        # re-read the database at least this often
 HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stream
+
+
+class StreamsFull(Exception):
+    """No event stream may open now; the message says which cap was reached."""
+
+
+class StreamSlot:
+    """One open stream's place in `StreamLimits`; `release` is idempotent."""
+
+    def __init__(self, limits: "StreamLimits", client: str) -> None:
+        self._limits, self.client, self._held = limits, client, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._limits._release(self.client)
+
+
+class StreamLimits:
+    """Caps on the event streams open at once: ``total`` in all, ``per_client`` per address."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total, self.per_client = total, per_client
+        self._open: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def open(self, client: str) -> StreamSlot:
+        """A slot for one more stream from ``client``; StreamsFull saying which cap is reached."""
+        with self._lock:
+            if sum(self._open.values()) >= self.total:
+                raise StreamsFull(f"the service has {self.total} event streams open, its "
+                                  "limit (AUTOTUNE_MAX_EVENT_STREAMS); retry later")
+            if self._open[client] >= self.per_client:
+                raise StreamsFull(f"{self.per_client} event streams of this client are open, "
+                                  "the limit per client (AUTOTUNE_MAX_EVENT_STREAMS_PER_CLIENT)"
+                                  "; close one first")
+            self._open[client] += 1
+        return StreamSlot(self, client)
+
+    def _release(self, client: str) -> None:
+        with self._lock:
+            self._open[client] -= 1
+            if self._open[client] <= 0:
+                del self._open[client]
 
 
 def format_event(event: str, data: Any, event_id: Optional[int] = None) -> str:
@@ -53,9 +105,11 @@ class _Best:
                           "config": trial.config}
 
 
-async def job_events(db: Database, manager: JobManager, job_id: int,
-                     after: int = 0) -> AsyncIterator[str]:
-    """The event stream of ``job_id``, starting after trial row ``after``."""
+async def job_events(db: Database, manager: JobManager, job_id: int, after: int = 0, *,
+                     lifetime_s: float = math.inf) -> AsyncIterator[str]:
+    """The event stream of ``job_id``, starting after trial row ``after``, for at most
+    ``lifetime_s`` seconds."""
+    deadline = time.monotonic() + lifetime_s
     def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return to_thread.run_sync(lambda: fn(*args, **kwargs))
 
@@ -98,7 +152,11 @@ async def job_events(db: Database, manager: JobManager, job_id: int,
                 return
             if manager.notifier.closed:
                 return
-            if not await sub.wait(POLL_S):
+            left = deadline - time.monotonic()
+            if left <= 0:  # bounded even for a job that never starts: the client reconnects
+                yield ": stream lifetime reached; reconnect with Last-Event-ID\n\n"
+                return
+            if not await sub.wait(min(POLL_S, left)):
                 idle += POLL_S
                 if idle >= HEARTBEAT_S:
                     yield ": keep-alive\n\n"

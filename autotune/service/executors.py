@@ -8,15 +8,19 @@ it is fine.
 """
 from __future__ import annotations
 
+import logging
 import threading
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+import time
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
     from autotune.target import Target
 
 ExecutorFactory = Callable[["Target"], object]
+
+log = logging.getLogger("autotune.service")
 
 
 def device_of(target: "Target") -> str:
@@ -47,21 +51,31 @@ class ExecutorPool:
     """Lazily made executors keyed by target; ``close`` stops them all.
 
     ``locked=False`` for executors that share their devices between jobs themselves (the
-    Ray executor): they are handed out as made, not behind a device lock."""
+    Ray executor): they are handed out as made, not behind a device lock. With ``idle_s``,
+    `evict_idle` closes the executors (their build pool and runner processes) that no job has
+    used for that long: each distinct target would otherwise keep its processes for good.
+    """
 
-    def __init__(self, factory: ExecutorFactory, *, locked: bool = True) -> None:
-        self._factory, self.locked = factory, locked
+    def __init__(self, factory: ExecutorFactory, *, locked: bool = True,
+                 idle_s: Optional[float] = None) -> None:
+        self._factory, self.locked, self.idle_s = factory, locked, idle_s
         self._lock = threading.Lock()
         self._executors: dict[str, Any] = {}
+        self._users: dict[str, int] = {}        # jobs using each executor now (see `use`)
+        self._last_used: dict[str, float] = {}  # monotonic time each was last let go of
         self._device_locks: dict[str, threading.Lock] = {}
+        self.evicted = 0  # executors closed for being idle, so far
 
     def device_lock(self, target: "Target") -> threading.Lock:
-        """The lock held while ``target``'s device measures (also for builds in the service)."""
+        """The lock held while ``target``'s device measures."""
         with self._lock:
             return self._device_locks.setdefault(device_of(target), threading.Lock())
 
     def get(self, target: "Target") -> Any:
         """The shared executor of ``target`` (made on first use)."""
+        return self._get(target, hold=False)
+
+    def _get(self, target: "Target", *, hold: bool) -> Any:
         lock = self.device_lock(target)
         with self._lock:
             found = self._executors.get(target.key)
@@ -70,18 +84,56 @@ class ExecutorPool:
                 found = LockedExecutor(made, lock, on_host=device_of(target) == "host") \
                     if self.locked else made
                 self._executors[target.key] = found
+            self._last_used[target.key] = time.monotonic()
+            if hold:  # in the same critical section: no eviction in between
+                self._users[target.key] = self._users.get(target.key, 0) + 1
             return found
 
+    @contextmanager
+    def use(self, target: "Target") -> Iterator[Any]:
+        """The executor of ``target``, never evicted while in use (a job holds it)."""
+        executor = self._get(target, hold=True)
+        try:
+            yield executor
+        finally:
+            with self._lock:
+                self._users[target.key] -= 1
+                self._last_used[target.key] = time.monotonic()
+
     def executors(self) -> dict[str, Any]:
-        """The executors made so far, by target key."""
+        """The executors open now, by target key."""
         with self._lock:
             return dict(self._executors)
+
+    def evict_idle(self, now: Optional[float] = None) -> list[str]:
+        """Close the executors unused for ``idle_s``; returns their target keys."""
+        if self.idle_s is None:
+            return []
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [key for key in self._executors if not self._users.get(key)
+                    and now - self._last_used.get(key, now) >= self.idle_s]
+            gone = [self._executors.pop(key) for key in idle]
+            self.evicted += len(idle)
+        for key, ex in zip(idle, gone):
+            log.info("closing the executor of %s: idle for %.0f s", key, self.idle_s)
+            _close(ex)
+        return idle
 
     def close(self) -> None:
         """Stop every executor's processes."""
         with self._lock:
             executors, self._executors = list(self._executors.values()), {}
         for ex in executors:
-            close = getattr(getattr(ex, "inner", ex), "close", None)
-            if close is not None:
-                close()
+            _close(ex)
+
+
+def _close(executor: Any) -> None:
+    """Close the executor a pool made (a LockedExecutor's inner one)."""
+    close = getattr(getattr(executor, "inner", executor), "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:  # one executor's failure to stop must not keep the others running
+        log.exception("closing an executor failed")

@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import autotune
 from autotune.service.cache import ResponseCache
 from autotune.db import Database
+from autotune.service.events import StreamLimits
 from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager, TuneFn, default_tune
+from autotune.service import http
 from autotune.service.routes import dashboard, jobs, meta, workers
 from autotune.service.sources import SourceCache
 from autotune.settings import Settings
@@ -40,6 +44,17 @@ def ray_executor_factory(settings: Settings, registry: Any) -> Callable[["Target
     return make
 
 
+def body_too_large(limit: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The 413 answer: names the body and the limit, and closes the connection (the rest of
+    the body is never read)."""
+    async def answer(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": [{"loc": ["body"], "type": "too_large",
+                                         "msg": f"request body larger than {limit} bytes "
+                                                "(AUTOTUNE_MAX_BODY_BYTES)"}]},
+                            status_code=413, headers={"Connection": "close"})
+    return answer
+
+
 def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default_tune,
                executor_factory: Optional[Callable[["Target"], object]] = None) -> FastAPI:
     """The service app; the database is opened (and migrated) and workers start on startup.
@@ -54,31 +69,44 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
             from autotune.cluster.registry import WorkerRegistry
 
             registry = WorkerRegistry(settings.ray_address).start()
-            pool = ExecutorPool(ray_executor_factory(settings, registry), locked=False)
+            pool = ExecutorPool(ray_executor_factory(settings, registry), locked=False,
+                                idle_s=settings.executor_idle_s)
         else:
-            pool = ExecutorPool(executor_factory or local_executor_factory(settings))
+            pool = ExecutorPool(executor_factory or local_executor_factory(settings),
+                                idle_s=settings.executor_idle_s)
         app.state.registry, app.state.executors = registry, pool
         db = Database.open(settings.db_url)
         manager = JobManager(db, pool, workers=settings.max_concurrent_jobs, tune_fn=tune_fn,
-                             lease_s=settings.job_lease_s)
+                             lease_s=settings.job_lease_s, db_retry_s=settings.job_db_retry_s)
         app.state.settings, app.state.db, app.state.manager = settings, db, manager
-        app.state.sources = SourceCache(pool.device_lock)
+        app.state.sources = SourceCache(workers=settings.source_workers,
+                                        timeout_s=settings.source_timeout_s)
         app.state.cache = ResponseCache(lambda: manager.notifier.version)
         manager.start()
         try:
             yield
         finally:
+            app.state.sources.close()
             manager.close()
             db.dispose()
             if registry is not None:
                 registry.close()
 
+    # max_body_size: FastAPI's body-limit middleware answers 413 on a Content-Length above it,
+    # or as soon as a streamed body passes it, before the body is read whole or a key checked.
     app = FastAPI(title="autotune", version=autotune.__version__, lifespan=lifespan,
+                  max_body_size=settings.max_body_bytes,
                   description="Submit operator tuning jobs, follow them live, query the best "
                               "schedules. Writes need `Authorization: Bearer <API key>`.")
+    app.add_exception_handler(413, body_too_large(settings.max_body_bytes))
+    # A Host header check: a DNS-rebinding page cannot reach a service bound to localhost.
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts())
+    app.state.streams = StreamLimits(settings.max_event_streams,
+                                     settings.max_event_streams_per_client)
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(meta.router, prefix=API_PREFIX)
     app.include_router(workers.router, prefix=API_PREFIX)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
+    http.install(app, settings)
     return app

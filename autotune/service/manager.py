@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import sqlalchemy.exc as sa_exc
 
 from autotune.db import Database, JobRecord
 from autotune.db.lease import LeaseKeeper, LeaseLost, new_owner
@@ -32,6 +35,31 @@ TuneFn = Callable[..., Any]
 _HAND_OVER = frozenset({"shutdown", "lost", "expired"})
 
 
+class QueueFull(Exception):
+    """A submit refused because too many jobs are queued; the message says so."""
+
+
+def is_transient_db_error(err: BaseException) -> bool:
+    """Whether ``err``, or an error it was raised from, is a database error that may pass: a
+    lock held too long ("database is locked"), a lost connection, an exhausted pool."""
+    seen: Optional[BaseException] = err
+    for _ in range(8):  # a cause chain is short; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, (sa_exc.OperationalError, sa_exc.InterfaceError,
+                             sa_exc.TimeoutError)):
+            return True
+        if isinstance(seen, sa_exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def backoff_s(attempt: int, cap: float = 30.0) -> float:
+    """Seconds to wait before try ``attempt + 1``: 0.5, 1, 2, ... up to ``cap``."""
+    return min(cap, 0.5 * 2.0 ** min(max(attempt - 1, 0), 16))
+
+
 def default_tune(*args: Any, **kwargs: Any) -> Any:
     from autotune.api import tune
 
@@ -42,40 +70,50 @@ class JobManager:
     """Runs up to ``workers`` jobs at once, one shared executor per target (see executors).
 
     ``lease_s``: how long a job's lease lasts unless renewed; ``poll_s``: how often an idle
-    worker looks for jobs submitted elsewhere (a local submit wakes one at once).
+    worker looks for jobs submitted elsewhere (a local submit wakes one at once);
+    ``db_retry_s``: how long a job's database errors are retried (with backoff) before the
+    job fails with the error. A watchdog thread restarts dead workers every ``watch_s`` and
+    closes the executors of idle targets (`ExecutorPool.evict_idle`).
     """
 
     def __init__(self, db: Database, executors: ExecutorPool, *, workers: int,
                  notifier: Optional[Notifier] = None, tune_fn: TuneFn = default_tune,
-                 lease_s: float = 30.0, poll_s: float = 1.0) -> None:
+                 lease_s: float = 30.0, poll_s: float = 1.0, db_retry_s: float = 300.0,
+                 watch_s: float = 5.0) -> None:
         self.db, self.executors, self.workers = db, executors, workers
-        self.lease_s, self.poll_s = lease_s, poll_s
+        self.lease_s, self.poll_s, self.db_retry_s, self.watch_s = \
+            lease_s, poll_s, db_retry_s, watch_s
         self.notifier = notifier or Notifier()
         self.owner = new_owner()
         self.leases = LeaseKeeper(db, self.owner, lease_s)
         self._tune = tune_fn
         self._wake = threading.Event()  # set by a local submit and by close
+        self._closed = threading.Event()  # set by close: ends backoff waits at once
         self._lock = threading.Lock()
         self._active: set[int] = set()      # jobs a worker is running now
         self._stop_jobs: set[int] = set()   # running jobs cancelled here: stop after their batch
         self._threads: list[threading.Thread] = []
+        self._watchdog: Optional[threading.Thread] = None
+        self.restarted = 0  # worker threads found dead and started again
         self.closing = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the lease keeper and the workers."""
+        """Start the lease keeper, the workers and their watchdog."""
         self.leases.start()
-        for i in range(self.workers):
-            thread = threading.Thread(target=self._work, name=f"autotune-job-{i}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        with self._lock:
+            self._threads = [self._start_worker(i) for i in range(self.workers)]
+        self._watchdog = threading.Thread(target=self._watch, name="autotune-job-watchdog",
+                                          daemon=True)
+        self._watchdog.start()
         log.info("running jobs as %s", self.owner)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the running jobs after their batch and release them (still 'running', so that
         another service, or this one restarted, takes them over at once); stop the executors."""
         self.closing = True
+        self._closed.set()
         self._wake.set()
         self._join(timeout)
         self.notifier.close()
@@ -85,13 +123,59 @@ class JobManager:
         self.leases.stop()
 
     def _join(self, timeout: float) -> None:
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads + [t for t in (self._watchdog,) if t is not None]:
             thread.join(timeout)
+
+    def _start_worker(self, i: int) -> threading.Thread:
+        thread = threading.Thread(target=self._work_logged, name=f"autotune-job-{i}",
+                                  daemon=True)
+        thread.start()
+        return thread
+
+    def ensure_workers(self) -> int:
+        """Start again each worker thread that died (logged as it died); returns how many."""
+        if self.closing:
+            return 0
+        with self._lock:
+            dead = [i for i, t in enumerate(self._threads) if not t.is_alive()]
+            for i in dead:
+                self._threads[i] = self._start_worker(i)
+            self.restarted += len(dead)
+        for i in dead:
+            log.error("job worker %d had died: started again", i)
+        return len(dead)
+
+    def health(self) -> dict[str, Any]:
+        """Live worker threads (dead ones are started again first), restarts so far, whether
+        the lease keeper runs, and the open executors' target keys."""
+        self.ensure_workers()
+        with self._lock:
+            alive = sum(t.is_alive() for t in self._threads)
+        keeper = getattr(self.leases, "_thread", None)  # None before start
+        return {"job_threads": alive, "job_threads_restarted": self.restarted,
+                "lease_keeper": keeper is not None and keeper.is_alive(),
+                "executors": sorted(self.executors.executors())}
+
+    def _watch(self) -> None:
+        while not self._closed.wait(self.watch_s):
+            try:
+                self.ensure_workers()
+                self.executors.evict_idle()
+            except Exception:  # the watchdog must outlive anything it watches
+                log.exception("job watchdog round failed")
 
     # -- requests -------------------------------------------------------------------------
 
-    def submit(self, spec: "JobSpec") -> JobRecord:
-        """Persist a queued job and wake a worker to claim it."""
+    def submit(self, spec: "JobSpec", *, max_queued: Optional[int] = None) -> JobRecord:
+        """Persist a queued job and wake a worker to claim it; `QueueFull` when ``max_queued``
+        jobs already wait (counted in the database, so a soft limit under concurrent submits)."""
+        if max_queued is not None:
+            _, queued = self.db.list_jobs(state="queued", limit=1)
+            if queued >= max_queued:
+                raise QueueFull(f"the job queue is full: {queued} jobs are queued, the limit "
+                                "(AUTOTUNE_MAX_QUEUED_JOBS); retry when some have started")
         job = self.db.create_job(workload=spec.workload, target=spec.target, tuner=spec.tuner,
                                  trials=spec.trials, options=spec.options)
         self._wake.set()
@@ -121,14 +205,27 @@ class JobManager:
 
     # -- workers --------------------------------------------------------------------------
 
+    def _work_logged(self) -> None:
+        try:
+            self._work()
+        finally:
+            if not self.closing:  # only a BaseException gets here: the watchdog restarts it
+                log.error("job worker %s died:\n%s", threading.current_thread().name,
+                          traceback.format_exc())
+
     def _work(self) -> None:
+        failures = 0  # claims that failed in a row: back off while the database is away
         while not self.closing:
             self._wake.clear()  # before claiming: a submit from now on wakes the wait below
             try:
                 job = self.db.claim_job(self.owner, self.lease_s)
-            except Exception:  # the database may come back: log and keep polling
-                log.error("claiming a job failed:\n%s", traceback.format_exc())
-                job = None
+                failures = 0
+            except Exception as err:  # the database may come back: log and keep polling
+                failures += 1
+                log.error("claiming a job failed (%d in a row): %s: %s", failures,
+                          type(err).__name__, err)
+                self._closed.wait(backoff_s(failures, cap=max(self.poll_s, 10.0)))
+                continue
             if job is None:
                 self._wake.wait(self.poll_s)
                 continue
@@ -154,14 +251,30 @@ class JobManager:
         finally:
             # Off the keeper first, so that it never reads the release as a lost lease.
             self.leases.discard(job.id)
-            try:
-                self.db.release_job(job.id, self.owner, state=state, error=error)
-            except Exception:  # the lease runs out and another claim resumes the job
-                log.error("job %d: releasing it failed:\n%s", job.id, traceback.format_exc())
+            self._release(job.id, state, error)
             with self._lock:
                 self._active.discard(job.id)
                 self._stop_jobs.discard(job.id)
             self.notifier.publish(job.id)
+
+    def _release(self, job_id: int, state: Optional[str], error: Optional[str]) -> None:
+        """Release the job with its final state, retrying database errors with backoff for
+        ``db_retry_s`` (a lock held for a while must not lose a finished job's state)."""
+        deadline, attempt = time.monotonic() + self.db_retry_s, 0
+        while True:
+            try:
+                self.db.release_job(job_id, self.owner, state=state, error=error)
+                return
+            except Exception as err:
+                attempt += 1
+                if not is_transient_db_error(err) or time.monotonic() >= deadline \
+                        or self._closed.wait(backoff_s(attempt)):
+                    # Its lease runs out and the next claim resumes the job.
+                    log.error("job %d: releasing it failed (attempt %d): %s: %s", job_id,
+                              attempt, type(err).__name__, err)
+                    return
+                log.warning("job %d: releasing it failed (attempt %d), retrying: %s: %s",
+                            job_id, attempt, type(err).__name__, err)
 
     def _stop_reason(self, job_id: int) -> Optional[str]:
         """Why the job must stop after its batch ("shutdown", "cancelled", "lost", "expired")."""
@@ -186,40 +299,59 @@ class JobManager:
         from autotune.ops import Workload
         from autotune.target import Target
 
+        errors: list[float] = []  # times of the database errors since the last batch
+
         def on_batch(progress: "Progress") -> Optional[bool]:
+            errors.clear()  # a batch was recorded: the database works again
             self.notifier.publish(job.id)
             return False if self._stop_reason(job.id) else None
 
         opts = job.options
-        try:
-            workload = Workload.from_json(job.workload_key)
-            target = Target(job.target_key)
-            executor = self.executors.get(target)
-            for_job = getattr(executor, "for_job", None)
-            if for_job is not None:  # an executor that can say why the job waits
-                executor = for_job(job_id=job.id,
-                                   on_wait=lambda reason: self._on_wait(job.id, reason),
-                                   should_stop=lambda: self._stop_reason(job.id) is not None)
-            self._tune(workload, target, trials=job.trials, tuner=job.tuner, db=self.db,
-                       early_stopping=opts.get("early_stopping"), seed=int(opts.get("seed", 0)),
-                       callbacks=[on_batch], job_id=job.id, owner=self.owner,
-                       transfer=bool(opts.get("transfer", True)), executor=executor,
-                       tuner_options=dict(opts.get("tuner_options") or {}))
-        except LeaseLost as err:  # another process runs it now: leave it alone
-            log.warning("job %d: %s; stopped here", job.id, err)
-            return None, None
-        except Exception as err:  # recorded on the job; the worker lives on
-            reason = self._stop_reason(job.id)
-            if reason in _HAND_OVER:
-                # Shutting down closed the executor under the batch: not the job's fault.
-                log.warning("job %d interrupted (%s); it resumes in the next claim", job.id,
-                            reason)
+        while True:  # again after a database error: the job resumes from its recorded trials
+            try:
+                workload = Workload.from_json(job.workload_key)
+                target = Target(job.target_key)
+                with self.executors.use(target) as executor:
+                    for_job = getattr(executor, "for_job", None)
+                    if for_job is not None:  # an executor that can say why the job waits
+                        executor = for_job(
+                            job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
+                            should_stop=lambda: self._stop_reason(job.id) is not None)
+                    self._tune(workload, target, trials=job.trials, tuner=job.tuner,
+                               db=self.db, early_stopping=opts.get("early_stopping"),
+                               seed=int(opts.get("seed", 0)), callbacks=[on_batch],
+                               job_id=job.id, owner=self.owner,
+                               transfer=bool(opts.get("transfer", True)), executor=executor,
+                               tuner_options=dict(opts.get("tuner_options") or {}))
+            except LeaseLost as err:  # another process runs it now: leave it alone
+                log.warning("job %d: %s; stopped here", job.id, err)
                 return None, None
-            if reason is not None:  # cancelled while it waited for a device: it has ended
-                log.info("job %d stopped (%s): %s", job.id, reason, err)
+            except Exception as err:  # recorded on the job; the worker lives on
+                reason = self._stop_reason(job.id)
+                if reason in _HAND_OVER:
+                    # Shutting down closed the executor under the batch: not the job's fault.
+                    log.warning("job %d interrupted (%s); it resumes in the next claim",
+                                job.id, reason)
+                    return None, None
+                if reason is not None:  # cancelled while it waited for a device: it has ended
+                    log.info("job %d stopped (%s): %s", job.id, reason, err)
+                    return None, None
+                if is_transient_db_error(err):
+                    errors.append(time.monotonic())
+                    if errors[-1] - errors[0] < self.db_retry_s:
+                        delay = backoff_s(len(errors))
+                        log.warning("job %d: database error (%d in a row), resuming in %.1f s: "
+                                    "%s: %s", job.id, len(errors), delay, type(err).__name__, err)
+                        if self._closed.wait(delay):
+                            return None, None  # shutting down: the next claim resumes it
+                        continue
+                    log.error("job %d failed: database errors for %.0f s:\n%s", job.id,
+                              self.db_retry_s, traceback.format_exc())
+                    return "failed", (f"database error, still failing after {len(errors)} "
+                                      f"tries over {self.db_retry_s:.0f} s: "
+                                      f"{type(err).__name__}: {err}")[:4000]
+                log.error("job %d failed:\n%s", job.id, traceback.format_exc())
+                return "failed", f"{type(err).__name__}: {err}"[:4000]
+            if self._stop_reason(job.id) in _HAND_OVER:
                 return None, None
-            log.error("job %d failed:\n%s", job.id, traceback.format_exc())
-            return "failed", f"{type(err).__name__}: {err}"[:4000]
-        if self._stop_reason(job.id) in _HAND_OVER:
-            return None, None
-        return "done", None
+            return "done", None

@@ -17,13 +17,14 @@ MAX_TRIALS = 100_000
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 TrialSort = Literal["id", "-id", "gflops", "-gflops", "cost", "-cost"]
 ErrorKindName = Literal["none", "instantiation", "compile", "runtime", "wrong_answer",
-                        "build_timeout", "run_timeout"]
+                        "build_timeout", "run_timeout", "transient"]
 
 
 class WorkloadIn(BaseModel):
     """An operator instance as sent by a client; checked against the op table on submit."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
+    # strict: a JSON false is not a 0, nor "64" a 64 (what the schema promises is what counts)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}]})
 
     op: str = Field(description="operator name (see GET /api/v1/ops)")
@@ -36,7 +37,9 @@ class WorkloadIn(BaseModel):
 class JobCreate(BaseModel):
     """A tuning job to submit."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"workload": {"op": "matmul", "params": {"M": 64, "N": 64, "K": 64}}, "trials": 8,
+         "tuner": "random"}]})
 
     workload: WorkloadIn
     target: str = Field("llvm", description="target spec, e.g. 'llvm' or 'cuda -arch=sm_90'")
@@ -45,7 +48,7 @@ class JobCreate(BaseModel):
         None, description="tuner name (see GET /api/v1/tuners); default: the model-guided one")
     transfer: bool = Field(True, description="learn from other workloads' records (xgb)")
     early_stopping: Optional[int] = Field(
-        None, ge=1, description="stop after this many trials without a new best")
+        None, ge=1, le=MAX_TRIALS, description="stop after this many trials without a new best")
     seed: int = Field(0, ge=0, le=2**32 - 1)
     options: dict[str, Any] = Field(default_factory=dict, description="tuner options")
 
@@ -156,11 +159,28 @@ class CurvesPage(BaseModel):
     items: list[CurvePublic]
 
 
+class SourceStats(BaseModel):
+    """Generated code for /jobs/{id}/top (see `autotune.service.sources`)."""
+
+    cached: int = Field(description="sources in the cache")
+    pending: int = Field(description="sources being generated now")
+    made: int = Field(description="sources generated since the service started")
+    timeouts: int = Field(description="configs answered with a timeout as source_error")
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     version: str
     db: str
-    workers: int
+    workers: int = Field(description="job worker threads configured (max_concurrent_jobs)")
+    job_threads: int = Field(description="job worker threads alive (dead ones are started "
+                                         "again when health is asked, and every few seconds)")
+    job_threads_restarted: int = Field(description="job worker threads found dead and "
+                                                   "started again since the service started")
+    lease_keeper: bool = Field(description="whether the thread renewing job leases is alive")
+    executors: list[str] = Field(description="target keys of the open executors (closed "
+                                             "after executor_idle_s unused)")
+    sources: SourceStats
     auth: Literal["on", "off"]
     owner: str = Field(description="the owner id this service runs jobs under")
 

@@ -6,19 +6,38 @@ Each failure becomes a 422 whose ``detail`` entry has the ``loc`` of the field a
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
 
-import numpy as np
+from fastapi import HTTPException, Path, Request, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
 
 from autotune.ops import Workload
 from autotune.service.schemas import JobCreate, WorkloadIn
 from autotune.target import Target
 
-# A workload whose arrays exceed this many elements (1 GiB of float32) is refused.
+# Workload bounds, computed in Python ints (numpy's int64 products wrap around). Every
+# parameter and every array dimension (the padded input's too) is at most MAX_EXTENT: the
+# config space factors these extents (`space/split.py`; the most divisible extent below 2**20
+# takes ~0.25 s on a 4-level GPU split, where 2**61 took minutes of trial division).
+MAX_EXTENT = 2**20
+# The arrays, padded input included, hold at most this many elements (1 GiB of float32).
 MAX_ELEMENTS = 2**28
+# At most this many FLOPs per call (an 8192^3 matmul): the numpy reference and one timed run
+# stay within seconds to minutes.
+MAX_FLOPS = 2**40
+# Ids (jobs, trials, event ids) are 64-bit signed in the database; offsets are bounded lower.
+MAX_ID = 2**63 - 1
+MAX_OFFSET = 2**31 - 1
+# JSON nested deeper than this is refused before anything recurses over it.
+MAX_JSON_DEPTH = 32
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="job id")]
 
 Loc = tuple[Any, ...]
 
@@ -63,19 +82,49 @@ def check_workload(data: Mapping[str, Any], loc: Loc) -> Workload:
         wl = Workload.from_dict(data)
     except ValueError as err:
         raise invalid((*loc, *_workload_field(str(err))), str(err)) from None
-    elements = sum(int(np.prod(arg.shape)) for arg in wl.arg_specs)
+    for name, value in wl.params.items():
+        if max(value if isinstance(value, tuple) else (value,)) > MAX_EXTENT:
+            raise invalid((*loc, "params", name), f"{wl.op}: parameter {name!r} must be "
+                          f"at most {MAX_EXTENT}")
+    shapes = [arg.shape for arg in wl.arg_specs] + _padded_shapes(wl)
+    longest = max(max(shape, default=1) for shape in shapes)
+    if longest > MAX_EXTENT:
+        raise invalid((*loc, "params"), f"workload too large: an array dimension is "
+                      f"{longest}; the service accepts at most {MAX_EXTENT}")
+    elements = sum(math.prod(shape) for shape in shapes)
     if elements > MAX_ELEMENTS:
         raise invalid((*loc, "params"), f"workload too large: its arrays hold {elements} "
                       f"elements; the service accepts at most {MAX_ELEMENTS}")
+    flops = wl.flops()  # exact: the output's size is bounded above, the rest are Python ints
+    if flops > MAX_FLOPS:
+        raise invalid((*loc, "params"), f"workload too large: {flops} FLOPs per call; the "
+                      f"service accepts at most {MAX_FLOPS}")
     return wl
 
 
-def check_target(spec: str, loc: Loc) -> Target:
-    """A Target from its spec, or a 422 at ``loc``."""
+def _padded_shapes(wl: Workload) -> list[tuple[int, ...]]:
+    """The zero-padded copy of a convolution's input (NCHW), which a schedule may allocate."""
+    pad = wl.params.get("pad")
+    if not isinstance(pad, tuple) or pad == (0, 0):
+        return []
+    n, c, h, w = wl.arg_specs[0].shape
+    return [(n, c, h + 2 * pad[0], w + 2 * pad[1])]
+
+
+def check_target(spec: str, loc: Loc, *, measured_here: bool = False) -> Target:
+    """A Target from its spec, or a 422 at ``loc``; with ``measured_here`` (jobs measure on
+    this host, not on a Ray cluster), also a 422 saying why this host cannot measure it."""
     try:
-        return Target(spec)
+        target = Target(spec)
     except ValueError as err:
         raise invalid(loc, str(err)) from None
+    if measured_here:
+        from autotune.measure.capability import why_not_measurable
+
+        reason = why_not_measurable(target)
+        if reason:
+            raise invalid(loc, f"target: this host cannot measure {target.key!r}: {reason}")
+    return target
 
 
 def check_space(wl: Workload, target: Target, loc: Loc) -> None:
@@ -104,10 +153,11 @@ def check_tuner(name: str, options: Mapping[str, Any]) -> None:
         raise invalid(where, str(err)) from None
 
 
-def check_job(body: JobCreate) -> JobSpec:
-    """Every semantic check of a submitted job, in the order a reader fixes them."""
+def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
+    """Every semantic check of a submitted job, in the order a reader fixes them
+    (``measured_here``: see `check_target`)."""
     wl = check_workload(body.workload.model_dump(), ("body", "workload"))
-    target = check_target(body.target, ("body", "target"))
+    target = check_target(body.target, ("body", "target"), measured_here=measured_here)
     from autotune.search.registry import DEFAULT_TUNER
 
     tuner = body.tuner or DEFAULT_TUNER
@@ -118,12 +168,67 @@ def check_job(body: JobCreate) -> JobSpec:
     return JobSpec(wl, target, tuner, body.trials, options)
 
 
-def parse_workload_query(text: str, loc: Loc = ("query", "workload")) -> Workload:
-    """A Workload from a JSON query parameter, or a 422 naming the field."""
+def parse_json(text: str | bytes, loc: Loc) -> Any:
+    """JSON text parsed, or a 422 at ``loc``: bad syntax, an integer beyond Python's
+    int-string limit, or nesting deeper than MAX_JSON_DEPTH (before anything recurses)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise invalid(loc, f"workload: not valid JSON: {err}") from None
+        raise invalid(loc, f"not valid JSON: {err}", "json_invalid") from None
+    except RecursionError:
+        raise invalid(loc, f"JSON nested more than {MAX_JSON_DEPTH} levels deep",
+                      "json_invalid") from None
+    except UnicodeDecodeError as err:
+        raise invalid(loc, f"not UTF-8 text: {err.reason}", "json_invalid") from None
+    except ValueError:  # an integer literal beyond sys.get_int_max_str_digits()
+        raise invalid(loc, f"an integer has more than {sys.get_int_max_str_digits()} "
+                      "digits", "json_invalid") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise invalid(loc, f"JSON nested more than {MAX_JSON_DEPTH} levels deep",
+                      "json_invalid")
+    return data
+
+
+def _depth(data: Any) -> int:
+    # Iterative, so that checking the depth cannot itself run out of stack.
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_JSON_DEPTH:
+                todo.extend((v, depth + 1) for v in
+                            (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+class _JSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = parse_json(await self.body(), ("body",))
+            except RequestValidationError as err:
+                # Raised while FastAPI reads the body, only an HTTPException keeps its status.
+                raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                    err.errors()) from None
+        return self._json
+
+
+class JSONBodyRoute(APIRoute):
+    """A route whose JSON body is read by `parse_json`: every body it cannot parse is a
+    422 at ``body`` saying why (FastAPI answers a bare 400 for most of them)."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_JSONRequest(request.scope, request.receive))
+        return route
+
+
+def parse_workload_query(text: str, loc: Loc = ("query", "workload")) -> Workload:
+    """A Workload from a JSON query parameter, or a 422 naming the field."""
+    data = parse_json(text, loc)
     if not isinstance(data, dict):
         raise invalid(loc, "workload: expected a JSON object")
     try:

@@ -76,7 +76,7 @@ def serve(tmp_path) -> Iterator[Callable[..., TestClient]]:
                                "max_concurrent_jobs": 1, **fields})
         app = create_app(settings, tune_fn=tune_fn or FakeTune(),
                          executor_factory=lambda target: object())
-        client = TestClient(app)
+        client = TestClient(app, base_url="http://localhost")  # a Host the service allows
         client.__enter__()
         clients.append(client)
         return client

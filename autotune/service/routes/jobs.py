@@ -1,48 +1,69 @@
 """Job routes: submit, list, get, cancel, trials, workers, top configs, curves, events."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+import asyncio
+from typing import Annotated, AsyncIterator, Literal, Optional
 
 from anyio import to_thread
-from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from autotune.db import JobRecord
 from autotune.service import queries
 from autotune.service.cache import json_body, json_response
-from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, SourcesDep,
-                                   WriteAccess)
-from autotune.service.events import job_events
+from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep,
+                                   SourcesDep, WriteAccess)
+from autotune.service.events import StreamLimits, StreamSlot, StreamsFull, job_events
+from autotune.service.manager import QueueFull
 from autotune.service.schemas import (CurvePublic, CurvesPage, ErrorKindName, JobCreate,
                                       JobPublic, JobsPage, JobState, JobWorkerPublic,
                                       JobWorkersPage, TopConfig, TopPage, TrialSort,
                                       TrialsPage, job_public, trial_fields)
-from autotune.service.sources import SourceError
-from autotune.service.validation import check_job
+from autotune.service.sources import SourceResult
+from autotune.service.validation import (MAX_ID, MAX_OFFSET, JobId, JSONBodyRoute,
+                                         check_job)
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
 _NOT_FOUND = {404: {"description": "no job with this id"}}
 _AUTH = {401: {"description": "no API key"}, 403: {"description": "invalid API key"}}
+_BUSY = {429: {"description": "a limit is reached (the reason is in `detail`); retry later"}}
+_RETRY_AFTER_S = "5"
 
 
 def _job(db: DbDep, job_id: int) -> JobRecord:
-    job = db.get_job(job_id)
+    # Ids beyond the database's 64-bit range cannot exist (and would overflow its driver).
+    job = db.get_job(job_id) if 0 < job_id <= MAX_ID else None
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
     return job
 
 
+# What a client can do next with a job it created (OpenAPI links: generated clients and the
+# stateful fuzz test follow them).
+_NEXT = {name: {"operationId": name, "parameters": {"job_id": "$response.body#/id"}}
+         for name in ("get_job", "cancel_job", "job_trials", "job_workers")}
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
-             dependencies=[WriteAccess], responses=_AUTH)
-def submit_job(body: JobCreate, manager: ManagerDep) -> JobPublic:
-    """Queue a tuning job (needs an API key)."""
-    return job_public(manager.submit(check_job(body)))
+             dependencies=[WriteAccess], operation_id="submit_job",
+             responses={201: {"description": "the job, queued", "links": _NEXT},
+                        **_AUTH, **_BUSY})
+def submit_job(body: JobCreate, manager: ManagerDep, settings: SettingsDep) -> JobPublic:
+    """Queue a tuning job (needs an API key); 429 while the queue is full."""
+    # On a Ray cluster the job waits for a worker of its target; here this host must run it.
+    spec = check_job(body, measured_here=not settings.ray_address)
+    try:
+        return job_public(manager.submit(spec, max_queued=settings.max_queued_jobs))
+    except QueueFull as err:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(err),
+                            headers={"Retry-After": _RETRY_AFTER_S}) from None
 
 
 @router.get("", response_model=JobsPage, dependencies=[ReadAccess])
 def list_jobs(db: DbDep, state: Optional[JobState] = None,
-              offset: Annotated[int, Query(ge=0)] = 0,
+              offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
               limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobsPage:
     """A page of jobs, newest first."""
     jobs, total = db.list_jobs(state=state, offset=offset, limit=limit)
@@ -50,15 +71,15 @@ def list_jobs(db: DbDep, state: Optional[JobState] = None,
 
 
 @router.get("/{job_id}", response_model=JobPublic, dependencies=[ReadAccess],
-            responses=_NOT_FOUND)
-def get_job(db: DbDep, job_id: int) -> JobPublic:
+            responses=_NOT_FOUND, operation_id="get_job")
+def get_job(db: DbDep, job_id: JobId) -> JobPublic:
     """A job: its state, progress and best GFLOP/s so far."""
     return job_public(_job(db, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, dependencies=[WriteAccess],
-             responses={**_NOT_FOUND, **_AUTH})
-def cancel_job(manager: ManagerDep, job_id: int) -> JobPublic:
+             responses={**_NOT_FOUND, **_AUTH}, operation_id="cancel_job")
+def cancel_job(manager: ManagerDep, job_id: JobId) -> JobPublic:
     """Cancel a queued or running job; a running one stops after its current batch."""
     job = manager.cancel(job_id)
     if job is None:
@@ -67,9 +88,9 @@ def cancel_job(manager: ManagerDep, job_id: int) -> JobPublic:
 
 
 @router.get("/{job_id}/trials", response_model=TrialsPage, dependencies=[ReadAccess],
-            responses=_NOT_FOUND)
-async def job_trials(db: DbDep, cache: CacheDep, job_id: int,
-                     offset: Annotated[int, Query(ge=0)] = 0,
+            responses=_NOT_FOUND, operation_id="job_trials")
+async def job_trials(db: DbDep, cache: CacheDep, job_id: JobId,
+                     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100, sort: TrialSort = "id",
                      error: Optional[ErrorKindName] = None) -> Response:
     """A page of the job's trials; sort by [-]id, [-]gflops or [-]cost; filter by error kind."""
@@ -83,8 +104,8 @@ async def job_trials(db: DbDep, cache: CacheDep, job_id: int,
 
 
 @router.get("/{job_id}/workers", response_model=JobWorkersPage, dependencies=[ReadAccess],
-            responses=_NOT_FOUND)
-def job_workers(db: DbDep, job_id: int) -> JobWorkersPage:
+            responses=_NOT_FOUND, operation_id="job_workers")
+def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
     """Who measured the job's trials: trials and failures per worker, most trials first
     ("local": records that name no worker, such as those made before workers were recorded)."""
     _job(db, job_id)
@@ -95,33 +116,41 @@ def job_workers(db: DbDep, job_id: int) -> JobWorkersPage:
 
 @router.get("/{job_id}/top", response_model=TopPage, dependencies=[ReadAccess],
             responses=_NOT_FOUND)
-def top_configs(db: DbDep, sources: SourcesDep, job_id: int,
-                k: Annotated[int, Query(ge=1, le=20)] = 5,
-                form: Literal["loop", "llvm"] = "loop") -> TopPage:
+async def top_configs(db: DbDep, sources: SourcesDep, job_id: JobId,
+                      k: Annotated[int, Query(ge=1, le=20)] = 5,
+                      form: Literal["loop", "llvm"] = "loop") -> TopPage:
     """The k best valid configs known for the job's workload and target, with their code.
 
-    ``loop``: the scheduled loop nest; ``llvm``: the generated source (slower, cached).
+    ``loop``: the scheduled loop nest; ``llvm``: the generated source (LLVM IR, or CUDA C on
+    GPU targets). Each is made once, off the request threads, and cached; ``source_error``
+    says why a config has none (e.g. not ready within the service's source timeout).
     """
     from autotune.ops import Workload
     from autotune.target import Target
 
-    job = _job(db, job_id)
-    workload, target = Workload.from_json(job.workload_key), Target(job.target_key)
-    items = []
-    for rank, trial in enumerate(db.top(job.workload_key, job.target_key, k), start=1):
-        source, error = None, None
+    def load() -> tuple[list, Optional[Workload], Optional[Target], Optional[str]]:
+        job = _job(db, job_id)
+        trials = db.top(job.workload_key, job.target_key, k)
         try:
-            source = sources.get(workload, target, trial.config, form)
-        except SourceError as err:
-            error = str(err)
-        items.append(TopConfig(**trial_fields(trial), rank=rank, source=source,
-                               source_error=error))
-    return TopPage(items=items, form=form)
+            return trials, Workload.from_json(job.workload_key), Target(job.target_key), None
+        except ValueError as err:  # a record this version cannot read back
+            return trials, None, None, f"{type(err).__name__}: {err}"
+
+    trials, workload, target, error = await to_thread.run_sync(load)
+    if workload is None or target is None:
+        results = [SourceResult(error=error)] * len(trials)
+    else:
+        results = await asyncio.gather(*(sources.get(workload, target, trial.config, form)
+                                         for trial in trials))
+    return TopPage(items=[TopConfig(**trial_fields(trial), rank=rank, source=result.text,
+                                    source_error=result.error)
+                          for rank, (trial, result) in enumerate(zip(trials, results), start=1)],
+                   form=form)
 
 
 @router.get("/{job_id}/curves", response_model=CurvesPage, dependencies=[ReadAccess],
             responses=_NOT_FOUND)
-def job_curves(db: DbDep, job_id: int, points: Annotated[int, Query(ge=2, le=2000)] = 200,
+def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2000)] = 200,
                siblings: bool = False) -> CurvesPage:
     """Best GFLOP/s against trials; with ``siblings``, also of the other jobs (other tuners,
     seeds) on the same workload and target."""
@@ -134,28 +163,51 @@ def job_curves(db: DbDep, job_id: int, points: Annotated[int, Query(ge=2, le=200
 
 
 @router.get("/{job_id}/events", dependencies=[ReadAccess], responses={
-    **_NOT_FOUND, 200: {"content": {"text/event-stream": {}},
-                        "description": "events: state, batch, end (see autotune.service.events)"}})
-async def job_event_stream(db: DbDep, manager: ManagerDep, job_id: int,
-                           after: Annotated[Optional[int], Query(ge=0)] = None,
+    **_NOT_FOUND, **_BUSY,
+    200: {"content": {"text/event-stream": {}},
+          "description": "events: state, batch, end (see autotune.service.events)"}})
+async def job_event_stream(request: Request, db: DbDep, manager: ManagerDep,
+                           settings: SettingsDep, job_id: JobId,
+                           after: Annotated[Optional[int], Query(ge=0, le=MAX_ID)] = None,
                            last_event_id: Annotated[Optional[str], Header()] = None
                            ) -> StreamingResponse:
     """Server-sent events: one per measured batch, and state changes; ends with the job.
 
     Resume with the ``Last-Event-ID`` header (or ``?after=<id>``): only newer trials are sent.
+    A stream lasts at most ``AUTOTUNE_EVENT_STREAM_LIFETIME_S``, then closes (reconnect); 429
+    while too many streams are open.
     """
+    start = after if after is not None else _event_id(last_event_id)
     if await to_thread.run_sync(db.get_job, job_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-    start = after if after is not None else _event_id(last_event_id)
-    return StreamingResponse(job_events(db, manager, job_id, start),
-                             media_type="text/event-stream",
+    streams: StreamLimits = request.app.state.streams
+    try:
+        slot = streams.open(request.client.host if request.client else "")
+    except StreamsFull as err:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(err),
+                            headers={"Retry-After": _RETRY_AFTER_S}) from None
+    stream = job_events(db, manager, job_id, start, lifetime_s=settings.event_stream_lifetime_s)
+    # Released when the stream ends or the client goes, and (background) if it never started.
+    return StreamingResponse(_holding(slot, stream), media_type="text/event-stream",
+                             background=BackgroundTask(slot.release),
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _holding(slot: StreamSlot, stream: AsyncIterator[str]) -> AsyncIterator[str]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        slot.release()
 
 
 def _event_id(header: Optional[str]) -> int:
     try:
-        return max(0, int(header or 0))
-    except ValueError:
+        value: Optional[int] = max(0, int(header or 0))
+    except ValueError:  # not an integer, or longer than Python's int-string limit
+        value = None
+    if value is None or value > MAX_ID:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             [{"loc": ["header", "last-event-id"], "type": "int_parsing",
-                              "msg": "Last-Event-ID must be an integer"}]) from None
+                              "msg": f"Last-Event-ID must be an integer from 0 to {MAX_ID}"}])
+    return value

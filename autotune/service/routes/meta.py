@@ -9,8 +9,9 @@ from fastapi.responses import Response
 
 import autotune
 from autotune.service.cache import json_body, json_response
-from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep
-from autotune.service.schemas import BestPublic, Health, best_public
+from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep,
+                                   SourcesDep)
+from autotune.service.schemas import BestPublic, Health, SourceStats, best_public
 from autotune.service.validation import check_target, parse_workload_query
 
 router = APIRouter(tags=["records"])
@@ -19,10 +20,12 @@ router = APIRouter(tags=["records"])
 @router.get("/best", response_model=BestPublic, dependencies=[ReadAccess],
             responses={404: {"description": "no valid record for this workload and target"}})
 async def get_best(db: DbDep, cache: CacheDep,
-                   workload: Annotated[str, Query(description='workload JSON, e.g. {"op": '
-                                                  '"matmul", "params": {"M": 64, "N": 64, '
-                                                  '"K": 64}}')],
-                   target: Annotated[str, Query(description="target spec or key")] = "llvm"
+                   workload: Annotated[str, Query(
+                       min_length=1, max_length=1024,  # URL-encoded, within the 16 KiB request line
+                       description='workload JSON, e.g. {"op": "matmul", "params": {"M": 64, '
+                                   '"N": 64, "K": 64}}')],
+                   target: Annotated[str, Query(min_length=1, max_length=256,
+                                                description="target spec or key")] = "llvm"
                    ) -> Response:
     """The fastest valid record of a workload on a target (what `autotune.best(url=...)` reads)."""
     def make() -> bytes:
@@ -60,13 +63,16 @@ def list_tuners() -> list[dict[str, Any]]:
 
 @router.get("/health", response_model=Health,
             responses={503: {"description": "the database is unreachable"}})
-def health(db: DbDep, manager: ManagerDep, settings: SettingsDep) -> Health:
-    """Liveness: the service answers and its database is reachable (always open)."""
+def health(db: DbDep, manager: ManagerDep, settings: SettingsDep, sources: SourcesDep
+           ) -> Health:
+    """Liveness: the service answers and its database is reachable (always open); its job
+    threads (dead ones are started again here), executors and generated-code cache."""
     try:
         revision = db.revision()
     except Exception as err:  # any driver error means "not healthy", never a 500
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             f"database unreachable: {type(err).__name__}") from None
     return Health(status="ok", version=autotune.__version__, db=revision or "unmigrated",
-                  workers=manager.workers, auth="off" if settings.auth_disabled else "on",
-                  owner=manager.owner)
+                  workers=manager.workers, **manager.health(),
+                  sources=SourceStats(**sources.stats()),
+                  auth="off" if settings.auth_disabled else "on", owner=manager.owner)
