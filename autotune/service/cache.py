@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Awaitable, Callable, Hashable, Optional, Union
 
 from anyio import to_thread
 from fastapi.encoders import jsonable_encoder
@@ -51,9 +51,11 @@ class ResponseCache:
     def version(self) -> int:
         return self._version()
 
-    async def fetch(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
-        """The cached body, or ``make()`` run in a thread and cached. Concurrent misses of one
-        key share one ``make`` (after a batch lands, fifty clients cost one query, not fifty)."""
+    async def fetch(self, key: Hashable,
+                    make: Union[Callable[[], bytes], Callable[[], Awaitable[bytes]]]) -> bytes:
+        """The cached body, or ``make()`` (awaited if it is a coroutine function, else run in a
+        thread) and cached. Concurrent misses of one key share one ``make`` (after a batch
+        lands, fifty clients cost one query, not fifty)."""
         found = self.get(key)
         if found is not None:
             return found
@@ -64,7 +66,10 @@ class ResponseCache:
         self._pending[key] = future
         try:
             version = self.version()
-            body = await to_thread.run_sync(make)
+            if asyncio.iscoroutinefunction(make):
+                body = await make()
+            else:
+                body = await to_thread.run_sync(make)  # type: ignore[arg-type]
             self.put(key, version, body)
             future.set_result(body)
             return body

@@ -1,18 +1,21 @@
 """HTTP details the framework leaves loose: a published schema true to the auth settings,
-and 405 answers that list every method of the path.
+405 answers that list every method of the path, and a bound on requests for generated code
+in flight, so that many of them never crowd out the rest (`/health` above all).
 
 Reads are open unless ``require_key_for_reads``; the schema then marks their key as
 optional (``security: [{}, {bearer}]``), so clients and fuzzers are not told a key is needed.
 """
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from autotune.settings import Settings
 
@@ -21,6 +24,30 @@ def install(app: FastAPI, settings: Settings) -> None:
     """Patch ``app``'s OpenAPI schema and its 405 answers."""
     _publish_optional_read_keys(app, settings)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(CodePagesInFlight, limit=CODE_PAGES_IN_FLIGHT)
+
+
+# Requests for pages of generated code (`/jobs/{id}/top`) handled at once, sending included.
+# Each costs the event loop about a millisecond; sixty at once put every other request
+# behind sixty of them, while the ones waiting here cost nothing.
+CODE_PAGES_IN_FLIGHT = 4
+
+
+class CodePagesInFlight:
+    """At most ``limit`` requests for `/top` pages in flight; the others wait their turn."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+        self._slots: Optional[asyncio.Semaphore] = None  # made on the server's event loop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/top"):
+            await self.app(scope, receive, send)
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        async with self._slots:
+            await self.app(scope, receive, send)
 
 
 def _publish_optional_read_keys(app: FastAPI, settings: Settings) -> None:

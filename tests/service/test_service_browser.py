@@ -235,10 +235,9 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
     browser.save_screenshot(str(ARTIFACTS / "dashboard-workers.png"))
 
     browser.get(f"{server.url}/jobs/{job['id']}")
-    mine = wait_for(lambda: browser.find_elements(
-        By.CSS_SELECTOR, f'#measured-by tr[data-worker="{local}"]'), 20, what="measured by")[0]
-    assert mine.find_element(By.CSS_SELECTOR, ".trials").text == "8"
-    assert mine.find_element(By.CSS_SELECTOR, ".failed").text == str(by[0]["failed"])
+    row = f'#measured-by tr[data-worker="{local}"]'
+    assert wait_for(lambda: cell(f"{row} .trials"), 20, what="measured by") == "8"
+    assert cell(f"{row} .failed") == str(by[0]["failed"])
     assert not browser.find_element(By.ID, "waiting").is_displayed()
     logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert not logs, logs

@@ -116,7 +116,7 @@ def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
 
 @router.get("/{job_id}/top", response_model=TopPage, dependencies=[ReadAccess],
             responses=_NOT_FOUND)
-async def top_configs(db: DbDep, sources: SourcesDep, job_id: JobId,
+async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: JobId,
                       k: Annotated[int, Query(ge=1, le=20)] = 5,
                       form: Literal["loop", "llvm"] = "loop") -> TopPage:
     """The k best valid configs known for the job's workload and target, with their code.
@@ -136,16 +136,21 @@ async def top_configs(db: DbDep, sources: SourcesDep, job_id: JobId,
         except ValueError as err:  # a record this version cannot read back
             return trials, None, None, f"{type(err).__name__}: {err}"
 
-    trials, workload, target, error = await to_thread.run_sync(load)
-    if workload is None or target is None:
-        results = [SourceResult(error=error)] * len(trials)
-    else:
-        results = await asyncio.gather(*(sources.get(workload, target, trial.config, form)
-                                         for trial in trials))
-    return TopPage(items=[TopConfig(**trial_fields(trial), rank=rank, source=result.text,
-                                    source_error=result.error)
-                          for rank, (trial, result) in enumerate(zip(trials, results), start=1)],
-                   form=form)
+    async def page() -> bytes:
+        trials, workload, target, error = await to_thread.run_sync(load)
+        if workload is None or target is None:
+            results = [SourceResult(error=error)] * len(trials)
+        else:
+            results = await asyncio.gather(*(sources.get(workload, target, trial.config, form)
+                                             for trial in trials))
+        return json_body(TopPage(items=[
+            TopConfig(**trial_fields(trial), rank=rank, source=result.text,
+                      source_error=result.error)
+            for rank, (trial, result) in enumerate(zip(trials, results), start=1)], form=form))
+
+    # Cached like the other hot reads: a page of generated code is large, and building it
+    # for every client of a busy job would hold the interpreter from every other request.
+    return json_response(await cache.fetch(("top", job_id, k, form), page))
 
 
 @router.get("/{job_id}/curves", response_model=CurvesPage, dependencies=[ReadAccess],

@@ -63,10 +63,13 @@ def list_tuners() -> list[dict[str, Any]]:
 
 @router.get("/health", response_model=Health,
             responses={503: {"description": "the database is unreachable"}})
-def health(db: DbDep, manager: ManagerDep, settings: SettingsDep, sources: SourcesDep
-           ) -> Health:
+async def health(db: DbDep, manager: ManagerDep, settings: SettingsDep, sources: SourcesDep
+                 ) -> Health:
     """Liveness: the service answers and its database is reachable (always open); its job
-    threads (dead ones are started again here), executors and generated-code cache."""
+    threads (dead ones are started again here), executors and generated-code cache.
+
+    Async: it must answer while the request threads are busy; its one query takes well
+    under a millisecond, which the event loop can afford."""
     try:
         revision = db.revision()
     except Exception as err:  # any driver error means "not healthy", never a 500
