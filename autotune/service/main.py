@@ -17,6 +17,7 @@ from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager, TuneFn, default_tune
 from autotune.service import http
 from autotune.service.routes import dashboard, jobs, meta, workers
+from autotune.service.probe import DatabaseProbe
 from autotune.service.sources import SourceCache
 from autotune.settings import Settings
 
@@ -82,10 +83,12 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
         app.state.sources = SourceCache(workers=settings.source_workers,
                                         timeout_s=settings.source_timeout_s)
         app.state.cache = ResponseCache(lambda: manager.notifier.version)
+        app.state.probe = DatabaseProbe(db)
         manager.start()
         try:
             yield
         finally:
+            app.state.probe.close()
             app.state.sources.close()
             manager.close()
             db.dispose()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import Response
 
 import autotune
@@ -63,19 +63,19 @@ def list_tuners() -> list[dict[str, Any]]:
 
 @router.get("/health", response_model=Health,
             responses={503: {"description": "the database is unreachable"}})
-async def health(db: DbDep, manager: ManagerDep, settings: SettingsDep, sources: SourcesDep
-                 ) -> Health:
+async def health(request: Request, manager: ManagerDep, settings: SettingsDep,
+                 sources: SourcesDep) -> Health:
     """Liveness: the service answers and its database is reachable (always open); its job
     threads (dead ones are started again here), executors and generated-code cache.
 
-    Async: it must answer while the request threads are busy; its one query takes well
-    under a millisecond, which the event loop can afford."""
-    try:
-        revision = db.revision()
-    except Exception as err:  # any driver error means "not healthy", never a 500
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
-                            f"database unreachable: {type(err).__name__}") from None
-    return Health(status="ok", version=autotune.__version__, db=revision or "unmigrated",
+    Async and from memory: the database is checked every second by `DatabaseProbe`, so
+    this answers at once however busy the request threads are."""
+    probe = request.app.state.probe
+    problem = probe.problem()
+    if problem is not None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, problem)
+    return Health(status="ok", version=autotune.__version__,
+                  db=probe.reading.revision or "unmigrated",
                   workers=manager.workers, **manager.health(),
                   sources=SourceStats(**sources.stats()),
                   auth="off" if settings.auth_disabled else "on", owner=manager.owner)
