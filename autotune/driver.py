@@ -85,6 +85,18 @@ def build(workload: Workload, target: Target, config: Config | int | dict | None
     return Artifact(func, target.key, source, binary, time.perf_counter() - t0)
 
 
+def source(workload: Workload, target: Target, config: Config | int | dict | None = None
+           ) -> str:
+    """The generated source `build` would return (LLVM IR before O3, CUDA C before nvcc),
+    without compiling it: cheap, and needs no device."""
+    func = lower(workload, target, config)
+    if target.kind == "llvm":
+        from autotune.codegen.llvm import generate_llvm_ir
+        return generate_llvm_ir(func, target)
+    from autotune.codegen.cuda import generate_cuda
+    return generate_cuda(func, target)[0]
+
+
 def load(artifact: Artifact, target: Target) -> "Kernel":
     """Load a built artifact into a callable kernel in this process."""
     if target.kind == "llvm":

@@ -40,19 +40,10 @@ def make_source(workload: "Workload", target: "Target", config: Mapping[str, Any
                 form: str) -> str:
     """The ``form`` source of ``config`` (its ``{"index", "knobs"}`` dict); raises on failure."""
     from autotune import driver
-    from autotune.space import Config
 
-    cfg = Config.from_json(dict(config), driver.space(workload, target))
-    func = driver.lower(workload, target, cfg)
     if form == "loop":
-        return str(func)
-    if target.kind == "llvm":
-        from autotune.codegen.llvm import generate_llvm_ir
-
-        return generate_llvm_ir(func, target)
-    from autotune.codegen.cuda import generate_cuda
-
-    return generate_cuda(func, target)[0]
+        return str(driver.lower(workload, target, dict(config)))
+    return driver.source(workload, target, dict(config))
 
 
 def _lowest_priority() -> None:
