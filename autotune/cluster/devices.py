@@ -6,12 +6,10 @@ lists with a supported compute capability is one more (`Target("cuda -arch=sm_XY
 from __future__ import annotations
 
 import hashlib
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from autotune.target import CUDA_ARCHS, Target
+from autotune.target import Target
 
 RESOURCE_PREFIX = "autotune-target-"
 
@@ -52,26 +50,10 @@ def cpu_device() -> Device:
 
 def gpu_devices() -> list[Device]:
     """Each CUDA GPU of this host with a supported arch (none without ``nvidia-smi``)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,name,uuid,compute_cap",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4 or not parts[0].isdigit():
-            continue
-        index, name, uuid, cap = parts
-        arch = "sm_" + cap.replace(".", "")
-        if arch in CUDA_ARCHS:
-            spec = f"cuda -arch={arch}"
-            found.append(Device(spec, Target(spec).key, name, int(index), uuid))
-    return found
+    from autotune.measure.capability import host_gpus
+
+    return [Device(f"cuda -arch={gpu.arch}", Target(f"cuda -arch={gpu.arch}").key, gpu.name,
+                   gpu.index, gpu.uuid) for gpu in host_gpus()]
 
 
 def host_devices(cpu: bool = True, gpus: bool = True) -> list[Device]:

@@ -4,10 +4,13 @@ A target the host cannot run would record every config as failed, and configs ar
 once ever: those records would poison the database. CPU targets: LLVM must know the CPU and
 features, the host CPU must have every ISA extension the code would use (probed, see
 `autotune.target_isa`), and ``-cores`` must not exceed the host's. CUDA: nvcc and a GPU of the
-target's arch.
+target's arch (`host_gpus`, which Ray workers list their GPUs with too).
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -41,21 +44,50 @@ def _cpu_reason(target: "Target") -> Optional[str]:
     return None
 
 
+@dataclass(frozen=True)
+class HostGpu:
+    """One CUDA GPU of this host."""
+
+    index: int
+    name: str
+    uuid: str
+    arch: str  # e.g. "sm_90"
+
+
+def host_gpus() -> list[HostGpu]:
+    """This host's CUDA GPUs of a supported arch, as ``nvidia-smi`` lists them (none
+    without it); the service process never opens a GPU context to find them."""
+    from autotune.target import CUDA_ARCHS
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,uuid,compute_cap",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4 or not parts[0].isdigit():
+            continue
+        index, name, uuid, cap = parts
+        arch = "sm_" + cap.replace(".", "")
+        if arch in CUDA_ARCHS:
+            found.append(HostGpu(int(index), name, uuid, arch))
+    return found
+
+
 def _cuda_reason(arch: str) -> Optional[str]:
     from autotune.codegen.cuda_nvcc import find_nvcc
 
     if find_nvcc() is None:
         return "this host has no nvcc (PATH, $CUDA_HOME, /usr/local/cuda) to compile CUDA"
-    try:
-        import pycuda.driver as cuda
-
-        cuda.init()  # no context: the service process never holds the GPU
-        archs = [f"sm_{major}{minor}" for major, minor in
-                 (cuda.Device(i).compute_capability() for i in range(cuda.Device.count()))]
-    except Exception as err:  # ImportError, no driver: no GPU to time on
-        return f"this host has no CUDA GPU ({type(err).__name__}: {err})"
+    archs = sorted({gpu.arch for gpu in host_gpus()})
     if not archs:
-        return "this host has no CUDA GPU"
-    if archs[0] != arch:
-        return f"this host's GPU is {archs[0]}, not {arch}"
+        return "this host has no CUDA GPU (nvidia-smi lists none of a supported arch)"
+    if arch not in archs:
+        return f"this host's GPUs are {', '.join(archs)}, not {arch}"
     return None
