@@ -95,6 +95,10 @@ class LeaseKeeper:
         self._thread.start()
         return self
 
+    def running(self) -> bool:
+        """Whether the renewing thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop renewing (the leases run out unless their jobs are released)."""
         self._stop.set()

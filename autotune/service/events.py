@@ -45,9 +45,7 @@ class StreamSlot:
         self._limits, self.client, self._held = limits, client, True
 
     def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._limits._release(self.client)
+        self._limits._release(self)
 
 
 class StreamLimits:
@@ -71,11 +69,15 @@ class StreamLimits:
             self._open[client] += 1
         return StreamSlot(self, client)
 
-    def _release(self, client: str) -> None:
+    def _release(self, slot: StreamSlot) -> None:
+        # Under the lock: the stream's end and its background task may both release it.
         with self._lock:
-            self._open[client] -= 1
-            if self._open[client] <= 0:
-                del self._open[client]
+            if not slot._held:
+                return
+            slot._held = False
+            self._open[slot.client] -= 1
+            if self._open[slot.client] <= 0:
+                del self._open[slot.client]
 
 
 def format_event(event: str, data: Any, event_id: Optional[int] = None) -> str:

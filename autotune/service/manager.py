@@ -153,9 +153,8 @@ class JobManager:
         self.ensure_workers()
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
-        keeper = getattr(self.leases, "_thread", None)  # None before start
         return {"job_threads": alive, "job_threads_restarted": self.restarted,
-                "lease_keeper": keeper is not None and keeper.is_alive(),
+                "lease_keeper": self.leases.running(),
                 "executors": sorted(self.executors.executors())}
 
     def _watch(self) -> None:
