@@ -1,24 +1,27 @@
-"""`ChildProcess`: one spawned worker on a duplex pipe that can be killed and respawned.
+"""`ChildProcess`: one worker interpreter on a duplex socket that can be killed and respawned.
 
-Builders, runners and feature workers keep such children warm (a spawn costs an interpreter
-start and the imports) and replace one whenever it hangs or dies; nothing else is shared.
-Every child dies with the process that spawned it, however that one ends: Linux's
-parent-death signal kills it at once, and an orphan watch covers other systems.
+Builders, runners and feature workers keep such children warm (a start costs an interpreter
+and the imports) and replace one whenever it hangs or dies; nothing else is shared. A child
+is ``python -m autotune.measure.child_main``, so any script, notebook or stdin can start one
+(a ``multiprocessing`` spawn re-imports ``__main__``). Every child dies with the process that
+started it, however that one ends: Linux's parent-death signal kills it at once, and an
+orphan watch covers other systems.
 """
 from __future__ import annotations
 
 import ctypes
-import multiprocessing
 import os
 import queue
 import resource
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 _JOIN_S = 2.0  # how long a dying child gets to leave before it is killed
 ORPHAN_POLL_S = 0.5  # how often a child checks that its parent still lives
@@ -44,12 +47,15 @@ class ChildDied(Exception):
 
 
 class ChildProcess:
-    """A spawned process running ``main(conn, *args)``; ``conn`` is its end of the pipe."""
+    """A worker interpreter running ``main(conn, *args)``; ``conn`` is its end of the socket.
+
+    ``main`` and ``args`` must pickle by reference from an importable module (any module on
+    this process's ``sys.path``, which the child gets)."""
 
     def __init__(self, main: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
         self._main, self._args, self.name = main, args, name
         self.conn: Connection | None = None
-        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def started(self) -> bool:
@@ -60,15 +66,23 @@ class ChildProcess:
         return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
-        """Spawn the process (returns at once; the child says when it is ready)."""
-        ctx = multiprocessing.get_context("spawn")  # fork would copy our threads and JIT state
-        parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_bootstrap, args=(os.getpid(), self._main, child, *self._args),
-                           name=self.name, daemon=True)
-        _spawn(proc)
-        child.close()  # so that the child's death shows up here as EOF
-        self.conn, self._proc = parent, proc
-
+        """Start the process (returns at once; the child says when it is ready)."""
+        ours, theirs = socket.socketpair()
+        try:
+            fd = theirs.fileno()
+            argv = [sys.executable, "-m", "autotune.measure.child_main", str(fd),
+                    str(os.getpid())]
+            proc = _spawn(lambda: subprocess.Popen(argv, pass_fds=(fd,),
+                                                   stdin=subprocess.DEVNULL))
+        finally:
+            theirs.close()  # so that the child's death shows up here as EOF
+        conn = Connection(ours.detach())
+        try:
+            conn.send(list(sys.path))
+            conn.send((self._main, self._args))
+        except (OSError, ValueError):  # died at once: recv reports how
+            pass
+        self.conn, self._proc = conn, proc
     def send(self, msg: Any) -> bool:
         """Send ``msg``; False when the child is gone."""
         if self.conn is None:
@@ -98,9 +112,9 @@ class ChildProcess:
         """(reason, ending signal or None) of a child whose pipe has closed."""
         if self._proc is None:
             return "not started", None
-        self._proc.join(_JOIN_S)
-        code = self._proc.exitcode
-        if code is None:
+        try:
+            code = self._proc.wait(_JOIN_S)
+        except subprocess.TimeoutExpired:
             self.kill()
             return "closed its pipe and was killed", None
         if code < 0:
@@ -112,9 +126,9 @@ class ChildProcess:
         proc, conn = self._proc, self.conn
         self._proc, self.conn = None, None
         if proc is not None:
-            if proc.is_alive():
+            if proc.poll() is None:
                 proc.kill()
-            proc.join(_JOIN_S)
+            _reap(proc)
         if conn is not None:
             conn.close()
 
@@ -127,8 +141,11 @@ class ChildProcess:
         """Ask the child to leave (a ``None`` message), then kill it if it lingers."""
         proc = self._proc
         if proc is not None and self.send(None):
-            proc.join(_JOIN_S)
+            _reap(proc)
         self.kill()
+
+
+_T = TypeVar("_T")
 
 
 class _Spawner:
@@ -144,7 +161,7 @@ class _Spawner:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue())
         threading.Thread(target=self._loop, name="autotune-spawner", daemon=True).start()
 
@@ -156,43 +173,35 @@ class _Spawner:
                 cls._instance = cls()
             return cls._instance
 
-    def run(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the spawner thread and wait for it (its exception is raised here)."""
-        done: Future[None] = Future()
+    def run(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the spawner thread and return its result (or raise its exception)."""
+        done: Future[_T] = Future()
         self._tasks.put((fn, done))
-        done.result()
+        return done.result()
 
     def _loop(self) -> None:
         while True:
             fn, done = self._tasks.get()
             try:
-                fn()
-                done.set_result(None)
+                done.set_result(fn())
             except BaseException as err:  # handed to the caller
                 done.set_exception(err)
 
 
-def _spawn(proc: multiprocessing.process.BaseProcess) -> None:
+def _spawn(start: Callable[[], _T]) -> _T:
     if threading.current_thread() is threading.main_thread():
-        proc.start()  # the main thread lives as long as the process
-    else:
-        _Spawner.get().run(proc.start)
+        return start()  # the main thread lives as long as the process
+    return _Spawner.get().run(start)
 
 
-def _bootstrap(parent: int, main: Callable[..., None], *args: Any) -> None:
-    """Child entry: die with the parent, then run ``main``. ``daemon`` reaps children only on
-    a clean exit; a SIGKILLed parent (the service, or a Ray actor lost with its node) would
-    leave them, and a hung kernel would keep spinning and distort later timings."""
-    _set_parent_death_signal()
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-    # Also polled: the signal is Linux-only, and the watch needs no help from the kernel.
-    threading.Thread(target=_exit_with_parent, args=(parent,), name="autotune-orphan-watch",
-                     daemon=True).start()
-    main(*args)
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(_JOIN_S)
+    except subprocess.TimeoutExpired:  # unkillable for now (D state): the kernel reaps it
+        pass
 
 
-def _set_parent_death_signal() -> None:
+def set_parent_death_signal() -> None:
     """SIGKILL this process when its parent ends (Linux ``prctl``; elsewhere nothing): it
     fires even while a native call holds the GIL, which the orphan watch needs."""
     if not sys.platform.startswith("linux"):
@@ -204,7 +213,8 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _exit_with_parent(parent: int) -> None:
+def exit_with_parent(parent: int) -> None:
+    """Poll until ``parent`` is gone, then leave at once."""
     while os.getppid() == parent:
         time.sleep(ORPHAN_POLL_S)
     os._exit(1)
