@@ -57,7 +57,7 @@ class Settings(BaseSettings):
         description="seconds a target's executor (build pool and runner processes) stays open "
                     "with no job using it; then it is closed (made again when needed)")
     source_workers: int = Field(
-        1, ge=1, le=16, description="threads that generate code for /jobs/{id}/top?form=llvm "
+        1, ge=1, le=16, description="worker processes that generate code for /jobs/{id}/top "
                                     "(at the lowest CPU priority)")
     source_timeout_s: float = Field(
         10.0, ge=0.001, le=600.0,

@@ -1,24 +1,24 @@
 """Generated code of recorded configs, made on demand and cached (configs never change).
 
-``loop``: the scheduled loop AST. ``llvm``: the generated source, i.e. what ``driver.build``
-returns as ``source`` without its costly half: the LLVM IR text before O3 and object code on
-CPU targets, the CUDA C before nvcc on GPU targets. Neither touches a device, so no device
-lock is taken. Sources are made in a small pool of threads of their own (never the request
-thread pool, so /health and other routes keep answering), at the lowest CPU priority (a
-kernel timed meanwhile keeps the cores), each (workload, target, config, form) once however
-many requests ask for it at once; a request waits at most ``timeout_s`` and then answers
-with an error while the source is still made and cached for the next request.
+Forms: ``loop``, the scheduled loop AST, and the generated source (LLVM IR or CUDA C; see
+`autotune.source_worker`). Neither touches a device, so no device lock is taken. Sources are
+made by worker processes at the lowest CPU priority (`SourceWorkers`): making one is seconds
+of pure Python, which in a thread here would hold the interpreter lock away from the event
+loop, and /health would wait behind it. Each (workload, target, config, form) is made once
+however many requests ask for it at once; a request waits at most ``timeout_s`` and then
+answers with an error while the source is still made and cached for the next request.
 """
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
+import queue
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+
+from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
 
 if TYPE_CHECKING:
     from autotune.ops import Workload
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 Key = tuple[str, str, int, str]
 MakeFn = Callable[["Workload", "Target", Mapping[str, Any], str], str]
+_START_S = 60.0  # a worker's interpreter start and imports, on a loaded host
 
 
 @dataclass(frozen=True)
@@ -36,36 +37,74 @@ class SourceResult:
     error: Optional[str] = None
 
 
-def make_source(workload: "Workload", target: "Target", config: Mapping[str, Any],
-                form: str) -> str:
-    """The ``form`` source of ``config`` (its ``{"index", "knobs"}`` dict); raises on failure."""
-    from autotune import driver
-
-    if form == "loop":
-        return str(driver.lower(workload, target, dict(config)))
-    return driver.source(workload, target, dict(config))
+class SourceError(Exception):
+    """The worker could not make the source (the message says why)."""
 
 
-def _lowest_priority() -> None:
-    # Linux schedules threads as tasks: nice 19 for this thread only (elsewhere the call
-    # would renice the whole process, so leave it).
-    if sys.platform.startswith("linux"):
+class SourceWorkers:
+    """``n`` warm worker processes making sources (`autotune.source_worker`), started on
+    first use; one that overruns ``limit_s`` or dies is replaced. Called from many threads."""
+
+    def __init__(self, n: int = 1, *, limit_s: float = 120.0) -> None:
+        from autotune import source_worker
+
+        self.limit_s = limit_s
+        self._idle: "queue.SimpleQueue[ChildProcess]" = queue.SimpleQueue()
+        self._all = [ChildProcess(source_worker.serve, (), f"autotune-source-{i}")
+                     for i in range(n)]
+        for child in self._all:
+            self._idle.put(child)
+        self._closed = False
+
+    def __call__(self, workload: "Workload", target: "Target", config: Mapping[str, Any],
+                 form: str) -> str:
+        """The source, made by an idle worker; raises SourceError."""
+        child = self._idle.get()
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except OSError:
-            pass
+            return self._make(child, (workload, target, dict(config), form))
+        finally:
+            self._idle.put(child)
+
+    def _make(self, child: ChildProcess, task: tuple[Any, ...]) -> str:
+        if self._closed:
+            raise SourceError("the service is shutting down")
+        try:
+            if not child.started:
+                child.start()
+                child.recv(_START_S)  # ("ready", pid)
+            if not child.send(task):
+                raise ChildDied(*child.exit_status())
+            status, payload = child.recv(self.limit_s)
+        except ChildTimeout:
+            child.kill()  # it may be stuck: the next task starts a fresh one
+            raise SourceError(f"the source took over {self.limit_s:g} s and was abandoned")
+        except ChildDied as err:
+            child.kill()
+            raise SourceError(f"the source worker died ({err})") from None
+        if status != "ok":
+            raise SourceError(payload)
+        return payload
+
+    def close(self) -> None:
+        """Stop every worker (a source being made is abandoned)."""
+        self._closed = True
+        for child in self._all:
+            child.kill()
 
 
 class SourceCache:
     """An LRU of ``(workload key, target key, config index, form) -> SourceResult``, filled by
-    ``workers`` threads; at most ``max_pending`` distinct sources are queued at a time."""
+    ``workers`` worker processes (or ``make`` called in as many threads); at most
+    ``max_pending`` distinct sources are queued at a time."""
 
     def __init__(self, *, size: int = 256, workers: int = 1, timeout_s: float = 10.0,
-                 max_pending: int = 64, make: MakeFn = make_source) -> None:
+                 max_pending: int = 64, make: Optional[MakeFn] = None) -> None:
         self.size, self.timeout_s, self.max_pending = size, timeout_s, max_pending
+        self._workers: Optional[SourceWorkers] = None
+        if make is None:
+            self._workers = make = SourceWorkers(workers)
         self._make = make
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="autotune-source",
-                                        initializer=_lowest_priority)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="autotune-source")
         self._lock = threading.Lock()
         self._done: "OrderedDict[Key, SourceResult]" = OrderedDict()
         self._pending: dict[Key, Future] = {}
@@ -125,5 +164,7 @@ class SourceCache:
                     "made": self.made, "timeouts": self.timeouts}
 
     def close(self) -> None:
-        """Stop the threads; queued sources are dropped, one being made is left to finish."""
+        """Stop the threads and workers; queued sources are dropped."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()
