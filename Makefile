@@ -13,7 +13,7 @@ NATIVE_SRC := $(shell $(PYTHON) autotune/native.py --sources)
 $(VENV)/.installed: pyproject.toml setup.py autotune/native.py $(NATIVE_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,cluster]'
+	$(PY) -m pip install -q -e '.[test,cluster,torch]' torch==2.13.0
 	@# pip -q hides setup.py's warning when mypyc falls back to pure Python (2x slower)
 	@echo "autotune hot path: $$($(PY) autotune/native.py --status | tail -1)"
 	touch $@

@@ -28,6 +28,10 @@ _EXPORTS = {
     "build": "autotune.api",
     "TuneResult": "autotune.api",
     "BestRecord": "autotune.api",
+    # models (torch is imported when these are called, not here)
+    "extract": "autotune.frontend.torch",
+    "tune_model": "autotune.frontend.tuning",
+    "compile_model": "autotune.frontend.runtime",
 }
 
 __all__ = sorted(_EXPORTS)

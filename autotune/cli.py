@@ -519,6 +519,10 @@ def _run_apikey(args: argparse.Namespace) -> int:
     return 0
 
 
+# Model commands live with the frontend; imported here, after the helpers they use.
+from autotune.frontend import cli as _models  # noqa: E402
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("tune", "tune an operator workload and record every trial", _configure_tune,
             _run_tune),
@@ -535,6 +539,10 @@ COMMANDS: tuple[Command, ...] = (
             _run_apikey),
     Command("worker", "join a Ray cluster and measure on this host's devices",
             _configure_worker, _run_worker),
+    Command("tune-model", "tune every operator of a PyTorch model under one budget",
+            _models.configure_tune_model, _models.run_tune_model),
+    Command("bench-model", "time a PyTorch model on torch and on its tuned kernels",
+            _models.configure_bench_model, _models.run_bench_model),
 )
 
 

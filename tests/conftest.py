@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from autotune.db import Database
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/autotune_test"
-TABLES = ("trials", "jobs", "api_keys", "workloads", "targets")
+TABLES = ("trials", "jobs", "model_runs", "api_keys", "workloads", "targets")
 
 
 def _conninfo(url: str) -> str:

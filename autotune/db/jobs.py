@@ -48,14 +48,15 @@ def as_utc(now: Optional[datetime]) -> datetime:
 
 def create_job(session: Session, *, workload_id: int, target_id: int, tuner: str, trials: int,
                options: Mapping[str, Any], owner: Optional[str] = None,
-               lease_s: Optional[float] = None) -> int:
-    """Insert a job, queued, or running and claimed by ``owner`` for ``lease_s``; its id."""
+               lease_s: Optional[float] = None, model_run_id: Optional[int] = None) -> int:
+    """Insert a job, queued, or running and claimed by ``owner`` for ``lease_s``; its id.
+    ``model_run_id``: the model run whose task it tunes (see `autotune.db.model_runs`)."""
     if trials < 0:
         raise ValueError(f"trials must be >= 0; got {trials}")
     now = utcnow()
     row = JobRow(workload_id=workload_id, target_id=target_id, tuner=tuner, trials=trials,
                  state="queued", options=dict(options), trials_done=0,
-                 created_at=now, updated_at=now)
+                 created_at=now, updated_at=now, model_run_id=model_run_id)
     if owner is not None:
         if lease_s is None:
             raise ValueError("a job created with an owner needs lease_s")
@@ -170,7 +171,8 @@ def _gone(now: datetime, dead: Sequence[str]) -> ColumnElement[bool]:
 def claim_job(session: Session, *, owner: str, lease_s: float, now: datetime) -> Optional[int]:
     """Take the oldest claimable job for ``owner`` (running, leased); its id, or None.
 
-    Claimable: queued or running with no owner, an expired lease, or a dead local owner.
+    Claimable: queued or running with no owner, an expired lease, or a dead local owner;
+    never a model run's task job.
     Ended jobs whose owner is gone are released on the way, so that they read as finished.
     """
     dead = _dead_local_owners(session)
@@ -179,8 +181,11 @@ def claim_job(session: Session, *, owner: str, lease_s: float, now: datetime) ->
              .with_for_update(skip_locked=True))
     for stale in session.scalars(ended):
         _release(stale, now)
+    # A model run's task jobs are resumed by running the model run again, which shares
+    # the budget among them; one taken alone would spend the whole budget on one task.
     stmt = (select(JobRow)
-            .where(JobRow.state.in_(ACTIVE_STATES), or_(JobRow.owner.is_(None), _gone(now, dead)))
+            .where(JobRow.state.in_(ACTIVE_STATES), or_(JobRow.owner.is_(None), _gone(now, dead)),
+                   JobRow.model_run_id.is_(None))
             .order_by(JobRow.id).limit(1)
             .with_for_update(skip_locked=True))  # other claimers skip the row we hold
     row = session.execute(stmt).scalar_one_or_none()

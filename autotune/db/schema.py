@@ -81,6 +81,35 @@ class JobRow(Base):
     lease_expires_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     # Why a claimed job waits (state 'queued', owner kept), e.g. no live worker for its target.
     waiting: Mapped[Optional[str]] = mapped_column(Text)
+    # The model run the job tunes a task of (autotune.tune_model), NULL for a standalone job.
+    # No foreign key: adding one makes SQLite rebuild jobs, and dropping the old table nulls
+    # every trials.job_id (ON DELETE SET NULL); model runs are never deleted.
+    model_run_id: Mapped[Optional[int]] = mapped_column(IdType, index=True)
+
+
+class ModelRunRow(Base):
+    """A model tuned as a whole: its tasks share one budget; each task's trials are a job."""
+
+    __tablename__ = "model_runs"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # Resume key: the hash of the task set (workloads and weights); see ModelTasks.fingerprint.
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    target_id: Mapped[int] = mapped_column(IdType, ForeignKey("targets.id"), index=True)
+    budget: Mapped[int] = mapped_column(Integer)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), index=True, default="running")
+    tasks: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    unsupported: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # [seconds since the run began, trials spent, estimated latency in s or null] per round.
+    history: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    estimated_latency_s: Mapped[Optional[float]] = mapped_column(Float)
+    owner: Mapped[Optional[str]] = mapped_column(String(200))
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
 
 
 class TrialRow(Base):

@@ -16,7 +16,7 @@ from autotune.service.events import StreamLimits
 from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager, TuneFn, default_tune
 from autotune.service import http
-from autotune.service.routes import dashboard, jobs, meta, workers
+from autotune.service.routes import dashboard, jobs, meta, model_runs, workers
 from autotune.service.probe import DatabaseProbe
 from autotune.service.sources import SourceCache
 from autotune.settings import Settings
@@ -109,7 +109,9 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(meta.router, prefix=API_PREFIX)
     app.include_router(workers.router, prefix=API_PREFIX)
+    app.include_router(model_runs.router, prefix=API_PREFIX)
     app.include_router(dashboard.router)
+    app.include_router(model_runs.pages)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     http.install(app, settings)
     return app

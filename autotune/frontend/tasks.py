@@ -1,0 +1,59 @@
+"""What extraction finds in a model: tasks (distinct workloads with their weights) and the
+operators it could not map, each named by where it sits in the traced graph."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.ops import Workload
+
+
+@dataclass(frozen=True)
+class Task:
+    """One distinct workload of a model: ``weight`` is how many times one forward runs it;
+    ``nodes`` name its places in the graph (the first node of each fused group)."""
+
+    workload: Workload
+    weight: int
+    nodes: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return str(self.workload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload.to_dict(), "weight": self.weight,
+                "nodes": list(self.nodes)}
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """An operator autotune has no kernel for, left to torch: its node, kind and why."""
+
+    node: str
+    op: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"node": self.node, "op": self.op, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ModelTasks:
+    """The tasks of a model (largest FLOP share first) and what stays in torch unsupported."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    unsupported: tuple[Unsupported, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable id of the task set (workloads and weights): a model run's resume key."""
+        body = json.dumps(sorted((t.workload.key, t.weight) for t in self.tasks))
+        return hashlib.sha1(body.encode()).hexdigest()
+
+    def flops(self) -> int:
+        """FLOPs of one forward pass over the tasks (what torch keeps is not counted)."""
+        return sum(t.weight * t.workload.flops() for t in self.tasks)

@@ -1,0 +1,279 @@
+"""Extraction from PyTorch: trace a module with torch.fx, find the operators autotune has
+kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU as epilogue.
+
+`match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
+from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from collections import OrderedDict
+from dataclasses import dataclass
+from math import prod
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from autotune.frontend.tasks import ModelTasks, Task, Unsupported
+from autotune.ops import Workload, workload
+
+_RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
+_MATMUL_FUNCS = (torch.matmul, torch.bmm, operator.matmul)
+_OTHER_CONVS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
+
+
+@dataclass(frozen=True)
+class Match:
+    """A group of graph nodes one kernel replaces: ``nodes`` (fx node names: main op, then a
+    BatchNorm and a ReLU when fused), the nodes feeding its activation ``inputs``, and its
+    constant ``params`` in kernel order (folded weight, then epilogue vectors; none for
+    matmuls of two activations). ``place`` names the main op (its module's path)."""
+
+    workload: Workload
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    params: tuple[np.ndarray, ...]
+    kind: str  # "conv", "linear" or "matmul"
+    place: str
+
+
+def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
+    """An eval-mode copy of ``model`` traced by torch.fx, every node annotated with the
+    shape of its output for ``example_inputs`` (the caller's module is left untouched)."""
+    module = copy.deepcopy(model).eval()
+    try:
+        gm = fx.symbolic_trace(module)
+    except Exception as exc:  # data-dependent control flow and the like
+        raise ValueError(f"cannot trace {type(model).__name__} with torch.fx: {exc}") from exc
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*example_inputs)
+    return gm
+
+
+def match_model(gm: fx.GraphModule) -> tuple[list[Match], list[Unsupported]]:
+    """The kernel groups of a traced graph, in graph order, and the unsupported operators."""
+    modules = dict(gm.named_modules())
+    matches: list[Match] = []
+    unsupported: list[Unsupported] = []
+    for node in gm.graph.nodes:
+        try:
+            found = _match(node, modules)
+        except _Unsupported as why:
+            unsupported.append(Unsupported(_place(node), why.op, str(why)))
+            continue
+        if found is not None:
+            matches.append(found)
+    return matches, unsupported
+
+
+def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> ModelTasks:
+    """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
+    with how many times a forward pass runs it, largest FLOP share first, and the
+    operators left to torch because autotune has no kernel for them."""
+    matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)))
+    return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
+
+
+def group(matches: Sequence[Match]) -> tuple[Task, ...]:
+    """Matches grouped by workload into tasks, largest weight x FLOPs first."""
+    places: "OrderedDict[Workload, list[str]]" = OrderedDict()
+    for m in matches:
+        places.setdefault(m.workload, []).append(m.place)
+    tasks = [Task(wl, len(where), tuple(where)) for wl, where in places.items()]
+    return tuple(sorted(tasks, key=lambda t: -t.weight * t.workload.flops()))
+
+
+def _as_tuple(example_inputs: Any) -> tuple[torch.Tensor, ...]:
+    return (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+
+
+class _Unsupported(Exception):
+    def __init__(self, op: str, reason: str) -> None:
+        super().__init__(reason)
+        self.op = op
+
+
+def _place(node: fx.Node) -> str:
+    return str(node.target) if node.op == "call_module" else node.name
+
+
+def _shape(node: Any) -> Optional[tuple[int, ...]]:
+    meta = getattr(node, "meta", {}).get("tensor_meta")
+    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+
+def _check_fp32(node: fx.Node, op: str) -> None:
+    for arg in node.all_input_nodes:
+        meta = arg.meta.get("tensor_meta")
+        if meta is not None and getattr(meta, "dtype", torch.float32) != torch.float32:
+            raise _Unsupported(op, f"input dtype {meta.dtype}; autotune kernels are float32")
+
+
+def _match(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    if node.op == "call_module":
+        mod = modules[str(node.target)]
+        if isinstance(mod, nn.Conv2d):
+            return _conv(node, mod, modules)
+        if isinstance(mod, nn.Linear):
+            return _linear(node, mod, modules)
+        if isinstance(mod, _OTHER_CONVS):
+            raise _Unsupported(type(mod).__name__.lower(), f"{type(mod).__name__}: no such "
+                               f"operator in autotune.ops")
+    elif node.op == "call_function" and node.target in _FUNCTIONAL:
+        name = _FUNCTIONAL[node.target]
+        raise _Unsupported(name, f"functional {name} (weights as graph inputs); use "
+                           f"nn.{'Conv2d' if name == 'conv2d' else 'Linear'}")
+    elif (node.op == "call_function" and node.target in _MATMUL_FUNCS) or \
+            (node.op == "call_method" and node.target in ("matmul", "bmm")):
+        return _matmul(node)
+    return None
+
+
+def _user(node: fx.Node) -> Optional[fx.Node]:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _is_relu(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> bool:
+    if node is None:
+        return False
+    if node.op == "call_module":
+        return type(modules[str(node.target)]) is nn.ReLU
+    if node.op == "call_function":
+        return node.target in _RELU_FUNCS
+    return node.op == "call_method" and node.target in ("relu", "relu_")
+
+
+def _batchnorm(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[nn.BatchNorm2d]:
+    if node is None or node.op != "call_module":
+        return None
+    mod = modules[str(node.target)]
+    # Folding needs the running statistics: a BN without them normalises by the batch.
+    if isinstance(mod, nn.BatchNorm2d) and mod.running_mean is not None and not mod.training:
+        return mod
+    return None
+
+
+def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module]) -> Match:
+    shape = _shape(node.args[0])
+    if shape is None or len(shape) != 4:
+        raise _Unsupported("conv2d", f"input shape {shape}; expected NCHW")
+    _check_fp32(node, "conv2d")
+    if conv.padding_mode != "zeros":
+        raise _Unsupported("conv2d", f"padding_mode={conv.padding_mode!r}; only zero padding")
+    n, c, h, w = shape
+    k = conv.out_channels
+    r, s = conv.kernel_size
+    pad = _padding(conv)
+    params: dict[str, Any] = dict(N=n, C=c, H=h, W=w, R=r, S=s, stride=tuple(conv.stride),
+                                  pad=pad)
+    if conv.groups == 1:
+        op = "conv2d"
+        params.update(K=k, dilation=tuple(conv.dilation))
+    elif conv.groups == c and k % c == 0:
+        op = "depthwise_conv2d"
+        if tuple(conv.dilation) != (1, 1):
+            raise _Unsupported(op, f"depthwise conv with dilation {tuple(conv.dilation)}; "
+                               f"depthwise_conv2d has none")
+        params.update(multiplier=k // c)
+    else:
+        raise _Unsupported("conv2d", f"groups={conv.groups} is neither 1 nor the channel "
+                           f"count {c}")
+    nodes, bn, relu = [node], _batchnorm(_user(node), modules), False
+    if bn is not None:
+        nodes.append(_user(node))  # type: ignore[arg-type]
+    if _is_relu(_user(nodes[-1]), modules):
+        nodes.append(_user(nodes[-1]))  # type: ignore[arg-type]
+        relu = True
+    weight, bias = _folded(conv, bn)
+    epilogue = (["bias"] if bias is not None else []) + (["relu"] if relu else [])
+    wl = _workload(op, epilogue, params)
+    consts = (weight,) + ((bias,) if bias is not None else ())
+    return Match(wl, tuple(x.name for x in nodes), (node.args[0].name,), consts, "conv",
+                 _place(node))
+
+
+def _padding(conv: nn.Conv2d) -> tuple[int, int]:
+    if not isinstance(conv.padding, str):
+        return (int(conv.padding[0]), int(conv.padding[1]))
+    if conv.padding == "valid":
+        return (0, 0)
+    pads = []
+    for d, k in zip(conv.dilation, conv.kernel_size):
+        total = d * (k - 1)
+        if total % 2:
+            raise _Unsupported("conv2d", "padding='same' that pads one side more than the "
+                               "other")
+        pads.append(total // 2)
+    return (pads[0], pads[1])
+
+
+def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
+            ) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """The conv's weight and bias with ``bn`` folded in (as inference compilers do):
+    w' = w * g / sqrt(var + eps), b' = (b - mean) * g / sqrt(var + eps) + beta."""
+    w = conv.weight.detach().double()
+    b = conv.bias.detach().double() if conv.bias is not None else None
+    if bn is not None:
+        gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(w[:, 0, 0, 0])
+        beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(gamma)
+        scale = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
+        w = w * scale[:, None, None, None]
+        b = ((b if b is not None else 0.0) - bn.running_mean.double()) * scale + beta
+    return _f32(w), None if b is None else _f32(b)
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    from autotune.ops import aligned_empty
+
+    out = aligned_empty(tuple(t.shape))
+    out[...] = t.cpu().numpy()
+    return out
+
+
+def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Match:
+    shape = _shape(node.args[0])
+    if shape is None or len(shape) < 1:
+        raise _Unsupported("linear", f"input shape {shape}")
+    _check_fp32(node, "linear")
+    nodes, relu = [node], False
+    if _is_relu(_user(node), modules):
+        nodes.append(_user(node))  # type: ignore[arg-type]
+        relu = True
+    bias = lin.bias is not None
+    epilogue = (["bias"] if bias else []) + (["relu"] if relu else [])
+    wl = _workload("matmul", epilogue, dict(M=prod(shape[:-1]), N=lin.out_features,
+                                             K=lin.in_features))
+    consts = (_f32(lin.weight.detach().t()),) + ((_f32(lin.bias.detach()),) if bias else ())
+    return Match(wl, tuple(x.name for x in nodes), (node.args[0].name,), consts, "linear",
+                 _place(node))
+
+
+def _matmul(node: fx.Node) -> Match:
+    a, b = node.args[0], node.args[1]
+    sa, sb = _shape(a), _shape(b)
+    if sa is None or sb is None:
+        raise _Unsupported("matmul", "an operand is not a traced tensor")
+    _check_fp32(node, "matmul")
+    if len(sa) == 2 and len(sb) == 2:
+        wl = _workload("matmul", [], dict(M=sa[0], N=sb[1], K=sa[1]))
+    elif len(sa) >= 3 and sa[:-2] == sb[:-2]:
+        wl = _workload("batch_matmul", [], dict(B=prod(sa[:-2]), M=sa[-2], N=sb[-1], K=sa[-1]))
+    else:
+        raise _Unsupported("matmul", f"operand shapes {sa} @ {sb}: only 2-D @ 2-D and "
+                           f"batches of equal leading dimensions (no broadcasting)")
+    return Match(wl, (node.name,), (a.name, b.name), (), "matmul",  # type: ignore[union-attr]
+                 _place(node))
+
+
+def _workload(op: str, epilogue: list[str], params: dict[str, Any]) -> Workload:
+    try:
+        return workload(op, epilogue=epilogue, **params)
+    except ValueError as exc:  # a size beyond the operator's bounds
+        raise _Unsupported(op, str(exc)) from None

@@ -1,0 +1,301 @@
+"""`tune_tasks` / `tune_model`: a model's tasks tuned under one budget, as a model run.
+
+Trials already recorded for the tasks' workloads on the target count against the budget,
+so running the same model again continues where the database left off. Each task's trials
+of this call are a job linked to the run; the scheduler (`autotune.frontend.scheduler`)
+hands out the rounds, one batch each.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from autotune.api import DbArg, TargetArg, _local_executor, as_target, open_database, tune
+from autotune.db import DEFAULT_URL, Database
+from autotune.db import model_runs as runs
+from autotune.db.lease import LeaseKeeper, new_owner
+from autotune.frontend.progress import ModelProgress, ProgressPrinter, TaskProgress
+from autotune.frontend.runner import TaskRunner, loop_call
+from autotune.frontend.scheduler import TaskScheduler
+from autotune.frontend.tasks import ModelTasks, Task
+from autotune.measure.result import MeasureUnavailable
+from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, TuneResult
+from autotune.search.registry import tuner_options as options_table
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from autotune.measure import MeasureOptions
+    from autotune.search.loop import Executor
+
+log = logging.getLogger("autotune.frontend")
+
+# One tuner per task stays alive for the whole run: the xgb tuner's lowering processes
+# (one per further core) would multiply by the task count, so a model run lowers in-process.
+MODEL_TUNER_OPTIONS: Mapping[str, Any] = {"workers": 0}
+
+
+@dataclass(frozen=True)
+class ModelTuneResult:
+    """The outcome of a model run: spending, the latency estimate, and each task's state."""
+
+    run_id: Optional[int]
+    model: ModelTasks
+    budget: int
+    trials: int  # measured by this call
+    trials_done: int  # counted against the budget (earlier records included)
+    estimated_latency_s: Optional[float]
+    tasks: tuple[TaskProgress, ...]
+    failed: Mapping[str, str]  # task name -> why it stopped early
+
+
+def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
+               db: DbArg = DEFAULT_URL, tuner: Optional[str] = None,
+               batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0, transfer: bool = True,
+               options: Optional["MeasureOptions"] = None,
+               executor: Optional["Executor"] = None,
+               tuner_options: Optional[Mapping[str, Any]] = None,
+               callbacks: Iterable[Callable[[ModelProgress], None]] = (),
+               progress: Any = False) -> ModelTuneResult:
+    """Tune ``model``'s tasks on ``target`` with ``trials`` in all; see the module docstring.
+
+    ``progress``: True (stderr) or a stream to draw the run on. ``db=None`` keeps nothing
+    (no run, no resumption). Other arguments as `autotune.tune`.
+    """
+    if trials < 0 or batch_size < 1:
+        raise ValueError(f"tune_model: need trials >= 0 and batch_size >= 1; got {trials}, "
+                         f"{batch_size}")
+    tgt = as_target(target)
+    with open_database(db) as database:
+        name = tuner or DEFAULT_TUNER
+        known = {opt.name for opt in options_table(name)}
+        opts = {k: v for k, v in MODEL_TUNER_OPTIONS.items() if k in known}
+        run = _ModelRun(model, tgt, database, trials, name, batch_size, seed, transfer,
+                        {**opts, **dict(tuner_options or {})})
+        printer = ProgressPrinter(progress) if progress else None
+        exe = executor if executor is not None else _local_executor(tgt, options)
+        try:
+            return run.run(exe, [*callbacks, *([printer] if printer else [])])
+        finally:
+            if executor is None:
+                exe.close()
+            if printer is not None:
+                printer.finish()
+
+
+def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,
+               target: TargetArg = "llvm", db: DbArg = DEFAULT_URL, **kwargs: Any
+               ) -> ModelTuneResult:
+    """Extract ``model``'s tasks at ``example_inputs`` (`autotune.extract`) and tune them
+    with one budget of ``trials`` (`tune_tasks` takes the other arguments)."""
+    from autotune.frontend.torch import extract
+
+    return tune_tasks(extract(model, example_inputs), trials=trials, target=target, db=db,
+                      **kwargs)
+
+
+class _ModelRun:
+    """One call's run: its database row, task jobs, scheduler and task loops."""
+
+    def __init__(self, model: ModelTasks, target: Target, db: Optional[Database], budget: int,
+                 tuner: str, batch_size: int, seed: int, transfer: bool,
+                 tuner_options: Mapping[str, Any]) -> None:
+        self.model, self.target, self.db, self.budget = model, target, db, budget
+        self.tuner, self.seed, self.transfer = tuner, seed, transfer
+        self.tuner_options = dict(tuner_options)
+        self.owner = new_owner()
+        tasks = model.tasks
+        self.scheduler = TaskScheduler([t.weight for t in tasks],
+                                       [t.workload.flops() for t in tasks],
+                                       [t.workload.op for t in tasks], seed=seed)
+        self.prior = self._prior()
+        self.spent = sum(self.prior)
+        remaining = max(budget - self.spent, 0)
+        # Small budgets: a smaller batch, so that every task gets its warm-up round.
+        self.batch = max(1, min(batch_size, remaining // max(len(tasks), 1)))
+        for i, (n, best) in enumerate(zip(self.prior, self._prior_best)):
+            if n:
+                self.scheduler.resume(i, n / self.batch, best)
+        self.jobs: dict[int, int] = {}
+        self.runners: dict[int, TaskRunner] = {}
+        self.failed: dict[str, str] = {}
+        self.run_id: Optional[int] = None
+        self.keeper: Optional[LeaseKeeper] = None
+
+    def _prior(self) -> list[int]:
+        if self.db is None:
+            self._prior_best: list[Optional[float]] = [None] * len(self.model.tasks)
+            return [0] * len(self.model.tasks)
+        found = runs.task_trials(self.db, [t.workload.key for t in self.model.tasks],
+                                 self.target.key)
+        self._prior_best = [found[t.workload.key].best_cost for t in self.model.tasks]
+        return [found[t.workload.key].trials for t in self.model.tasks]
+
+    # --- the run -----------------------------------------------------------------------------
+    def run(self, executor: "Executor", callbacks: Sequence[Callable[[ModelProgress], None]]
+            ) -> ModelTuneResult:
+        self._open_run()
+        self.t0 = time.monotonic()
+        state, error = "done", None
+        try:
+            rounds = 0
+            while self.budget - self.spent >= self.batch:
+                i = self.scheduler.next_task()
+                if i is None:
+                    break
+                self._round(i, executor)
+                rounds += 1
+                self._report(callbacks, i, rounds)
+            self._close_loops()
+            self._retime(executor)
+            self._report(callbacks, None, rounds)
+        except BaseException as exc:
+            state = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+            error = None if state == "cancelled" else f"{type(exc).__name__}: {exc}"
+            self._close_loops()
+            raise
+        finally:
+            self._end(state, error)
+        return self._result()
+
+    def _open_run(self) -> None:
+        if self.db is None:
+            return
+        found = runs.latest_run(self.db, self.model.fingerprint, self.target.key)
+        if found is not None:
+            self.run_id = runs.take_run(self.db, found.id, owner=self.owner,
+                                        budget=self.budget).id
+        else:
+            self.run_id = runs.create_run(
+                self.db, name=self.model.name, fingerprint=self.model.fingerprint,
+                target=self.target, budget=self.budget,
+                tasks=[t.to_dict() for t in self.model.tasks],
+                unsupported=[u.to_dict() for u in self.model.unsupported], owner=self.owner).id
+        from autotune.settings import Settings
+
+        self.keeper = LeaseKeeper(self.db, self.owner, Settings().job_lease_s).start()
+        runs.update_run(self.db, self.run_id, trials_done=self.spent,
+                        estimated_latency_s=self.scheduler.estimated_latency(), elapsed_s=0.0)
+
+    def _round(self, i: int, executor: "Executor") -> None:
+        """One batch of task ``i``; a task whose loop ended is retired."""
+        runner = self.runners.get(i) or self._start(i, executor)
+        before = runner.progress.trials_done if runner.progress else 0
+        if runner.round():
+            after = runner.progress.trials_done if runner.progress else 0
+            self.spent += after - before
+            self.scheduler.observe(i, self._best_cost(i, runner.progress))
+            return
+        self.scheduler.retire(i)
+        if runner.error is not None:
+            if isinstance(runner.error, (MeasureUnavailable, KeyboardInterrupt)):
+                raise runner.error
+            name = self.model.tasks[i].name
+            self.failed[name] = f"{type(runner.error).__name__}: {runner.error}"
+            log.warning("tune_model: task %s failed: %s", name, self.failed[name])
+            self._release(i, "failed", self.failed[name])
+        elif runner.result is not None:
+            self.spent += runner.result.trials - before
+
+    def _start(self, i: int, executor: "Executor") -> TaskRunner:
+        task = self.model.tasks[i]
+        job_id = self._job(task)
+        if job_id is not None:
+            self.jobs[i] = job_id
+        keeper = self.keeper
+        must_stop = (lambda: keeper.stopping(job_id) is not None) \
+            if keeper is not None and job_id is not None else (lambda: False)
+        runner = TaskRunner(task.name, loop_call(
+            tune, workload=task.workload, target=self.target, trials=self.budget - self.spent,
+            tuner=self.tuner, db=self.db, batch_size=self.batch, seed=self.seed + i,
+            executor=executor, transfer=self.transfer, job_id=job_id,
+            owner=self.owner if job_id is not None else None,
+            tuner_options=self.tuner_options), must_stop)
+        self.runners[i] = runner
+        return runner
+
+    def _job(self, task: Task) -> Optional[int]:
+        if self.db is None or self.run_id is None or self.keeper is None:
+            return None
+        job_id = runs.create_task_job(
+            self.db, self.run_id, workload=task.workload, target=self.target, tuner=self.tuner,
+            trials=self.budget - self.spent, options={
+                "seed": self.seed, "batch_size": self.batch, "tuner_options": self.tuner_options,
+                "model_run": self.run_id, "weight": task.weight},
+            owner=self.owner, lease_s=self.keeper.lease_s)
+        self.keeper.add(job_id)
+        return job_id
+
+    def _best_cost(self, i: int, progress: Any) -> Optional[float]:
+        if progress is None or not progress.best_gflops:
+            return None
+        return self.model.tasks[i].workload.flops() / (progress.best_gflops * 1e9)
+
+    def _close_loops(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+
+    def _retime(self, executor: "Executor") -> None:
+        """Time each tuned task's top configs once more (`tune_loop`'s final re-timing),
+        which its loop skipped because the scheduler stopped it; the bests follow."""
+        for i, runner in sorted(self.runners.items()):
+            if self.db is None or runner.error is not None or runner.progress is None:
+                continue  # (without a database the loop's records are gone)
+            if runner.result is not None and runner.result.stopped != "callback":
+                result: TuneResult = runner.result  # its loop ended alone, re-timing included
+            else:
+                # trials=0: the job's records already exceed it, so nothing new is measured
+                result = tune(self.model.tasks[i].workload, self.target, trials=0,
+                              tuner="random", db=self.db,
+                              seed=self.seed + i, executor=executor, job_id=self.jobs.get(i),
+                              owner=self.owner if i in self.jobs else None)
+            if result.ok:
+                self.scheduler.tasks[i].best = result.best_cost
+
+    def _report(self, callbacks: Sequence[Callable[[ModelProgress], None]], task: Optional[int],
+                rounds: int) -> None:
+        latency = self.scheduler.estimated_latency()
+        elapsed = time.monotonic() - self.t0
+        if self.db is not None and self.run_id is not None:
+            runs.update_run(self.db, self.run_id, trials_done=self.spent,
+                            estimated_latency_s=latency, elapsed_s=elapsed)
+        snapshot = ModelProgress(self.run_id, rounds, task, self.spent, self.budget, latency,
+                                 self._task_progress(), elapsed)
+        for cb in callbacks:
+            cb(snapshot)
+
+    def _task_progress(self) -> tuple[TaskProgress, ...]:
+        out = []
+        for i, task in enumerate(self.model.tasks):
+            runner = self.runners.get(i)
+            done = runner.progress.trials_done if runner and runner.progress else 0
+            if runner and runner.result is not None and runner.result.stopped != "callback":
+                done = max(done, runner.result.trials)
+            best = self.scheduler.tasks[i].best
+            out.append(TaskProgress(i, task.name, task.weight, self.prior[i] + done,
+                                    best if math.isfinite(best) else None, self.jobs.get(i)))
+        return tuple(out)
+
+    def _release(self, i: int, state: str, error: Optional[str] = None) -> None:
+        job_id = self.jobs.get(i)
+        if self.db is None or job_id is None or self.keeper is None:
+            return
+        self.keeper.discard(job_id)
+        self.db.release_job(job_id, self.owner, state=state, error=error)
+
+    def _end(self, state: str, error: Optional[str]) -> None:
+        if self.db is None or self.run_id is None:
+            return
+        for i in list(self.jobs):
+            self._release(i, "done" if state == "done" else state, error)
+        if self.keeper is not None:
+            self.keeper.stop()
+        runs.finish_run(self.db, self.run_id, state=state, error=error)
+
+    def _result(self) -> ModelTuneResult:
+        tasks = self._task_progress()
+        return ModelTuneResult(self.run_id, self.model, self.budget,
+                               self.spent - sum(self.prior), self.spent,
+                               self.scheduler.estimated_latency(), tasks, dict(self.failed))

@@ -1,0 +1,131 @@
+"""Extraction of ResNet-like and MobileNet-like models, and `compile_model` against torch."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.api import NoTunedScheduleWarning  # noqa: E402
+from autotune.frontend.runtime import kernel_modules  # noqa: E402
+from autotune.ops import workload  # noqa: E402
+from frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
+
+X = (1, 3, 32, 32)
+
+
+def conv(C, H, K, R, stride, pad, epilogue):
+    return workload("conv2d", N=1, C=C, H=H, W=H, K=K, R=R, S=R, stride=stride, pad=pad,
+                    epilogue=epilogue)
+
+
+def dw(C, H, stride, epilogue):
+    return workload("depthwise_conv2d", N=1, C=C, H=H, W=H, R=3, S=3, stride=stride, pad=1,
+                    epilogue=epilogue)
+
+
+def counts(model_tasks):
+    return {t.workload: t.weight for t in model_tasks.tasks}
+
+
+def test_resnet_tasks_and_counts():
+    found = autotune.extract(TinyResNet(), (torch.randn(X),))
+    assert counts(found) == {
+        conv(3, 32, 16, 7, 2, 3, ["bias", "relu"]): 1,       # stem: conv-bn-relu, 7x7 s2
+        conv(16, 8, 16, 3, 1, 1, ["bias", "relu"]): 2,       # conv1 of layer1's blocks
+        conv(16, 8, 16, 3, 1, 1, ["bias"]): 2,               # conv2: the add keeps its relu
+        conv(16, 8, 32, 3, 2, 1, ["bias", "relu"]): 1,       # stride 2
+        conv(32, 4, 32, 3, 1, 1, ["bias"]): 1,
+        conv(16, 8, 32, 1, 2, 0, ["bias"]): 1,               # 1x1 downsample
+        workload("matmul", M=1, N=10, K=32, epilogue=["bias"]): 1,  # fc
+    }
+    assert found.unsupported == ()
+    assert all(len(t.nodes) == t.weight for t in found.tasks)
+    by_wl = {t.workload: t.nodes for t in found.tasks}
+    assert by_wl[conv(16, 8, 16, 3, 1, 1, ["bias", "relu"])] == ("layer1.0.conv1",
+                                                                 "layer1.1.conv1")
+    flops = [t.weight * t.workload.flops() for t in found.tasks]
+    assert flops == sorted(flops, reverse=True)
+
+
+def test_mobilenet_tasks_and_counts():
+    found = autotune.extract(TinyMobileNet(), torch.randn(X))
+    assert counts(found) == {
+        conv(3, 32, 16, 3, 2, 1, ["bias", "relu"]): 1,
+        conv(16, 16, 32, 1, 1, 0, ["bias"]): 3,   # expansions: ReLU6 stays in torch
+        dw(32, 16, 1, ["bias"]): 2,
+        dw(32, 16, 2, ["bias"]): 1,
+        conv(32, 16, 16, 1, 1, 0, ["bias"]): 2,   # projections
+        conv(32, 8, 24, 1, 1, 0, ["bias"]): 1,
+        conv(24, 8, 64, 1, 1, 0, ["bias", "relu"]): 1,
+        workload("matmul", M=1, N=10, K=64, epilogue=["bias"]): 1,
+    }
+    assert {n for t in found.tasks for n in t.nodes} >= {"blocks.0.block.3", "fc.1"}
+
+
+class Odd(nn.Module):
+    """Operators autotune has no kernel for, beside one it has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.reflect = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect")
+        self.dilated_dw = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.dilated = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+        self.conv1d = nn.Conv1d(8, 8, 1)
+
+    def forward(self, x):
+        y = self.dilated(self.dilated_dw(self.reflect(self.grouped(x))))
+        return self.conv1d(y.flatten(2)), torch.matmul(x, x[0])
+
+
+def test_unsupported_operators_are_listed():
+    found = autotune.extract(Odd(), torch.randn(2, 8, 6, 6))
+    listed = {u.node: u.reason for u in found.unsupported}
+    assert set(listed) == {"grouped", "reflect", "dilated_dw", "conv1d", "matmul"}
+    assert "groups=2" in listed["grouped"] and "reflect" in listed["reflect"]
+    assert "dilation" in listed["dilated_dw"] and "broadcast" in listed["matmul"]
+    (task,) = found.tasks  # conv2d has dilation: it is a task
+    assert task.workload.params["dilation"] == (2, 2)
+
+
+class Attention(nn.Module):
+    def forward(self, q, k):
+        return torch.relu(torch.bmm(q, k.transpose(1, 2))) @ k
+
+
+def test_bmm_is_batch_matmul():
+    q, k = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    found = autotune.extract(Attention(), (q, k))
+    assert counts(found) == {workload("batch_matmul", B=2, M=4, N=6, K=8): 1,
+                             workload("batch_matmul", B=2, M=4, N=8, K=6): 1}
+
+
+@pytest.mark.parametrize("net", [TinyResNet, TinyMobileNet])
+def test_compile_model_matches_torch(net):
+    torch.manual_seed(0)
+    model = randomize_bn(net())
+    x = torch.randn(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    tasks = autotune.extract(model, (x,)).tasks
+    assert sum(issubclass(w.category, NoTunedScheduleWarning) for w in caught) == len(tasks)
+    assert len(kernel_modules(compiled)) == sum(t.weight for t in tasks)
+    with torch.no_grad():
+        want, got = model(x), compiled(x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    assert not model.training and all(not m.training for m in model.modules())
+    # another batch size: the kernels are specialised, torch runs the folded layers
+    x2 = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x2), model(x2), rtol=1e-4, atol=1e-4)
+
+
+def test_extract_leaves_the_model_in_training_mode():
+    model = TinyResNet().train()
+    autotune.extract(model, torch.randn(X))
+    assert model.training

@@ -1,0 +1,53 @@
+"""`tune_model` with a tiny budget on this CPU (real builds and timings), then
+`compile_model` on the records it left. Measurement workers are spawned: the test module
+is importable by them, nothing runs at import."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.api import NoTunedScheduleWarning  # noqa: E402
+from autotune.db import Database  # noqa: E402
+from autotune.db import model_runs as runs  # noqa: E402
+from autotune.measure import MeasureOptions  # noqa: E402
+from frontend_nets import randomize_bn  # noqa: E402
+
+FAST = MeasureOptions(repeat=3, min_repeat_ms=5)
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 8 * 8, 16)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+@pytest.mark.slow
+def test_tune_model_then_compile_model(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'model.db'}"
+    model, x = randomize_bn(Small()), torch.randn(1, 4, 8, 8)
+    result = autotune.tune_model(model, (x,), trials=8, db=url, options=FAST)
+    assert result.trials == result.trials_done == 8 and not result.failed
+    assert [t.trials for t in result.tasks] == [4, 4]  # the budget split by the warm-up
+    assert result.estimated_latency_s is not None and result.estimated_latency_s > 0
+    db = Database(url)
+    run = runs.get_run(db, result.run_id)
+    assert run.state == "done" and run.name == "Small" and len(run.tasks) == 2
+    assert all(j.state == "done" for j in runs.run_jobs(db, result.run_id))
+    db.dispose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoTunedScheduleWarning)  # every kernel has a record
+        compiled = autotune.compile_model(model, (x,), db=url)
+    with torch.no_grad():
+        want = model(x)
+        assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
