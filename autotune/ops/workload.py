@@ -65,6 +65,20 @@ class Workload:
         """Read-only name -> int or (h, w) mapping."""
         return MappingProxyType(dict(self.param_items))
 
+    def dim(self, name: str) -> int:
+        """The integer parameter ``name`` (a size such as ``M`` or ``C``)."""
+        value = dict(self.param_items)[name]
+        if not isinstance(value, int):
+            raise TypeError(f"{self.op}: parameter {name!r} is a pair, not a size")
+        return value
+
+    def pair(self, name: str) -> tuple[int, int]:
+        """The (h, w) parameter ``name`` (``stride``, ``pad``, ``dilation``)."""
+        value = dict(self.param_items)[name]
+        if not isinstance(value, tuple):
+            raise TypeError(f"{self.op}: parameter {name!r} is a size, not a pair")
+        return value
+
     @cached_property
     def output_shape(self) -> Shape:
         return self.spec.output_shape(self.params)

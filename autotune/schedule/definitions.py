@@ -82,9 +82,8 @@ def batch_matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None
 
 
 def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -> OpGraph:
-    p = wl.params
-    M, N, K = p["M"], p["N"], p["K"]
-    lead = (p["B"],) if batched else ()
+    M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
+    lead: tuple[int, ...] = (wl.dim("B"),) if batched else ()
     A, B = placeholder("A", (*lead, M, K)), placeholder("B", (*lead, K, N))
     extra, post = _epilogue(wl, len(lead) + 1)
     k = reduce_axis(K, "k")
@@ -130,9 +129,8 @@ def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:
 def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     """out[n, k, y, x] = sum_{c,r,s} pad(data)[n, c, y*sh + r*dh, x*sw + s*dw] * w[k, c, r, s];
     with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]."""
-    p = wl.params
-    N, C, H, W, K, R, S = (p[x] for x in ("N", "C", "H", "W", "K", "R", "S"))
-    (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dilation"]
+    N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
+    (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
     data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (K, C, R, S))
     extra, post = _epilogue(wl, 1)
     pad = _padded(data, ph, pw)
@@ -164,9 +162,8 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
 @lru_cache(maxsize=GRAPHS)
 def depthwise_graph(wl: Workload) -> OpGraph:
     """out[n, c, y, x] = sum_{r,s} pad(data)[n, c // m, y*sh + r, x*sw + s] * w[c, 0, r, s]."""
-    p = wl.params
-    N, C, H, W, R, S, m = (p[x] for x in ("N", "C", "H", "W", "R", "S", "multiplier"))
-    (sh, sw), (ph, pw) = p["stride"], p["pad"]
+    N, C, H, W, R, S, m = (wl.dim(x) for x in ("N", "C", "H", "W", "R", "S", "multiplier"))
+    (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
     data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (C * m, 1, R, S))
     extra, post = _epilogue(wl, 1)
     pad = _padded(data, ph, pw)

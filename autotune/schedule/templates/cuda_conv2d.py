@@ -17,16 +17,15 @@ from autotune.schedule.templates.common import nearest_split
 from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, conv_caches,
                                                      cooperative_fill, launch_reason, limits,
                                                      span, unroll_inner)
-from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
+from autotune.space import Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
 INNER_ORDERS = list(permutations(("rc", "ry", "rx")))
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    p = wl.params
-    K, C, R, S = p["K"], p["C"], p["R"], p["S"]
-    knobs = [
+    K, C, R, S = wl.dim("K"), wl.dim("C"), wl.dim("R"), wl.dim("S")
+    splits = [
         Split("tile_f", K, 4, max_inner=8),
         Split("tile_y", wl.out_h, 4, max_inner=4),
         Split("tile_x", wl.out_w, 4, max_inner=4),
@@ -34,16 +33,16 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Split("tile_rc", C, 2, max_inner=16),
         Split("tile_ry", R, 2),
         Split("tile_rx", S, 2),
-        Reorder("order_inner", INNER_ORDERS),
-        Choice("auto_unroll_max_step", list(UNROLL_STEPS)),
     ]
+    knobs: list[Knob] = [*splits, Reorder("order_inner", INNER_ORDERS),
+             Choice("auto_unroll_max_step", list(UNROLL_STEPS))]
     default = {
-        "tile_f": nearest_split(knobs[0], (2, 8, 2)),
-        "tile_y": nearest_split(knobs[1], (1, 4, 1)),
-        "tile_x": nearest_split(knobs[2], (1, 8, 2)),
-        "tile_rc": nearest_split(knobs[3], (8,)),
-        "tile_ry": nearest_split(knobs[4], (R,)),
-        "tile_rx": nearest_split(knobs[5], (S,)),
+        "tile_f": nearest_split(splits[0], (2, 8, 2)),
+        "tile_y": nearest_split(splits[1], (1, 4, 1)),
+        "tile_x": nearest_split(splits[2], (1, 8, 2)),
+        "tile_rc": nearest_split(splits[3], (8,)),
+        "tile_ry": nearest_split(splits[4], (R,)),
+        "tile_rx": nearest_split(splits[5], (S,)),
         "order_inner": ("rc", "ry", "rx"),
         "auto_unroll_max_step": 512,
     }
@@ -58,8 +57,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 def block_shape(wl: Workload, cfg: Config) -> BlockShape:
     """Threads, vthreads, shared tiles (input window and weights per reduction step) and
     register tile of ``cfg``."""
-    p = wl.params
-    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
+    (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")
     tf, ty, tx = cfg["tile_f"], cfg["tile_y"], cfg["tile_x"]
     rc, ry, rx = cfg["tile_rc"][1], cfg["tile_ry"][1], cfg["tile_rx"][1]
     rows = (span(ty) - 1) * sh + (ry - 1) * dh + 1

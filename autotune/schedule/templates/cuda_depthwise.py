@@ -19,7 +19,6 @@ from autotune.target import Target
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    p = wl.params
     oh, ow = wl.out_h, wl.out_w
     knobs = [
         Choice("num_thread_y", [1, 2, 4, 8, 16, 32]),
@@ -32,7 +31,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     default = {"num_thread_y": min(8, _pow2_floor(oh)), "num_thread_x": min(32, _pow2_floor(ow)),
                "num_vthread_x": 1, "tile_yi": 1, "tile_xi": 1, "auto_unroll_max_step": 64}
     lim = limits(target)
-    blocks_z = p["N"] * wl.channels
+    blocks_z = wl.dim("N") * wl.channels
 
     def validity(cfg: Config) -> str | None:
         span_y = cfg["num_thread_y"] * cfg["tile_yi"]
@@ -52,8 +51,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 def block_shape(wl: Workload, cfg: Config) -> BlockShape:
     """Threads, vthreads, shared tiles (input window and the channel's filter) and register
     tile of ``cfg``; tiles wider than the output are clamped as lowering clamps them."""
-    p = wl.params
-    (sh, sw), R, S = p["stride"], p["R"], p["S"]
+    (sh, sw), R, S = wl.pair("stride"), wl.dim("R"), wl.dim("S")
     ty, yi = cfg["num_thread_y"], cfg["tile_yi"]
     vx, tx, xi = cfg["num_vthread_x"], cfg["num_thread_x"], cfg["tile_xi"]
     rows = (clamped_span(wl.out_h, (ty, yi)) - 1) * sh + R
@@ -93,8 +91,7 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     local.reorder(outer, rri, rs, *spatial)
     for a in spatial:
         local.unroll(a)
-    p = wl.params
-    unroll_inner(local, [rri, rs, *spatial], [p["R"], p["S"], vx, yi, xi],
+    unroll_inner(local, [rri, rs, *spatial], [wl.dim("R"), wl.dim("S"), vx, yi, xi],
                  cfg["auto_unroll_max_step"])
     for fill in (d_sh, w_sh):
         fill.compute_at(local, outer)

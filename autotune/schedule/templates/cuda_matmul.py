@@ -15,26 +15,22 @@ from autotune.schedule.templates.common import nearest_split
 from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape,
                                                      cooperative_fill, launch_reason, limits,
                                                      span, unroll_inner)
-from autotune.space import Choice, Config, ConfigSpace, Reorder, Split
+from autotune.space import Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
 INNER_ORDERS = list(permutations(("k", "i", "j")))
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    p = wl.params
-    M, N, K = p["M"], p["N"], p["K"]
-    knobs = [
-        Split("tile_i", M, 4, max_inner=8),
-        Split("tile_j", N, 4, max_inner=8),
-        Split("tile_k", K, 2, max_inner=32),
-        Reorder("order_inner", INNER_ORDERS),
-        Choice("auto_unroll_max_step", list(UNROLL_STEPS)),
-    ]
+    M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
+    tile_i, tile_j = Split("tile_i", M, 4, max_inner=8), Split("tile_j", N, 4, max_inner=8)
+    tile_k = Split("tile_k", K, 2, max_inner=32)
+    knobs: list[Knob] = [tile_i, tile_j, tile_k, Reorder("order_inner", INNER_ORDERS),
+             Choice("auto_unroll_max_step", list(UNROLL_STEPS))]
     default = {
-        "tile_i": nearest_split(knobs[0], (1, 16, 4)),
-        "tile_j": nearest_split(knobs[1], (2, 16, 2)),
-        "tile_k": nearest_split(knobs[2], (8,)),
+        "tile_i": nearest_split(tile_i, (1, 16, 4)),
+        "tile_j": nearest_split(tile_j, (2, 16, 2)),
+        "tile_k": nearest_split(tile_k, (8,)),
         "order_inner": ("k", "i", "j"),
         "auto_unroll_max_step": 64,
     }
