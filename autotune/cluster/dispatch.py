@@ -244,10 +244,10 @@ class Dispatcher:
         for worker in live:
             if worker.name in busy:
                 continue
-            batch = self._next_batch(worker.name)
-            if batch is None:
+            todo = self._next_batch(worker.name)
+            if todo is None:
                 return
-            self._send(worker, batch, len(live))
+            self._send(worker, todo, len(live))
 
     def _next_batch(self, worker: str) -> Optional[_Batch]:
         """The next batch in turn with work this worker may take."""

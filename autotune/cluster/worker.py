@@ -120,7 +120,9 @@ def start_actor(plan: WorkerPlan, index: int, generation: int, num_cpus: int) ->
     gpu = 1 if device.gpu is not None and plan.synthetic is None else 0
     cpus = 0 if gpu or plan.synthetic is not None else num_cpus
     # status answers from its own thread while a chunk is measured
-    actor_cls = ray.remote(concurrency_groups={"status": 1})(MeasureWorker)
+    # Ray's typed overloads of remote() leave out concurrency_groups, which it accepts.
+    actor_cls = ray.remote(concurrency_groups={"status": 1})(  # type: ignore[call-overload]
+        MeasureWorker)
     return actor_cls.options(
         name=ACTOR_PREFIX + plan.actor_id(index, generation), namespace=NAMESPACE,
         num_cpus=cpus, num_gpus=gpu, resources=resources, max_restarts=0,

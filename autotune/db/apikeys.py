@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from autotune.db.records import ApiKeyRecord, api_key_record
@@ -68,5 +69,5 @@ def revoke_api_key(session: Session, *, prefix: str) -> int:
     count = int(session.scalar(select(func.count()).select_from(ApiKeyRow).where(*active)) or 0)
     if count > 1:
         raise AmbiguousKeyPrefix(prefix, count)
-    return int(session.execute(update(ApiKeyRow).where(*active).values(revoked=True)).rowcount
-               or 0)
+    done = session.execute(update(ApiKeyRow).where(*active).values(revoked=True))
+    return int(cast("CursorResult[Any]", done).rowcount or 0)  # an UPDATE's result is a cursor

@@ -26,13 +26,13 @@ def _check_state(state: str) -> None:
         raise ValueError(f"job state must be one of {', '.join(JOB_STATES)}; got {state!r}")
 
 
-def _records() -> Select[Any]:
+def _records() -> Select:
     return (select(JobRow, WorkloadRow.key, TargetRow.key)
             .join(WorkloadRow, JobRow.workload_id == WorkloadRow.id)
             .join(TargetRow, JobRow.target_id == TargetRow.id))
 
 
-def _run(session: Session, stmt: Select[Any]) -> list[JobRecord]:
+def _run(session: Session, stmt: Select) -> list[JobRecord]:
     return [job_record(row, wkey, tkey) for row, wkey, tkey in session.execute(stmt)]
 
 

@@ -87,17 +87,17 @@ def _drop_transient(session: Session, rows: Sequence[Mapping[str, Any]]) -> None
             TrialRow.config_key.in_(config_keys), TrialRow.error == TRANSIENT))
 
 
-def _records() -> Select[Any]:
+def _records() -> Select:
     return (select(TrialRow, WorkloadRow.key, TargetRow.key)
             .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
             .join(TargetRow, TrialRow.target_id == TargetRow.id))
 
 
-def _of(stmt: Select[Any], workload_key: str, target_key: str) -> Select[Any]:
+def _of(stmt: Select, workload_key: str, target_key: str) -> Select:
     return stmt.where(WorkloadRow.key == workload_key, TargetRow.key == target_key)
 
 
-def _run(session: Session, stmt: Select[Any]) -> list[TrialRecord]:
+def _run(session: Session, stmt: Select) -> list[TrialRecord]:
     return [trial_record(row, wkey, tkey) for row, wkey, tkey in session.execute(stmt)]
 
 

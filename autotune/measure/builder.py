@@ -55,7 +55,8 @@ class LocalBuilder:
             raise ValueError(f"LocalBuilder: need n_workers >= 1 and timeout > 0, "
                              f"got {n_workers} and {timeout}")
         if build_fn is None:
-            from autotune.driver import build as build_fn
+            from autotune.driver import build
+            build_fn = build
         self.build_fn: BuildFn = build_fn
         self.timeout = timeout
         preload = (build_fn.__module__,)

@@ -22,7 +22,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> 
         first = np.unravel_index(int(np.argmax(nan)), out.shape)
         return (f"output has {int(nan.sum())} NaN of {out.size} elements "
                 f"(first at index {tuple(map(int, first))})")
-    ref64 = ref.astype(np.float64, copy=False)
+    ref64: np.ndarray = ref.astype(np.float64, copy=False)
     err = np.abs(out.astype(np.float64) - ref64)
     worst = int(np.argmax(err))
     max_err = float(err.flat[worst])

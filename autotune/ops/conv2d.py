@@ -89,7 +89,7 @@ def _macs(params: Params) -> int:
 def _compute(params: Params, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
     n, k, oh, ow = _output_shape(params)
     # One (N*OH*OW, C) @ (C, K) product per kernel tap keeps memory at one tap's window.
-    acc = np.zeros((n * oh * ow, k), dtype=np.float64)
+    acc: np.ndarray = np.zeros((n * oh * ow, k), dtype=np.float64)
     for r, s, view in windows(data, params, _dilation(params)):
         rows = view.transpose(0, 2, 3, 1).reshape(n * oh * ow, -1)
         acc += rows @ weight[:, :, r, s].T

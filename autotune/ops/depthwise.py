@@ -51,7 +51,7 @@ def _compute(params: Params, data: np.ndarray, weight: np.ndarray) -> np.ndarray
     # Output channel o reads input channel o // multiplier: repeat channels to line up.
     if mult > 1:
         data = np.repeat(data, mult, axis=1)
-    acc = np.zeros(_output_shape(params), dtype=np.float64)
+    acc: np.ndarray = np.zeros(_output_shape(params), dtype=np.float64)
     for r, s, view in windows(data, params, _NO_DILATION):
         acc += view * weight[:, 0, r, s][None, :, None, None]
     return acc

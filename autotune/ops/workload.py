@@ -227,7 +227,7 @@ def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> 
     """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
     itemsize = np.dtype(dtype).itemsize
     nbytes = int(np.prod(shape)) * itemsize
-    buffer = np.empty(nbytes + align, dtype=np.uint8)
+    buffer: np.ndarray = np.empty(nbytes + align, dtype=np.uint8)
     offset = -buffer.ctypes.data % align
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
 

@@ -190,6 +190,7 @@ class XGBTuner(Tuner):
             assert each is not None
             s = each
         else:
+            assert ast is not None  # the base model always scores AST rows
             b = self.base.predict(ast)
             n_own = len(self._configs)
             s = np.stack([blend(b, e, n_own) for e in each]) if each is not None else \
@@ -275,7 +276,7 @@ class XGBTuner(Tuner):
         limit = self.options["diversity"] * digits.shape[1]
         orders = [np.argsort(-s, kind="stable") for s in scores]
         free = np.isfinite(scores).all(axis=0)  # a config that fails to lower is -inf for all
-        shared = np.zeros(len(configs), dtype=np.int64)  # most knobs shared with a pick
+        shared: np.ndarray = np.zeros(len(configs), dtype=np.int64)  # most knobs shared with a pick
         chosen: list[int] = []
         for slot in range(n):
             order = orders[slot % len(orders)]

@@ -57,7 +57,7 @@ def _sample_dense(
     space: ConfigSpace, rng: np.random.Generator, n: int, excl: AbstractSet[int]
 ) -> list[Config]:
     # Only reached when size < 4 * (n + len(exclude)), so this array is small.
-    avail = np.arange(space.size, dtype=np.int64)
+    avail: np.ndarray = np.arange(space.size, dtype=np.int64)
     if excl:
         drop = np.fromiter((i for i in excl if 0 <= i < space.size), dtype=np.int64)
         avail = avail[~np.isin(avail, drop)]
