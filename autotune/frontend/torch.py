@@ -135,6 +135,14 @@ def _match(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     return None
 
 
+def _input(node: fx.Node, i: int, what: str) -> fx.Node:
+    """The ``i``-th argument of ``node`` as a graph node (a constant there is unsupported)."""
+    arg = node.args[i] if len(node.args) > i else None
+    if not isinstance(arg, fx.Node):
+        raise _Unsupported(what, f"argument {i} is {type(arg).__name__}, not a traced tensor")
+    return arg
+
+
 def _user(node: fx.Node) -> Optional[fx.Node]:
     users = list(node.users)
     return users[0] if len(users) == 1 else None
@@ -185,18 +193,21 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module]) -> Matc
     else:
         raise _Unsupported("conv2d", f"groups={conv.groups} is neither 1 nor the channel "
                            f"count {c}")
-    nodes, bn, relu = [node], _batchnorm(_user(node), modules), False
-    if bn is not None:
-        nodes.append(_user(node))  # type: ignore[arg-type]
-    if _is_relu(_user(nodes[-1]), modules):
-        nodes.append(_user(nodes[-1]))  # type: ignore[arg-type]
+    nodes, relu = [node], False
+    after = _user(node)
+    bn = _batchnorm(after, modules)
+    if bn is not None and after is not None:
+        nodes.append(after)
+    after = _user(nodes[-1])
+    if after is not None and _is_relu(after, modules):
+        nodes.append(after)
         relu = True
     weight, bias = _folded(conv, bn)
     epilogue = (["bias"] if bias is not None else []) + (["relu"] if relu else [])
     wl = _workload(op, epilogue, params)
     consts = (weight,) + ((bias,) if bias is not None else ())
-    return Match(wl, tuple(x.name for x in nodes), (node.args[0].name,), consts, "conv",
-                 _place(node))
+    return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "conv2d").name,), consts,
+                 "conv", _place(node))
 
 
 def _padding(conv: nn.Conv2d) -> tuple[int, int]:
@@ -223,6 +234,7 @@ def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
     if bn is not None:
         gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(w[:, 0, 0, 0])
         beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(gamma)
+        assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
         scale = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
         w = w * scale[:, None, None, None]
         b = ((b if b is not None else 0.0) - bn.running_mean.double()) * scale + beta
@@ -243,20 +255,21 @@ def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Mat
         raise _Unsupported("linear", f"input shape {shape}")
     _check_fp32(node, "linear")
     nodes, relu = [node], False
-    if _is_relu(_user(node), modules):
-        nodes.append(_user(node))  # type: ignore[arg-type]
+    after = _user(node)
+    if after is not None and _is_relu(after, modules):
+        nodes.append(after)
         relu = True
     bias = lin.bias is not None
     epilogue = (["bias"] if bias else []) + (["relu"] if relu else [])
     wl = _workload("matmul", epilogue, dict(M=prod(shape[:-1]), N=lin.out_features,
                                              K=lin.in_features))
     consts = (_f32(lin.weight.detach().t()),) + ((_f32(lin.bias.detach()),) if bias else ())
-    return Match(wl, tuple(x.name for x in nodes), (node.args[0].name,), consts, "linear",
-                 _place(node))
+    return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "linear").name,), consts,
+                 "linear", _place(node))
 
 
 def _matmul(node: fx.Node) -> Match:
-    a, b = node.args[0], node.args[1]
+    a, b = _input(node, 0, "matmul"), _input(node, 1, "matmul")
     sa, sb = _shape(a), _shape(b)
     if sa is None or sb is None:
         raise _Unsupported("matmul", "an operand is not a traced tensor")
@@ -268,7 +281,7 @@ def _matmul(node: fx.Node) -> Match:
     else:
         raise _Unsupported("matmul", f"operand shapes {sa} @ {sb}: only 2-D @ 2-D and "
                            f"batches of equal leading dimensions (no broadcasting)")
-    return Match(wl, (node.name,), (a.name, b.name), (), "matmul",  # type: ignore[union-attr]
+    return Match(wl, (node.name,), (a.name, b.name), (), "matmul",
                  _place(node))
 
 
