@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, AsyncIterator, Literal, Optional
+from typing import Annotated, Any, AsyncIterator, Literal, Optional
 
 from anyio import to_thread
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
@@ -26,9 +26,11 @@ from autotune.service.validation import (MAX_ID, MAX_OFFSET, JobId, JSONBodyRout
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
-_NOT_FOUND = {404: {"description": "no job with this id"}}
-_AUTH = {401: {"description": "no API key"}, 403: {"description": "invalid API key"}}
-_BUSY = {429: {"description": "a limit is reached (the reason is in `detail`); retry later"}}
+Responses = dict[int | str, dict[str, Any]]  # OpenAPI's extra answers of a route
+_NOT_FOUND: Responses = {404: {"description": "no job with this id"}}
+_AUTH: Responses = {401: {"description": "no API key"}, 403: {"description": "invalid API key"}}
+_BUSY: Responses = {429: {"description": "a limit is reached (the reason is in `detail`); "
+                                         "retry later"}}
 _RETRY_AFTER_S = "5"
 
 
@@ -118,7 +120,7 @@ def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
             responses=_NOT_FOUND)
 async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: JobId,
                       k: Annotated[int, Query(ge=1, le=20)] = 5,
-                      form: Literal["loop", "llvm"] = "loop") -> TopPage:
+                      form: Literal["loop", "llvm"] = "loop") -> Response:
     """The k best valid configs known for the job's workload and target, with their code.
 
     ``loop``: the scheduled loop nest; ``llvm``: the generated source (LLVM IR, or CUDA C on
