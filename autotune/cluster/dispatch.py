@@ -83,7 +83,6 @@ class Dispatcher:
         self._ids = itertools.count(1)
         self._turn = 0
         self._closed = False
-        self.dispatched = 0  # chunks sent (benchmarks read it)
         self._stats = {"queued": 0, "in_flight": 0, "free": 0}  # replaced whole, never mutated
         registry.on_change(lambda: self._events.put(("workers",)))
         self._thread = threading.Thread(target=self._run, name=f"autotune-dispatch {target}",
@@ -276,7 +275,6 @@ class Dispatcher:
         flight = _Flight(chunk, worker, batch, tasks, ref, time.monotonic(),
                          len(tasks) * per + SLACK_S)
         self._flights[chunk.chunk_id] = flight
-        self.dispatched += 1
         ref.future().add_done_callback(lambda fut, cid=chunk.chunk_id: self._events.put(
             ("done", cid, _outcome(fut))))
 

@@ -140,19 +140,3 @@ def blend(base_scores: np.ndarray, own_scores: np.ndarray | None, n_own: int,
     w = base_weight(n_own, half_life)
     return w * b + (1.0 - w) * rankdata(own_scores) / max(n, 1)
 
-
-class BlendedModel:
-    """The job's own model blended with a transfer base model (either may be absent)."""
-
-    def __init__(self, base: BaseModel | None, own: Any | None, n_own: int,
-                 half_life: float = DEFAULT_HALF_LIFE) -> None:
-        self.base, self.own, self.n_own, self.half_life = base, own, n_own, half_life
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """Blended scores of "ast" rows (own model only, or base only, when one is missing)."""
-        own = self.own.predict(X) if self.own is not None else None
-        if self.base is None:
-            if own is None:
-                raise RuntimeError("BlendedModel: neither a base nor an own model")
-            return own
-        return blend(self.base.predict(X), own, self.n_own, self.half_life)

@@ -24,10 +24,6 @@ class Tensor:
         self.buffer = Buffer(name, self.shape)
         self.op = op
 
-    @property
-    def is_placeholder(self) -> bool:
-        return self.op is None
-
     def __getitem__(self, idx) -> Expr:
         if not isinstance(idx, tuple):
             idx = (idx,)

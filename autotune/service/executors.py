@@ -64,7 +64,6 @@ class ExecutorPool:
         self._users: dict[str, int] = {}        # jobs using each executor now (see `use`)
         self._last_used: dict[str, float] = {}  # monotonic time each was last let go of
         self._device_locks: dict[str, threading.Lock] = {}
-        self.evicted = 0  # executors closed for being idle, so far
 
     def device_lock(self, target: "Target") -> threading.Lock:
         """The lock held while ``target``'s device measures."""
@@ -114,7 +113,6 @@ class ExecutorPool:
             idle = [key for key in self._executors if not self._users.get(key)
                     and now - self._last_used.get(key, now) >= self.idle_s]
             gone = [self._executors.pop(key) for key in idle]
-            self.evicted += len(idle)
         for key, ex in zip(idle, gone):
             log.info("closing the executor of %s: idle for %.0f s", key, self.idle_s)
             _close(ex)

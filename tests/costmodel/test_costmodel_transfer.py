@@ -4,7 +4,7 @@ import pytest
 from cm_helpers import dataset, trial_records
 
 from autotune.costmodel.model import quality
-from autotune.costmodel.transfer import BaseModel, BlendedModel, base_weight, blend
+from autotune.costmodel.transfer import BaseModel, base_weight, blend
 
 
 def keys() -> list[str]:
@@ -43,16 +43,3 @@ def test_base_weight_decays_and_blend_works_on_ranks():
     assert np.argmax(blend(base, own, 10_000)) == 0  # the own model has taken over
     assert blend(base, own, 64).tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3])
 
-
-def test_blended_model_uses_whichever_models_exist():
-    class Const:
-        def __init__(self, s):
-            self.s = np.asarray(s, dtype=float)
-
-        def predict(self, X):
-            return self.s
-
-    X = np.zeros((3, 4))
-    assert BlendedModel(None, Const([1, 2, 3]), 5).predict(X).tolist() == [1, 2, 3]
-    with pytest.raises(RuntimeError):
-        BlendedModel(None, None, 0).predict(X)
