@@ -12,24 +12,15 @@ import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence
 
+from autotune.cli_common import CliError, db_url, shown, usage_error
+from autotune.frontend import cli as _models  # tune-model, bench-model (torch loaded lazily)
+
 if TYPE_CHECKING:
     from autotune.ops import Workload
     from autotune.search import Progress, TuneResult
     from autotune.target import Target
 
 PROG = "autotune"
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exits with ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def usage_error(message: str) -> CliError:
-    return CliError(message, 2)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,12 +41,6 @@ class Command:
 
 
 # --- shared arguments ------------------------------------------------------------------
-
-def _default_db() -> str:
-    from autotune.settings import Settings
-
-    return Settings().db_url
-
 
 def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", metavar="URL", default=None,
@@ -112,17 +97,6 @@ def _task(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     return wl, target
-
-
-def _db_url(args: argparse.Namespace) -> str:
-    return args.db or _default_db()
-
-
-def _shown(url: str) -> str:
-    """A database URL as printed: its password masked."""
-    from autotune.db.engine import masked_url
-
-    return masked_url(url)
 
 
 # --- tune --------------------------------------------------------------------------------
@@ -219,7 +193,7 @@ def _run_tune(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     settings = _settings(ray_address=args.ray_address)
-    return _tune_and_report(wl, target, db=_db_url(args), trials=args.trials, tuner=args.tuner,
+    return _tune_and_report(wl, target, db=db_url(args), trials=args.trials, tuner=args.tuner,
                             tuner_options=options, early_stopping=args.early_stopping,
                             batch_size=batch, seed=args.seed, ray_address=settings.ray_address)
 
@@ -238,7 +212,7 @@ def _tune_and_report(wl: "Workload", target: "Target", ray_address: Optional[str
     bar = ProgressLine(sys.stderr)
     where = f"the Ray cluster at {ray_address}" if ray_address else "this host"
     print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
-          f"{kwargs['tuner']}, database {_shown(kwargs['db'])}", file=sys.stderr)
+          f"{kwargs['tuner']}, database {shown(kwargs['db'])}", file=sys.stderr)
     try:
         result = tune(wl, target, callbacks=[bar], options=options, executor=executor, **kwargs)
     finally:
@@ -284,7 +258,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from autotune.target import Target
 
     wl = workload("matmul", M=256, N=256, K=256)
-    return _tune_and_report(wl, Target("llvm"), db=_db_url(args), trials=args.trials,
+    return _tune_and_report(wl, Target("llvm"), db=db_url(args), trials=args.trials,
                             tuner="ga", tuner_options={}, early_stopping=None, batch_size=16,
                             seed=0)
 
@@ -301,10 +275,10 @@ def _run_best(args: argparse.Namespace) -> int:
     from autotune.api import best
 
     wl, target = _task(args)
-    url = _db_url(args)
+    url = db_url(args)
     found = best(wl, target, db=url)
     if found is None:
-        raise CliError(f"no valid record for {wl} on {target.key} in {_shown(url)}")
+        raise CliError(f"no valid record for {wl} on {target.key} in {shown(url)}")
     if args.json:
         print(json.dumps({"config": found.config.to_dict(), "gflops": found.gflops,
                           "cost": found.cost}))
@@ -335,7 +309,7 @@ def _configure_trials(p: argparse.ArgumentParser) -> None:
 
 def _run_trials(args: argparse.Namespace) -> int:
     wl, target = _task(args)
-    with _open_read(_db_url(args)) as db:
+    with _open_read(db_url(args)) as db:
         records = [] if db is None else db.trials_for(wl, target)
     records.sort(key=_SORT_KEYS[args.sort])
     shown = records if args.limit <= 0 else records[: args.limit]
@@ -357,9 +331,9 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    with _open_read(_db_url(args)) as db:
+    with _open_read(db_url(args)) as db:
         if db is None:
-            raise CliError(f"database {_shown(_db_url(args))} does not exist")
+            raise CliError(f"database {shown(db_url(args))} does not exist")
         count = db.export_jsonl_path(args.output)
     print(f"exported {count} records to {args.output}")
     return 0
@@ -375,7 +349,7 @@ def _configure_import(p: argparse.ArgumentParser) -> None:
 def _run_import(args: argparse.Namespace) -> int:
     from autotune.api import open_database
 
-    with open_database(_db_url(args)) as db:
+    with open_database(db_url(args)) as db:
         try:
             count = db.import_jsonl_path(args.file)
         except ValueError as exc:  # BadRecord names the line and field
@@ -497,7 +471,7 @@ def _configure_apikey(p: argparse.ArgumentParser) -> None:
 def _run_apikey(args: argparse.Namespace) -> int:
     from autotune.api import open_database
 
-    with open_database(_db_url(args)) as db:
+    with open_database(db_url(args)) as db:
         if args.action == "create":
             key = db.create_api_key(args.name)
             print(f"API key {args.name!r} created; it is shown only now:", file=sys.stderr)
@@ -517,10 +491,6 @@ def _run_apikey(args: argparse.Namespace) -> int:
                 raise CliError(f"no active key with prefix {args.prefix!r}")
             print(f"revoked {count} key")
     return 0
-
-
-# Model commands live with the frontend; imported here, after the helpers they use.
-from autotune.frontend import cli as _models  # noqa: E402
 
 
 COMMANDS: tuple[Command, ...] = (

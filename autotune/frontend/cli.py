@@ -1,8 +1,7 @@
 """`autotune tune-model` and `autotune bench-model`: a model named ``module:function``, the
 function returning ``(model, example_inputs)``.
 
-`autotune.cli` imports this module, so it imports nothing of the CLI's: its commands report
-their own errors (one line, status 2 for usage, 1 for failures), as the others do.
+Errors are `CliError`s, reported by `autotune.cli.main` as for every other command.
 """
 from __future__ import annotations
 
@@ -12,43 +11,9 @@ import os
 import statistics
 import sys
 import time
-from functools import wraps
 from typing import Any, Callable
 
-
-class CliError(Exception):
-    """A failure printed as one line; exits with ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def usage_error(message: str) -> CliError:
-    return CliError(message, 2)
-
-
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    @wraps(run)
-    def call(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except CliError as exc:
-            print(f"autotune: error: {exc}", file=sys.stderr)
-            return exc.code
-    return call
-
-
-def _db_url(args: argparse.Namespace) -> str:
-    from autotune.settings import Settings
-
-    return args.db or Settings().db_url
-
-
-def _shown(url: str) -> str:
-    from autotune.db.engine import masked_url
-
-    return masked_url(url)
+from autotune.cli_common import CliError, db_url, shown, usage_error
 
 
 def load_model(spec: str) -> tuple[Any, Any]:
@@ -95,7 +60,6 @@ def configure_tune_model(p: argparse.ArgumentParser) -> None:
                    help="do not seed each task's cost model with the other tasks' records")
 
 
-@_reported
 def run_tune_model(args: argparse.Namespace) -> int:
     from autotune.settings import Settings
 
@@ -111,10 +75,10 @@ def run_tune_model(args: argparse.Namespace) -> int:
         tasks = extract(model, inputs)
     print(f"{tasks.name}: {len(tasks.tasks)} tasks, {sum(t.weight for t in tasks.tasks)} "
           f"kernels, {len(tasks.unsupported)} unsupported; {args.trials} trials on "
-          f"{args.target}, database {_shown(_db_url(args))}", file=sys.stderr)
+          f"{args.target}, database {shown(db_url(args))}", file=sys.stderr)
     for u in tasks.unsupported:
         print(f"  left to torch: {u.node} ({u.op}): {u.reason}", file=sys.stderr)
-    result = tune_tasks(tasks, trials=args.trials, target=args.target, db=_db_url(args),
+    result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
                         tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
                         transfer=not args.no_transfer, options=Settings().measure_options(),
                         progress=sys.stderr)
@@ -132,7 +96,6 @@ def configure_bench_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=50, help="timed calls of each (default 50)")
 
 
-@_reported
 def run_bench_model(args: argparse.Namespace) -> int:
     if not 1 <= args.repeat <= 100_000:
         raise usage_error(f"--repeat must be in [1, 100000], got {args.repeat}")
@@ -143,7 +106,7 @@ def run_bench_model(args: argparse.Namespace) -> int:
 
     inputs = _as_tuple(inputs)
     model.eval()
-    compiled = compile_model(model, inputs, target=args.target, db=_db_url(args))
+    compiled = compile_model(model, inputs, target=args.target, db=db_url(args))
     with torch.no_grad():
         eager = median_time(lambda: model(*inputs), args.repeat)
         tuned = median_time(lambda: compiled(*inputs), args.repeat)
