@@ -1,8 +1,10 @@
 """Kernel quality: GFLOP/s of autotune's kernels against numpy and torch CPU.
 
-Per workload: the default config, the best of N random configs, the best after a tuned
-search (xgb, 256 trials), numpy's best way (OpenBLAS GEMM / im2col+GEMM / strided sums) and
-torch CPU (oneDNN) when installed; then the ratios. Prints a table; asserts nothing.
+Per workload: the default config (derived from the CPU facts printed above the table), the
+best of N random configs, the best after a tuned search (xgb, 256 trials), numpy's best way
+(OpenBLAS GEMM / im2col+GEMM / strided sums) and torch CPU (oneDNN) when installed; then the
+ratios (def/best: the default over the best searched config of the same run). Prints a
+table; asserts nothing.
 
 A batch is measured again while a sentinel kernel says the machine is busy (see
 benchmarks/record_pools.py; ``--no-guard`` turns that off): one run measured a default
@@ -21,10 +23,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import autotune  # noqa: E402
-from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
 from baselines import numpy_baseline, time_call, torch_baseline  # noqa: E402
 from record_pools import GuardedExecutor  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.cpu_facts import facts_of  # noqa: E402
+from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
 
 WORKLOADS = {
     "matmul 1024^3": autotune.workload("matmul", M=1024, N=1024, K=1024),
@@ -93,12 +97,13 @@ def fmt(x: float | None, spec: str = "7.1f") -> str:
 
 
 def print_table(rows, target, args) -> None:
-    print(f"\nautotune kernels on {target.key} ({os.cpu_count()} cores), GFLOP/s "
+    print(f"\n{target.key}: {facts_of(target).describe()}")
+    print(f"autotune kernels on {target.key} ({os.cpu_count()} cores), GFLOP/s "
           f"(random = best of {args.random} random configs, tuned = {args.tuner} "
           f"{args.tuned} trials)\n")
     head = (f"{'workload':30s} {'default':>7s} {'random':>7s} {'tuned':>7s} {'min':>5s} "
             f"{'numpy':>7s} {'torch':>7s}  {'def/np':>6s} {'rnd/np':>6s} {'tun/np':>6s} "
-            f"{'tun/torch':>9s}  baseline")
+            f"{'tun/torch':>9s} {'def/best':>8s}  baseline")
     print(head)
     print("-" * len(head))
     for name, d, r, t, tmin, label, npg, tg in rows:
@@ -106,7 +111,7 @@ def print_table(rows, target, args) -> None:
             return "-".rjust(6) if not a or not b else f"{a / b:6.2f}"
         print(f"{name:30s} {fmt(d)} {fmt(r)} {fmt(t)} {fmt(tmin, '5.1f')} {fmt(npg)} "
               f"{fmt(tg)}  {ratio(d, npg)} {ratio(r, npg)} {ratio(t, npg)} "
-              f"{ratio(t, tg):>9s}  {label}")
+              f"{ratio(t, tg):>9s} {ratio(d, max(r or 0, t or 0)):>8s}  {label}")
 
 
 if __name__ == "__main__":

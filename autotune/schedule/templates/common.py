@@ -3,19 +3,63 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
+from autotune.cpu_facts import CpuFacts
 from autotune.schedule.schedule import Axis, Stage
 from autotune.space import Config, Split
+
+T = TypeVar("T")
 
 
 def nearest_split(knob: Split, inner: Sequence[int]) -> tuple[int, ...]:
     """The candidate of ``knob`` whose inner factors are closest (in log scale) to ``inner``,
-    preferring tilings without a tail (padded iterations cost guards and wasted work)."""
+    preferring tilings without a tail (padded iterations cost guards and wasted work).
+    An exact innermost factor (a register tile picked from `innermost_factors`) is kept."""
+    exact = [c for c in knob.candidates if c[-1] == inner[-1]] or knob.candidates
+
     def dist(c: tuple[int, ...]) -> float:
         waste = math.prod(c) / knob.extent - 1
         return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c[1:], inner)) + 4 * waste
-    return min(knob.candidates, key=dist)
+    return min(exact, key=dist)
+
+
+def innermost_factors(knob: Split) -> list[int]:
+    """The innermost factors ``knob`` allows, ascending."""
+    return sorted({c[-1] for c in knob.candidates})
+
+
+def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int]]) -> T:
+    """BLIS-style micro-tile: of ``(value, rows, columns)`` options (an accumulator of rows x
+    ceil(columns/lanes) vector registers, reloading one row of vectors and broadcasting one
+    operand per step), the one with the most accumulators within 3/4 of the registers and no
+    spill, then closest in shape to (budget/2 rows x 2 vectors), then with the fewest idle
+    lanes: 6 x 16 floats on AVX2 (16 registers), 12 x 32 on AVX-512 (32)."""
+    budget = 3 * facts.vector_registers // 4
+    ratio = budget / 4  # rows per vector of the ideal (budget/2) x 2 tile
+
+    def score(option: tuple[T, int, int]) -> tuple[bool, int, float, float]:
+        _, rows, columns = option
+        vectors = -(-columns // facts.lanes)
+        acc = rows * vectors
+        fits = acc <= budget and acc + vectors + 1 <= facts.vector_registers
+        return (fits, acc if fits else -acc, -abs(math.log2(rows / vectors / ratio)),
+                columns / (vectors * facts.lanes))
+    return max(options, key=score)[0]
+
+
+def fit_count(budget_bytes: int, unit_bytes: int, cap: int) -> int:
+    """How many units of ``unit_bytes`` fit in ``budget_bytes`` (at least 1, at most cap)."""
+    return max(1, min(cap, budget_bytes // max(1, unit_bytes)))
+
+
+def parallel_levels(extents: Sequence[int], facts: CpuFacts, most: int) -> int:
+    """Fewest outer loops (1..most) whose fused extent gives every core 4+ tasks (load
+    balance when tasks are uneven), else ``most``."""
+    for count in range(1, most + 1):
+        if math.prod(extents[:count]) >= 4 * facts.cores:
+            return count
+    return most
 
 
 def vector_width(extent: int, lanes: int) -> int:

@@ -8,12 +8,23 @@ guarded load or materialised once; reduction over input channels split and (R, S
 """
 from __future__ import annotations
 
+from typing import Any
+
+from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule, Stage
-from autotune.schedule.templates.common import (nearest_split, parallel_outer,
-                                                 register_tile_limit, vector_width)
-from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
+from autotune.schedule.templates.common import (
+    fit_count,
+    innermost_factors,
+    nearest_split,
+    parallel_levels,
+    parallel_outer,
+    register_tile,
+    register_tile_limit,
+    vector_width,
+)
+from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
 ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
@@ -23,13 +34,12 @@ MAX_REG_TILE = 512  # accumulator floats: beyond this the tile spills and unroll
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    p = wl.params
     lanes = target.vector_lanes
-    knobs = [
-        Split("tile_k", p["K"], 3, max_inner=4 * lanes),
+    knobs: list[Knob] = [
+        Split("tile_k", wl.dim("K"), 3, max_inner=4 * lanes),
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=2 * lanes),
-        Split("tile_rc", p["C"], 2, max_inner=32),
+        Split("tile_rc", wl.dim("C"), 2, max_inner=32),
         Reorder("order", ORDERS),
         Choice("vec", ["k", "x"]),
         Choice("pack_w", [True, False]),
@@ -37,19 +47,43 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Annotate("unroll_rs", ["none", "unroll"]),
         Choice("parallel", [1, 2, 3]),
     ]
-    default = {
-        "tile_k": nearest_split(knobs[0], (2, 2 * lanes)),
-        "tile_y": nearest_split(knobs[1], (4, 1)),
-        "tile_x": nearest_split(knobs[2], (1, 8)),
-        "tile_rc": nearest_split(knobs[3], (4,)),
+    default = default_values(wl, facts_of(target), knobs)
+    return ConfigSpace(knobs, default=default,
+                       validity=register_tile_limit(("tile_k", "tile_y", "tile_x"), MAX_REG_TILE),
+                       name="cpu_conv2d")
+
+
+def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
+    """BLIS-style default, vectorised along output channels (weights packed so a vector of
+    channels is contiguous): register tile of k2 channels x (y2 x x2) pixels by
+    `register_tile` (pixels broadcast, channel vectors reloaded); input channels blocked
+    so one block's weight and input micro-panels fit half of L1; k1 channel tiles whose
+    weights (k1*k2 x C x R x S) fit half of L2; whole rows per tile; outer loops fused until
+    every core has 4+ tasks."""
+    C, R, S = wl.dim("C"), wl.dim("R"), wl.dim("S")
+    tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
+    k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k)
+                                       for k in innermost_factors(tile_k)
+                                       for y in innermost_factors(tile_y)
+                                       for x in innermost_factors(tile_x)])
+    panel = R * S * (k2 + (y2 + R - 1) * (x2 + S - 1)) * 4  # one input channel's micro-panels
+    rc1 = fit_count(facts.l1d // 2, panel, 32)
+    k1 = fit_count(facts.l2 // 2, k2 * C * R * S * 4, wl.dim("K") // k2)
+    tk = nearest_split(tile_k, (k1, k2))
+    ty = nearest_split(tile_y, (1, y2))
+    tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
+    return {
+        "tile_k": tk,
+        "tile_y": ty,
+        "tile_x": tx,
+        "tile_rc": nearest_split(tile_rc, (rc1,)),
         "order": ORDERS[0],
         "vec": "k",
         "pack_w": True,
         "pad": "buffer",
         "unroll_rs": "unroll",
-        "parallel": 2,
+        "parallel": parallel_levels([wl.dim("N") * tk[0], ty[0], tx[0]], facts, 3),
     }
-    return ConfigSpace(knobs, default=default, validity=register_tile_limit(("tile_k", "tile_y", "tile_x"), MAX_REG_TILE), name="cpu_conv2d")
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:

@@ -6,13 +6,24 @@ the R x S window unrollable and the zero padding inlined or materialised once.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates.common import (nearest_split, parallel_outer,
-                                                 register_tile_limit, vector_width)
+from autotune.schedule.templates.common import (
+    fit_count,
+    innermost_factors,
+    nearest_split,
+    parallel_levels,
+    parallel_outer,
+    register_tile,
+    register_tile_limit,
+    vector_width,
+)
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
-from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
+from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
 ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
@@ -23,7 +34,7 @@ MAX_REG_TILE = 256
 def space(wl: Workload, target: Target) -> ConfigSpace:
     lanes = target.vector_lanes
     channels = wl.output_shape[1]
-    knobs = [
+    knobs: list[Knob] = [
         Split("tile_c", channels, 3, max_inner=4),
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=4 * lanes),
@@ -33,17 +44,36 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("rs_inner", [False, True]),
         Choice("parallel", [1, 2, 3]),
     ]
-    default = {
-        "tile_c": nearest_split(knobs[0], (1, 1)),
-        "tile_y": nearest_split(knobs[1], (1, 4)),
-        "tile_x": nearest_split(knobs[2], (1, 2 * lanes)),
+    default = default_values(wl, facts_of(target), knobs)
+    return ConfigSpace(knobs, default=default,
+                       validity=register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
+                       name="cpu_depthwise_conv2d")
+
+
+def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
+    """Default from the CPU's facts: register tile of y2 rows x x2 columns (one channel:
+    channels share nothing) by `register_tile`; y1 row tiles whose input rows fit half of
+    L1 (rows are reused across the R taps); whole rows per tile; outer loops fused until
+    every core has 4+ tasks."""
+    tile_c, tile_y, tile_x = knobs[0], knobs[1], knobs[2]
+    y2, x2 = register_tile(facts, [((y, x), y, x)
+                                   for y in innermost_factors(tile_y)
+                                   for x in innermost_factors(tile_x)])
+    sy, sx = wl.pair("stride")
+    in_w = wl.out_w * sx + wl.dim("S")  # input row width, about (a dilated window is wider)
+    y1 = fit_count(facts.l1d // 2, (y2 * sy + wl.dim("R")) * in_w * 4, wl.out_h // y2)
+    tc = nearest_split(tile_c, (1, 1))
+    ty = nearest_split(tile_y, (y1, y2))
+    return {
+        "tile_c": tc,
+        "tile_y": ty,
+        "tile_x": nearest_split(tile_x, (-(-wl.out_w // x2), x2)),
         "order": ORDERS[0],
         "pad": "buffer",
         "unroll_rs": "unroll",
         "rs_inner": False,
-        "parallel": 2,
+        "parallel": parallel_levels([wl.dim("N") * tc[0], ty[0], 1], facts, 3),
     }
-    return ConfigSpace(knobs, default=default, validity=register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE), name="cpu_depthwise_conv2d")
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:

@@ -8,11 +8,22 @@ parallel loop.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates.common import nearest_split, parallel_outer, vector_width
-from autotune.space import Annotate, Choice, Config, ConfigSpace, Reorder, Split
+from autotune.schedule.templates.common import (
+    fit_count,
+    innermost_factors,
+    nearest_split,
+    parallel_levels,
+    parallel_outer,
+    register_tile,
+    vector_width,
+)
+from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
 ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
@@ -20,10 +31,9 @@ ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    p = wl.params
-    M, N, K = p["M"], p["N"], p["K"]
+    M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
     lanes = target.vector_lanes
-    knobs = [
+    knobs: list[Knob] = [
         Split("tile_i", M, 3, max_inner=16),
         Split("tile_j", N, 3, max_inner=4 * lanes, inner_multiple_of=lanes),
         Split("tile_k", K, 2, max_inner=16),
@@ -36,19 +46,44 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
                                      reverse=True)),
         Choice("parallel", [1, 2]),
     ]
-    default = {
-        "tile_i": nearest_split(knobs[0], (4, 8)),
-        "tile_j": nearest_split(knobs[1], (8, 2 * lanes)),
-        "tile_k": nearest_split(knobs[2], (4,)),
-        "order": ("j0", "i0", "j1", "i1"),
-        "pack_b": True,
-        "pack_a": False,
+    default = default_values(wl, facts_of(target), knobs)
+    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}")
+
+
+def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
+    """BLIS-style default. Register tile mr x nr by `register_tile`; B packed into K x nr
+    micro-panels (when M has more than one micro-row to reuse them) that the inner loop
+    over micro-rows reuses from L1; a block of mc = i1*mr rows of A (mc x K) kept in half
+    of L2, and nc = j1*nr columns of B in a core's half share of L3, halved until the
+    outer loops give each core 4+ tasks; A packed only when its micro-panel (mr x K)
+    overflows L1; k unrolled to about 64 FMAs per step (enough to hide FMA latency)."""
+    M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
+    tile_i, tile_j, tile_k = knobs[0], knobs[1], knobs[2]
+    mr, nr = register_tile(facts, [((r, c), r, c)
+                                   for r in innermost_factors(tile_i)
+                                   for c in innermost_factors(tile_j)])
+    mc_rows = fit_count(facts.l2 // 2, K * 4, M)
+    nc_cols = fit_count(facts.l3 // (2 * facts.cores), K * 4, N)
+    i1, j1 = max(1, mc_rows // mr), max(1, nc_cols // nr)
+    batches = wl.dim("B") if "B" in wl.params else 1
+    while batches * -(-M // (i1 * mr)) * -(-N // (j1 * nr)) < 4 * facts.cores and j1 * i1 > 1:
+        j1, i1 = (j1 // 2, i1) if j1 >= i1 else (j1, i1 // 2)
+    ti = nearest_split(tile_i, (i1, mr))
+    tj = nearest_split(tile_j, (j1, nr))
+    fmas = mr * -(-nr // facts.lanes)  # vector FMAs per k step
+    order = ("j0", "i0", "j1", "i1")  # i1 innermost: the B micro-panel stays in L1
+    return {
+        "tile_i": ti,
+        "tile_j": tj,
+        "tile_k": nearest_split(tile_k, (fit_count(64, fmas, 16),)),
+        "order": order,
+        "pack_b": M > mr,
+        "pack_a": mr * K * 4 > facts.l1d,
         "unroll_k": "unroll",
         "reduce_order": "k0 k1 i j",
-        "vector_bits": target.vector_bits,
-        "parallel": 2,
+        "vector_bits": facts.vector_bits,
+        "parallel": parallel_levels([batches * tj[0], ti[0]], facts, 2),
     }
-    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}")
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:

@@ -1,0 +1,101 @@
+"""CPU templates' defaults: derived from `CpuFacts`, points of their spaces, compiled for
+AVX2 and AVX-512 targets (cross-compiled), run against numpy on the host."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune import driver
+from autotune.cpu_facts import CpuFacts, facts_of, parse_size
+from autotune.schedule.templates import cpu_conv2d, cpu_depthwise, cpu_matmul
+
+AVX2 = CpuFacts(256, 16, 32 * 1024, 256 * 1024, 8 * 1024**2, 4)
+AVX512 = CpuFacts(512, 32, 32 * 1024, 1024 * 1024, 16 * 1024**2, 4)
+EPILOGUES = [(), ("bias", "relu"), ("scale_shift",)]
+WORKLOADS = {
+    "matmul": dict(M=96, N=64, K=48),
+    "batch_matmul": dict(B=2, M=24, N=32, K=16),
+    "conv2d": dict(N=1, C=8, H=10, W=12, K=32, R=3, S=3, stride=1, pad=1),
+    "depthwise_conv2d": dict(N=1, C=4, H=12, W=16, R=3, S=3, stride=1, pad=1, multiplier=1),
+}
+CROSS = {"llvm -mcpu=haswell": "<8 x float>", "llvm -mcpu=skylake-avx512": "<16 x float>"}
+
+
+def _matmul_default(facts: CpuFacts, **params: int) -> dict:
+    wl = autotune.workload("matmul", **params)
+    sp = autotune.config_space(wl, autotune.Target(f"llvm -vector-bits={facts.vector_bits}"))
+    return cpu_matmul.default_values(wl, facts, list(sp.knobs))
+
+
+def test_register_tile_follows_vector_width_and_registers() -> None:
+    avx2 = _matmul_default(AVX2, M=96, N=96, K=64)
+    avx512 = _matmul_default(AVX512, M=96, N=96, K=64)
+    assert avx2["tile_i"][-1] == 6 and avx2["tile_j"][-1] == 16  # 6 x 2 ymm accumulators
+    assert avx512["tile_i"][-1] == 12 and avx512["tile_j"][-1] == 32  # 12 x 2 zmm
+
+
+def test_register_tile_falls_back_to_the_factors_the_space_has() -> None:
+    tile = _matmul_default(AVX2, M=512, N=512, K=512)
+    assert tile["tile_i"][-1] * tile["tile_j"][-1] // 8 == 8  # 4 x 16: no 6 divides 512
+
+
+@pytest.mark.parametrize("small, big", [(16 * 1024, 64 * 1024), (32 * 1024, 48 * 1024)])
+def test_bigger_l1_gives_bigger_or_equal_blocks(small: int, big: int) -> None:
+    conv = autotune.workload("conv2d", **WORKLOADS["conv2d"] | dict(C=256))
+    dw = autotune.workload("depthwise_conv2d", N=1, C=4, H=64, W=64, R=3, S=3, stride=1, pad=1)
+    target = autotune.Target("llvm -mcpu=haswell")
+    for wl, mod, name in ((conv, cpu_conv2d, "tile_rc"), (dw, cpu_depthwise, "tile_y")):
+        knobs = list(autotune.config_space(wl, target).knobs)
+        lo = mod.default_values(wl, replace(AVX2, l1d=small), knobs)[name]
+        hi = mod.default_values(wl, replace(AVX2, l1d=big), knobs)[name]
+        assert hi[1] >= lo[1]
+    assert (cpu_conv2d.default_values(conv, replace(AVX2, l1d=4 * 1024), knobs := list(
+        autotune.config_space(conv, target).knobs))["tile_rc"][1]
+            < cpu_conv2d.default_values(conv, replace(AVX2, l1d=256 * 1024), knobs)["tile_rc"][1])
+
+
+def test_more_cores_parallelise_more_loops() -> None:
+    wl = autotune.workload("conv2d", **WORKLOADS["conv2d"])
+    knobs = list(autotune.config_space(wl, autotune.Target("llvm -mcpu=haswell")).knobs)
+    one = cpu_conv2d.default_values(wl, replace(AVX2, cores=1), knobs)["parallel"]
+    many = cpu_conv2d.default_values(wl, replace(AVX2, cores=64), knobs)["parallel"]
+    assert many > one
+
+
+def test_facts_of_targets() -> None:
+    assert facts_of(autotune.Target("llvm -mcpu=haswell")).vector_registers == 16
+    avx512 = facts_of(autotune.Target("llvm -mcpu=skylake-avx512"))
+    assert (avx512.vector_bits, avx512.vector_registers) == (512, 32)
+    host = facts_of(autotune.Target("llvm"))
+    assert 0 < host.l1d < host.l2 < host.l3 and host.cores >= 1
+    assert parse_size("32K\n") == 32 * 1024 and parse_size("1M") == 1024**2
+
+
+def _cases() -> list[tuple[str, tuple[str, ...]]]:
+    return [(op, epi) for op in WORKLOADS for epi in EPILOGUES]
+
+
+@pytest.mark.parametrize("spec", list(CROSS))
+@pytest.mark.parametrize("op, epi", _cases())
+def test_default_is_valid_and_uses_the_vector_width(spec: str, op: str, epi: tuple) -> None:
+    target = autotune.Target(spec)
+    wl = autotune.workload(op, epilogue=epi, **WORKLOADS[op])
+    sp = autotune.config_space(wl, target)
+    cfg = sp.default()
+    assert sp.invalid_reason(cfg) is None
+    assert sp.get(cfg.index) == cfg
+    text = driver.source(wl, target, cfg)
+    assert CROSS[spec] in text
+    assert driver.build(wl, target, cfg).binary  # cross-compiles without the hardware
+
+
+@pytest.mark.parametrize("op, epi", _cases())
+def test_default_runs_on_the_host_and_matches_numpy(op: str, epi: tuple) -> None:
+    wl = autotune.workload(op, epilogue=epi, **WORKLOADS[op])
+    args = wl.random_args(0)
+    ref = wl.reference(args)
+    autotune.compile(wl, autotune.Target("llvm"))(*args)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
