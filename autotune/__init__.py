@@ -6,7 +6,7 @@ importing one part (say the database) does not pull in the compiler.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -19,7 +19,7 @@ _EXPORTS = {
     "Target": "autotune.target",
     "Config": "autotune.space",
     "ConfigSpace": "autotune.space",
-    "config_space": "autotune.driver:space",
+    "config_space": "autotune.driver",
     "lower": "autotune.driver",
     "compile": "autotune.driver",
     "Kernel": "autotune.codegen.kernel",
@@ -35,6 +35,25 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what `__getattr__` returns, for type checkers (imported lazily at run time)
+    from autotune.api import BestRecord as BestRecord
+    from autotune.api import TuneResult as TuneResult
+    from autotune.api import best as best
+    from autotune.api import build as build
+    from autotune.api import tune as tune
+    from autotune.codegen.kernel import Kernel as Kernel
+    from autotune.driver import compile as compile  # noqa: A004
+    from autotune.driver import config_space as config_space
+    from autotune.driver import lower as lower
+    from autotune.frontend.runtime import compile_model as compile_model
+    from autotune.frontend.torch import extract as extract
+    from autotune.frontend.tuning import tune_model as tune_model
+    from autotune.ops import Workload as Workload
+    from autotune.ops import workload as workload
+    from autotune.space import Config as Config
+    from autotune.space import ConfigSpace as ConfigSpace
+    from autotune.target import Target as Target
 
 
 def __getattr__(name: str) -> Any:

@@ -2,24 +2,38 @@
 
 Workloads may be given as `Workload`, wire dict or JSON; targets as `Target` or spec string;
 databases as URL or `Database`. A URL is opened (and migrated) for the call and closed after.
+Defaults that `Settings` defines (database URL, measurement options, Ray address, lease) are
+read from the environment (``AUTOTUNE_*``) at each call.
 """
 from __future__ import annotations
 
+import enum
 import threading
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple,
-                    Optional, Union)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Union,
+)
 
-from autotune.db import DEFAULT_URL, Database, TrialRecord
+from autotune.db import Database, TrialRecord
+from autotune.db.export_import import record_from_json
 from autotune.db.lease import LeaseKeeper, OwnedStore, new_owner
 from autotune.ops import Workload
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
 from autotune.search.registry import tuner_options as options_table
-from autotune.space import Config, ConfigSpace
+from autotune.settings import Settings
+from autotune.space import Config
 from autotune.target import Target
 
 if TYPE_CHECKING:
@@ -27,12 +41,20 @@ if TYPE_CHECKING:
     from autotune.measure import MeasureOptions
     from autotune.search.loop import Executor
 
-__all__ = ["BestRecord", "NoTunedScheduleWarning", "ServiceError", "TuneResult", "best", "build",
-           "build_cache_info", "clear_build_cache", "tune"]
+__all__ = ["SETTINGS_DB", "BestRecord", "NoTunedScheduleWarning", "ServiceError", "TuneResult",
+           "best", "build", "build_cache_info", "clear_build_cache", "tune"]
+
+
+class _FromSettings(enum.Enum):
+    DB_URL = "AUTOTUNE_DB_URL"
+
+
+# The default ``db``: the database at ``Settings().db_url``, read when the call is made.
+SETTINGS_DB = _FromSettings.DB_URL
 
 WorkloadArg = Union[Workload, Mapping[str, Any], str]
 TargetArg = Union[Target, str]
-DbArg = Union[str, Database, None]
+DbArg = Union[str, Database, None, _FromSettings]
 
 
 class NoTunedScheduleWarning(UserWarning):
@@ -68,19 +90,13 @@ def as_target(target: TargetArg) -> Target:
     return target if isinstance(target, Target) else Target(target)
 
 
-def space_of(workload: Workload, target: Target) -> ConfigSpace:
-    """The workload's schedule space on ``target``."""
-    from autotune.driver import space
-
-    return space(workload, target)
-
-
 @contextmanager
 def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Database]]:
-    """The `Database` for a URL (opened and migrated, disposed after) or the one given.
-
-    With ``create=False`` a SQLite file that does not exist yields None instead of being made.
-    """
+    """The `Database` for a URL (opened and migrated, disposed after) or the one given;
+    `SETTINGS_DB` is the URL of ``Settings().db_url``. With ``create=False`` a SQLite file
+    that does not exist yields None instead of being made."""
+    if db is SETTINGS_DB:
+        db = Settings().db_url
     if db is None or isinstance(db, Database):
         yield db
         return
@@ -106,9 +122,9 @@ def _missing_sqlite_file(url: str) -> bool:
 # --- tune ------------------------------------------------------------------------------
 
 def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200,
-         tuner: Optional[str] = None, db: DbArg = DEFAULT_URL,
+         tuner: Optional[str] = None, db: DbArg = SETTINGS_DB,
          early_stopping: Optional[int] = None, batch_size: int = DEFAULT_BATCH_SIZE,
-         seed: int = 0, options: Optional["MeasureOptions"] = None,
+         seed: int = 0, measure_options: Optional["MeasureOptions"] = None,
          executor: Optional["Executor"] = None,
          callbacks: Iterable[Callable[[Progress], Optional[bool]]] = (), transfer: bool = True,
          job_id: Optional[int] = None, owner: Optional[str] = None,
@@ -120,9 +136,10 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     it is cancelled elsewhere, e.g. through a service) and its state kept; with one, only its
     progress is updated and its recorded trials count toward ``trials``, and with ``owner``
     (the lease holder of ``job_id``) each write checks that it still holds the job
-    (`autotune.db.lease.LeaseLost` otherwise). ``executor``
-    defaults to a LocalExecutor with ``options`` (closed at the end); a ReplayExecutor
-    restricts the search to its pool. ``db=None`` records nothing. See
+    (`autotune.db.lease.LeaseLost` otherwise). ``executor`` defaults to one measuring with
+    ``measure_options`` (default: the settings'), on the Ray cluster of ``Settings().ray_address``
+    when set, else on this host, and closed at the end; a ReplayExecutor restricts the search
+    to its pool. ``db`` defaults to `SETTINGS_DB`; ``db=None`` records nothing. See
     `autotune.search.tune_loop` for the loop's rules.
     """
     wl, tgt = as_workload(workload), as_target(target)
@@ -130,19 +147,25 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     opts = dict(tuner_options or {})
     if any(opt.name == "transfer" for opt in options_table(name)):
         opts.setdefault("transfer", transfer)
-    space = space_of(wl, tgt)
+    from autotune.driver import config_space  # codegen loads only when tuning
+
+    space = config_space(wl, tgt)
     pool = _replay_pool(executor, wl)
+    if executor is None:
+        measure_options = measure_options or Settings().measure_options()
     with open_database(db) as database:
         lease: Optional[_JobLease] = None
         if database is not None and job_id is None:
+            # The job row's options column, as the service keeps it (`JobSettings`).
             lease = _hold_new_job(database, wl, tgt, tuner=name, trials=trials, options={
                 "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
-                "tuner_options": opts})
+                "transfer": transfer, "tuner_options": opts,
+                "measure_options": {} if measure_options is None else asdict(measure_options)})
             job_id, owner = lease.job_id, lease.owner
             callbacks = (*callbacks, lease.callback)
         store = database if database is None or owner is None or job_id is None else \
             OwnedStore(database, job_id, owner)
-        exe = executor if executor is not None else _local_executor(tgt, options)
+        exe = executor if executor is not None else default_executor(tgt, measure_options)
         try:
             try:
                 result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
@@ -190,8 +213,6 @@ class _JobLease(LeaseKeeper):
 def _hold_new_job(database: Database, workload: Workload, target: Target, *, tuner: str,
                   trials: int, options: Mapping[str, Any]) -> _JobLease:
     """Create a job already running under a new owner, and keep its lease alive."""
-    from autotune.settings import Settings
-
     lease_s = Settings().job_lease_s  # read now: the environment may change between calls
     owner = new_owner()
     job = database.create_job(workload=workload, target=target, tuner=tuner, trials=trials,
@@ -207,15 +228,28 @@ def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
-def _local_executor(target: Target, options: Optional["MeasureOptions"]) -> "Executor":
+def default_executor(target: Target, measure_options: Optional["MeasureOptions"] = None, *,
+                     settings: Optional[Settings] = None) -> "Executor":
+    """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
+    cluster of ``settings.ray_address`` when set, else on this host. ``settings`` default to
+    ``Settings()``, read now."""
+    settings = settings or Settings()
+    options = measure_options or settings.measure_options()
+    if settings.ray_address:
+        try:
+            from autotune.cluster.executor import RayExecutor
+        except ImportError as exc:
+            raise ImportError(f"measuring on the Ray cluster at {settings.ray_address} needs "
+                              f"pip install 'autotune[cluster]' ({exc})") from exc
+        return RayExecutor(target, address=settings.ray_address, options=options)
     from autotune.measure import LocalExecutor
 
-    return LocalExecutor(target) if options is None else LocalExecutor(target, options=options)
+    return LocalExecutor(target, options=options)
 
 
 # --- best ------------------------------------------------------------------------------
 
-def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFAULT_URL,
+def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTINGS_DB,
          url: Optional[str] = None, timeout: float = 10.0) -> Optional[BestRecord]:
     """The best valid record of ``workload`` on ``target``, or None when there is none.
 
@@ -236,8 +270,10 @@ def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFAU
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:
     """The record's config, validated against the space when this host knows the template."""
+    from autotune.driver import config_space
+
     try:
-        space = space_of(workload, target)
+        space = config_space(workload, target)
     except (ValueError, ImportError):
         return Config.from_json(record.config)
     return Config.from_json(record.config, space)
@@ -260,25 +296,10 @@ def _remote_best(url: str, workload: Workload, target: Target,
                            f"{response.text[:200]}")
     try:
         body = response.json()
-        return record_from_json(body.get("record", body), workload, target)
+        return record_from_json(body.get("record", body), workload_key=workload.key,
+                                target_key=target.key)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ServiceError(f"autotune service at {url} sent an unexpected body: {exc}") from exc
-
-
-def record_from_json(obj: Mapping[str, Any], workload: Workload, target: Target) -> TrialRecord:
-    """A `TrialRecord` from its JSON form (the REST body or an exported line)."""
-    config = dict(obj["config"])
-    cost = obj.get("cost")
-    return TrialRecord(
-        workload_key=workload.key, target_key=str(obj.get("target_key", target.key)),
-        config=config, config_index=int(obj.get("config_index", config["index"])),
-        costs=tuple(float(c) for c in obj.get("costs", ()) or ()),
-        cost=None if cost is None else float(cost),
-        gflops=None if obj.get("gflops") is None else float(obj["gflops"]),
-        error=str(obj.get("error", "none")), error_msg=str(obj.get("error_msg", "")),
-        build_s=float(obj.get("build_s", 0.0)), run_s=float(obj.get("run_s", 0.0)),
-        timestamp=float(obj.get("timestamp", 0.0)), job_id=obj.get("job_id"),
-        extra=dict(obj.get("extra") or {}), id=obj.get("id"))
 
 
 # --- build -----------------------------------------------------------------------------
@@ -331,7 +352,7 @@ def clear_build_cache() -> None:
     _kernel_cache.cache_clear()
 
 
-def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFAULT_URL,
+def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTINGS_DB,
           url: Optional[str] = None) -> "Kernel":
     """A kernel compiled from the best record, or from the default config with a warning.
 
@@ -343,7 +364,9 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = DEFA
     if found is not None:
         config = found.config
     else:
-        config = space_of(wl, tgt).default()
+        from autotune.driver import config_space
+
+        config = config_space(wl, tgt).default()
         warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "
                       f"default config (index {config.index})", NoTunedScheduleWarning,
                       stacklevel=2)

@@ -18,6 +18,7 @@ from autotune.frontend import cli as _models  # tune-model, bench-model (torch l
 if TYPE_CHECKING:
     from autotune.ops import Workload
     from autotune.search import Progress, TuneResult
+    from autotune.settings import Settings
     from autotune.target import Target
 
 PROG = "autotune"
@@ -101,33 +102,46 @@ def _task(args: argparse.Namespace) -> tuple["Workload", "Target"]:
 
 # --- tune --------------------------------------------------------------------------------
 
-class ProgressLine:
-    """An ``on_batch`` callback drawing one updating line on a TTY, plain lines otherwise."""
+class ProgressDisplay:
+    """An ``on_batch`` callback: a rich progress bar on a terminal, one plain line per batch
+    otherwise (logs and pipes want lines, not redraws)."""
 
-    def __init__(self, stream: IO[str], width: int = 24) -> None:
-        self.stream, self.width = stream, width
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._drawn = False
+    def __init__(self, stream: IO[str]) -> None:
+        from rich.console import Console
+
+        self.stream = stream
+        self.console = Console(file=stream)
+        self._bar: Any = None
+        self._task: Any = None
 
     def __call__(self, p: "Progress") -> None:
-        done = min(p.trials_done, p.budget)
-        text = (f"{p.trials_done}/{p.budget} trials  best {p.best_gflops:.2f} GFLOP/s  "
-                f"errors {p.errors}")
-        if self.tty:
-            filled = self.width * done // max(p.budget, 1)
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\r[{bar}] {text}\x1b[K")
-            self._drawn = True
-        else:
-            self.stream.write(f"{PROG}: {text}\n")
-        self.stream.flush()
+        if not self.console.is_terminal:
+            self.stream.write(f"{PROG}: {p.trials_done}/{p.budget} trials  best "
+                              f"{p.best_gflops:.2f} GFLOP/s  errors {p.errors}\n")
+            self.stream.flush()
+            return
+        if self._bar is None:
+            self._start(p.budget)
+        self._bar.update(self._task, total=p.budget, completed=min(p.trials_done, p.budget),
+                         best=p.best_gflops, errors=p.errors)
+        self._bar.refresh()
+
+    def _start(self, budget: int) -> None:
+        from rich import progress as rp
+
+        self._bar = rp.Progress(rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("trials"),
+                                rp.TextColumn("best {task.fields[best]:.2f} GFLOP/s"),
+                                rp.TextColumn("errors {task.fields[errors]}"),
+                                rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
+                                console=self.console, auto_refresh=False)
+        self._task = self._bar.add_task("tune", total=budget, best=0.0, errors=0)
+        self._bar.start()
 
     def finish(self) -> None:
-        """End the updating line (a no-op when nothing was drawn)."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        """Leave the final bar on screen (a no-op when nothing was drawn)."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def _parse_tuner_options(items: Sequence[str]) -> dict[str, Any]:
@@ -167,7 +181,7 @@ def _add_ray_address(p: argparse.ArgumentParser) -> None:
                         "$AUTOTUNE_RAY_ADDRESS, else this host); needs autotune[cluster]")
 
 
-def _settings(**given: Any) -> Any:
+def _settings(**given: Any) -> "Settings":
     """The settings, with the command line's values (those given) over the environment's."""
     from autotune.settings import Settings
 
@@ -192,33 +206,36 @@ def _run_tune(args: argparse.Namespace) -> int:
         resolve_options(args.tuner, tuner_options(args.tuner), options)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
-    settings = _settings(ray_address=args.ray_address)
-    return _tune_and_report(wl, target, db=db_url(args), trials=args.trials, tuner=args.tuner,
+    return _tune_and_report(wl, target, _settings(ray_address=args.ray_address),
+                            db=db_url(args), trials=args.trials, tuner=args.tuner,
                             tuner_options=options, early_stopping=args.early_stopping,
-                            batch_size=batch, seed=args.seed, ray_address=settings.ray_address)
+                            batch_size=batch, seed=args.seed)
 
 
-def _tune_and_report(wl: "Workload", target: "Target", ray_address: Optional[str] = None,
+def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
                      **kwargs: Any) -> int:
-    from autotune.api import space_of, tune
-    from autotune.settings import Settings
+    from autotune import config_space
+    from autotune.api import default_executor, tune
 
     try:
-        space_of(wl, target)
+        config_space(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
-    options = Settings().measure_options()
-    executor = _ray_executor(target, ray_address, options) if ray_address else None
-    bar = ProgressLine(sys.stderr)
-    where = f"the Ray cluster at {ray_address}" if ray_address else "this host"
+    options = settings.measure_options()
+    try:
+        executor = default_executor(target, options, settings=settings)
+    except ImportError as exc:  # Ray asked for, not installed
+        raise CliError(str(exc)) from None
+    bar = ProgressDisplay(sys.stderr)
+    where = f"the Ray cluster at {settings.ray_address}" if settings.ray_address else "this host"
     print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
           f"{kwargs['tuner']}, database {shown(kwargs['db'])}", file=sys.stderr)
     try:
-        result = tune(wl, target, callbacks=[bar], options=options, executor=executor, **kwargs)
+        result = tune(wl, target, callbacks=[bar], measure_options=options, executor=executor,
+                      **kwargs)
     finally:
         bar.finish()
-        if executor is not None:
-            executor.close()
+        executor.close()
     _print_summary(wl, result)
     return 0 if result.ok else 1
 
@@ -238,29 +255,6 @@ def _print_summary(wl: "Workload", result: "TuneResult") -> None:
     print(f"best: {result.best_gflops:.2f} GFLOP/s ({result.best_cost * 1e3:.4f} ms), "
           f"config {result.best_config.index}")
     print(json.dumps(result.best_config.to_dict()))
-
-
-def _ray_executor(target: "Target", address: str, options: Any) -> Any:
-    try:
-        from autotune.cluster.executor import RayExecutor
-    except ImportError as exc:
-        raise CliError(f"--ray-address needs Ray: pip install 'autotune[cluster]' ({exc})")
-    return RayExecutor(target, address=address, options=options)
-
-
-def _configure_run(p: argparse.ArgumentParser) -> None:
-    _add_db(p)
-    p.add_argument("--trials", type=int, default=32, help="measurements (default 32)")
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from autotune.ops import workload
-    from autotune.target import Target
-
-    wl = workload("matmul", M=256, N=256, K=256)
-    return _tune_and_report(wl, Target("llvm"), db=db_url(args), trials=args.trials,
-                            tuner="ga", tuner_options={}, early_stopping=None, batch_size=16,
-                            seed=0)
 
 
 # --- queries -------------------------------------------------------------------------------
@@ -350,6 +344,7 @@ def _run_import(args: argparse.Namespace) -> int:
     from autotune.api import open_database
 
     with open_database(db_url(args)) as db:
+        assert db is not None  # a URL with create=True always opens
         try:
             count = db.import_jsonl_path(args.file)
         except ValueError as exc:  # BadRecord names the line and field
@@ -368,6 +363,39 @@ def _run_ops(args: argparse.Namespace) -> int:
     _print_table(["op", "parameters (=default)", "computes"], rows)
     print(f"epilogue stages: {', '.join(EPILOGUE_STAGES)}")
     return 0
+
+
+def _configure_tuners(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the table the service's "
+                                                       "/api/v1/tuners returns")
+
+
+def _run_tuners(args: argparse.Namespace) -> int:
+    from autotune.search.registry import describe_tuners
+
+    tuners = describe_tuners()  # the service's /tuners reads the same tables
+    if args.json:
+        print(json.dumps(tuners, indent=2))
+        return 0
+    for tuner in tuners:
+        mark = " (default)" if tuner["default"] else ""
+        print(f"{tuner['name']}{mark}: {tuner['description']}")
+        rows = [["  " + o["name"], json.dumps(o["default"]), _allowed(o), o["description"]]
+                for o in tuner["options"]]
+        if rows:
+            _print_table(["  option", "default", "allowed", "description"], rows)
+        print()
+    print("set an option with: autotune tune ... --tuner NAME --tuner-option OPTION=VALUE")
+    return 0
+
+
+def _allowed(option: dict[str, Any]) -> str:
+    """The values an option accepts: its choices, its bounds, or its type."""
+    if "choices" in option:
+        return "|".join(str(c) for c in option["choices"])
+    if "minimum" in option or "maximum" in option:
+        return f"{option.get('minimum', '')}..{option.get('maximum', '')}"
+    return type(option["default"]).__name__
 
 
 def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -472,6 +500,7 @@ def _run_apikey(args: argparse.Namespace) -> int:
     from autotune.api import open_database
 
     with open_database(db_url(args)) as db:
+        assert db is not None  # a URL with create=True always opens
         if args.action == "create":
             key = db.create_api_key(args.name)
             print(f"API key {args.name!r} created; it is shown only now:", file=sys.stderr)
@@ -503,7 +532,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("import", "read tuning records from a JSON-lines file", _configure_import,
             _run_import),
     Command("ops", "list the operators and their parameters", lambda p: None, _run_ops),
-    Command("run", "demo: tune a 256x256x256 matmul on this CPU", _configure_run, _run_demo),
+    Command("tuners", "list the tuners and their options (defaults, bounds)", _configure_tuners,
+            _run_tuners),
     Command("serve", "serve the REST API and the dashboard", _configure_serve, _run_serve),
     Command("apikey", "create, list or revoke API keys of the service", _configure_apikey,
             _run_apikey),

@@ -6,10 +6,12 @@ runner process (owning the device) can load the result: the artifact is picklabl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from autotune.codegen import backend_for
+from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload
 from autotune.schedule.lower import LoweringError, lower_schedule
@@ -26,7 +28,7 @@ class InvalidConfig(ValueError):
 
 
 @lru_cache(maxsize=256)
-def space(workload: Workload, target: Target) -> ConfigSpace:
+def config_space(workload: Workload, target: Target) -> ConfigSpace:
     """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable)."""
     return get_template(workload.op, target.kind).space(workload, target)
 
@@ -45,7 +47,7 @@ def lower(workload: Workload, target: Target | str, config: Config | int | dict 
           ) -> PrimFunc:
     """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
     target = Target(target) if isinstance(target, str) else target
-    sp = space(workload, target)
+    sp = config_space(workload, target)
     cfg = _as_config(sp, config)
     reason = sp.invalid_reason(cfg)
     if reason:
@@ -60,29 +62,12 @@ def lower(workload: Workload, target: Target | str, config: Config | int | dict 
     return func
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """What a builder hands a runner: the loop AST, generated source and binary code."""
-
-    func: PrimFunc
-    target_key: str
-    source: str
-    binary: bytes
-    build_s: float
-
-
 def build(workload: Workload, target: Target, config: Config | int | dict | None = None
           ) -> Artifact:
     """Lower and compile to a loadable binary (object code or cubin). Raises on failure."""
     t0 = time.perf_counter()
-    func = lower(workload, target, config)
-    if target.kind == "llvm":
-        from autotune.codegen.llvm import compile_llvm_object
-        source, binary = compile_llvm_object(func, target)
-    else:
-        from autotune.codegen.cuda import compile_cuda
-        source, binary = compile_cuda(func, target)
-    return Artifact(func, target.key, source, binary, time.perf_counter() - t0)
+    artifact = backend_for(target).compile(lower(workload, target, config), target)
+    return replace(artifact, build_s=time.perf_counter() - t0)  # lowering is part of it
 
 
 def source(workload: Workload, target: Target, config: Config | int | dict | None = None
@@ -90,24 +75,17 @@ def source(workload: Workload, target: Target, config: Config | int | dict | Non
     """The generated source `build` would return (LLVM IR before O3, CUDA C before nvcc),
     without compiling it: cheap, and needs no device."""
     func = lower(workload, target, config)
-    if target.kind == "llvm":
-        from autotune.codegen.llvm import generate_llvm_ir
-        return generate_llvm_ir(func, target)
-    from autotune.codegen.cuda import generate_cuda
-    return generate_cuda(func, target)[0]
+    return backend_for(target).source(func, target)
 
 
 def load(artifact: Artifact, target: Target) -> "Kernel":
     """Load a built artifact into a callable kernel in this process."""
-    if target.kind == "llvm":
-        from autotune.codegen.cpu_runtime import load_cpu_kernel
-        return load_cpu_kernel(artifact.func, target, artifact.source, artifact.binary)
-    from autotune.codegen.cuda_runtime import load_cuda_kernel
-    return load_cuda_kernel(artifact.func, target, artifact.source, artifact.binary)
+    return backend_for(target).load(artifact, target)
 
 
-def compile(workload: Workload, target: Target | str, config: Config | int | dict | None = None
-            ) -> "Kernel":
+# The public name `autotune.compile` (exported lazily by autotune/__init__.py): kept.
+def compile(workload: Workload, target: Target | str,  # noqa: A001
+            config: Config | int | dict | None = None) -> "Kernel":
     """Compile ``workload`` with ``config`` (default config when None) into a callable kernel."""
     target = Target(target) if isinstance(target, str) else target
     return load(build(workload, target, config), target)

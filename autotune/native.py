@@ -87,7 +87,8 @@ def check(root: Path | None = None) -> None:
     state = status(root)
     if state.startswith("stale"):
         raise ImportError(
-            f"autotune: the mypyc-compiled modules are out of date ({state.removeprefix('stale: ')})."
+            "autotune: the mypyc-compiled modules are out of date "
+            f"({state.removeprefix('stale: ')})."
             " Rebuild them with `make install` (or `pip install -e .`), or run the pure-Python"
             " sources after `python autotune/native.py --clean`.")
 

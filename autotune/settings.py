@@ -22,19 +22,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AUTOTUNE_", env_file=".env",
                                       env_file_encoding="utf-8", extra="ignore")
 
-    db_url: str = Field(DEFAULT_DB_URL, description="SQLAlchemy URL of the tuning database")
-    host: str = Field("127.0.0.1", description="address the REST service binds")
-    port: int = Field(8000, ge=1, le=65535, description="port the REST service binds")
-    max_concurrent_jobs: int = Field(2, ge=1, description="tuning jobs run at the same time")
+    db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the tuning database")
+    host: str = Field(default="127.0.0.1", description="address the REST service binds")
+    port: int = Field(default=8000, ge=1, le=65535, description="port the REST service binds")
+    max_concurrent_jobs: int = Field(
+        default=2, ge=1, description="tuning jobs run at the same time")
     job_lease_s: float = Field(
-        30.0, ge=1.0, le=3600.0,
+        default=30.0, ge=1.0, le=3600.0,
         description="seconds a running job's lease lasts unless renewed (every third of it); "
                     "another process takes over the job of an owner gone this long")
     require_key_for_reads: bool = Field(
-        False, description="also require an API key for GET requests (writes always do)")
+        default=False, description="also require an API key for GET requests (writes always do)")
     auth_disabled: bool = Field(
-        False, description="no API keys at all (local development only: the service then "
-                           "refuses to bind anything but a loopback address)")
+        default=False,
+        description="no API keys at all (local development only: the service then "
+                    "refuses to bind anything but a loopback address)")
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"], min_length=1,
         max_length=100,
@@ -43,53 +45,59 @@ class Settings(BaseSettings):
                     "that a DNS-rebinding page cannot reach a local service")
 
     ray_address: Optional[str] = Field(
-        None, description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
-                          "on this host")
+        default=None,
+        description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
+                    "on this host")
 
     # Job threads, executors and generated code (`autotune.service.manager`, `.sources`).
     job_db_retry_s: float = Field(
-        300.0, ge=0.0, le=86_400.0,
+        default=300.0, ge=0.0, le=86_400.0,
         description="seconds a job retries database errors (a lock held, a lost connection), "
                     "with backoff, resuming from its recorded trials; then it fails with the "
                     "error")
     executor_idle_s: float = Field(
-        600.0, ge=1.0, le=604_800.0,
+        default=600.0, ge=1.0, le=604_800.0,
         description="seconds a target's executor (build pool and runner processes) stays open "
                     "with no job using it; then it is closed (made again when needed)")
     source_workers: int = Field(
-        1, ge=1, le=16, description="worker processes that generate code for /jobs/{id}/top "
-                                    "(at the lowest CPU priority)")
+        default=1, ge=1, le=16,
+        description="worker processes that generate code for /jobs/{id}/top "
+                    "(at the lowest CPU priority)")
     source_timeout_s: float = Field(
-        10.0, ge=0.001, le=600.0,
+        default=10.0, ge=0.001, le=600.0,
         description="seconds a /top request waits for generated code; then that config's "
                     "source_error says so (the code is still made and cached)")
 
     # Request limits of the service (a client beyond them gets a 413 or 429 with the reason).
     max_body_bytes: int = Field(
-        1 << 20, ge=1024, le=1 << 30,
+        default=1 << 20, ge=1024, le=1 << 30,
         description="largest request body accepted, in bytes (413 beyond; checked on the "
                     "Content-Length header and while a streamed body is read)")
     max_queued_jobs: int = Field(
-        100, ge=1, le=100_000,
+        default=100, ge=1, le=100_000,
         description="jobs that may wait in the queue (state 'queued'); a submit beyond is 429")
     max_event_streams: int = Field(
-        256, ge=1, le=10_000, description="event streams (/jobs/{id}/events) open at once, "
-                                          "all clients together; 429 beyond")
+        default=256, ge=1, le=10_000,
+        description="event streams (/jobs/{id}/events) open at once, "
+                    "all clients together; 429 beyond")
     max_event_streams_per_client: int = Field(
-        16, ge=1, le=10_000,
+        default=16, ge=1, le=10_000,
         description="event streams open at once from one client address; 429 beyond")
     event_stream_lifetime_s: float = Field(
-        900.0, ge=1.0, le=86_400.0,
+        default=900.0, ge=1.0, le=86_400.0,
         description="seconds an event stream stays open; then it closes and the client "
                     "reconnects with Last-Event-ID (browsers do so by themselves)")
 
-    # Measurement (the timing protocol of DESIGN.md); defaults are MeasureOptions' defaults.
-    repeat: int = Field(5, ge=1, description="timed repeats per config; the cost is their median")
-    number: int = Field(1, ge=1, description="calls per repeat to start from (grown as needed)")
-    min_repeat_ms: float = Field(20.0, ge=0,
+    # Measurement (the timing protocol, docs/architecture.md); defaults: MeasureOptions.
+    repeat: int = Field(default=5, ge=1,
+                        description="timed repeats per config; the cost is their median")
+    number: int = Field(default=1, ge=1,
+                        description="calls per repeat to start from (grown as needed)")
+    min_repeat_ms: float = Field(default=20.0, ge=0,
                                  description="grow `number` until one repeat lasts this long")
-    build_timeout: float = Field(10.0, gt=0, description="seconds one build may take")
-    run_timeout: float = Field(10.0, gt=0, description="seconds one config's timing may take")
+    build_timeout: float = Field(default=10.0, gt=0, description="seconds one build may take")
+    run_timeout: float = Field(default=10.0, gt=0,
+                               description="seconds one config's timing may take")
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

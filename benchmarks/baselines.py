@@ -54,7 +54,8 @@ def numpy_baseline(wl: Workload, args: list[np.ndarray]) -> tuple[str, Callable[
             cols = np.empty((n, c, R, S, oh, ow), dtype=np.float32)
             for r in range(R):
                 for s in range(S):
-                    cols[:, :, r, s] = x[:, :, r * dh:r * dh + sh * oh:sh, s * dw:s * dw + sw * ow:sw]
+                    cols[:, :, r, s] = x[:, :, r * dh:r * dh + sh * oh:sh,
+                                         s * dw:s * dw + sw * ow:sw]
             return np.einsum("kq,nqp->nkp", wmat, cols.reshape(n, c * R * S, oh * ow),
                              optimize=True)
         return "numpy im2col+GEMM", im2col_gemm
@@ -66,7 +67,8 @@ def numpy_baseline(wl: Workload, args: list[np.ndarray]) -> tuple[str, Callable[
         out = np.zeros((x.shape[0], x.shape[1], oh, ow), dtype=np.float32)
         for r in range(R):
             for s in range(S):
-                out += x[:, :, r:r + sh * oh:sh, s:s + sw * ow:sw] * weight[None, :, 0, r, s, None, None]
+                out += (x[:, :, r:r + sh * oh:sh, s:s + sw * ow:sw]
+                        * weight[None, :, 0, r, s, None, None])
         return out
     return "numpy strided", strided
 

@@ -27,11 +27,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
-from autotune.api import space_of
+from autotune import config_space
 from autotune.cluster.executor import RayExecutor
 from autotune.cluster.registry import connect
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions
@@ -110,7 +110,7 @@ def scaling(address: str, logdir: Path, quick: bool) -> None:
             with RayExecutor(target) as ex:
                 ex.registry.wait_live(target.key, count)
                 t0 = time.perf_counter()
-                tune_loop(WL, target, space_of(WL, target), ex, trials=trials, tuner="random",
+                tune_loop(WL, target, config_space(WL, target), ex, trials=trials, tuner="random",
                           retime=0, batch_size=2 * count)
                 wall = time.perf_counter() - t0
             _stop(proc)
@@ -124,7 +124,7 @@ def scaling(address: str, logdir: Path, quick: bool) -> None:
 def overhead(address: str, logdir: Path) -> None:
     print("\n2. dispatch overhead (a worker whose device takes no time)")
     proc, target = synthetic(address, logdir, 0.0, 1, 99)
-    sp = space_of(WL, target)
+    sp = config_space(WL, target)
     with RayExecutor(target) as ex:
         ex.registry.wait_live(target.key, 1)
         one = [MeasureInput(WL, target, sp.get(i)) for i in range(200)]
@@ -153,7 +153,7 @@ def recovery(address: str, logdir: Path) -> None:
     first, target = synthetic(address, logdir, 0.5, 1, 200)
     second = start_worker(address, logdir, "--synthetic", "0.5", "--target",
                           "llvm -mcpu=x86-64-v3 -cores=1200")
-    sp = space_of(WL, target)
+    sp = config_space(WL, target)
     inputs = [MeasureInput(WL, target, sp.get(i)) for i in range(16)]
     with RayExecutor(target) as ex:
         ex.registry.wait_live(target.key, 2)
@@ -185,7 +185,7 @@ def fidelity(address: str, logdir: Path, quick: bool) -> None:
     print(f"\n4. the same {n} real CPU configs (matmul 256^3): one Ray worker vs LocalExecutor")
     wl = workload("matmul", M=256, N=256, K=256)
     target = Target("llvm")
-    sp = space_of(wl, target)
+    sp = config_space(wl, target)
     configs = [sp.default()] + sp.sample(np.random.default_rng(0), 4 * n)
     options = MeasureOptions(repeat=5, min_repeat_ms=20)
     with LocalExecutor(target, options) as local:

@@ -26,7 +26,7 @@ from autotune.costmodel.cache import FeatureCache, features_for
 from autotune.costmodel.features import extract_many, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.workers import FeatureWorkers, auto_workers
-from autotune.driver import InvalidConfig, lower, space
+from autotune.driver import InvalidConfig, config_space, lower
 from autotune.schedule.templates import get_template
 from autotune.target import Target
 
@@ -56,7 +56,7 @@ def rate(n: int, fn: Callable[[], Any]) -> float:
 
 def bench(wl: Any, target: Target, n: int, seed: int, workers: FeatureWorkers
           ) -> dict[str, float]:
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     configs = [c for c in sp.sample(np.random.default_rng(seed), 2 * n) if sp.is_valid(c)][:n]
     tmpl = get_template(wl.op, target.kind)
     funcs = []

@@ -45,8 +45,8 @@ def cases() -> list[Case]:
 
 def gpu_missing() -> Optional[str]:
     """Why this host cannot run the benchmark, or None."""
-    from autotune.codegen.cuda_nvcc import find_nvcc
-    from autotune.codegen.cuda_runtime import NoCudaDevice, cuda_device
+    from autotune.codegen.cuda.nvcc import find_nvcc
+    from autotune.codegen.cuda.runtime import NoCudaDevice, cuda_device
     try:
         cuda_device(0)
     except NoCudaDevice as e:

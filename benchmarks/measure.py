@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 import autotune
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from autotune.target import Target
 
@@ -58,7 +58,7 @@ def open_db(tmp: Path) -> Optional[Any]:
 def bench(name: str, wl: Any, ex: LocalExecutor, db: Optional[Any], batches: int,
           batch_size: int, rng: np.random.Generator) -> Row:
     row, seen = Row(name), set()
-    sp = space(wl, ex.target)
+    sp = config_space(wl, ex.target)
     for _ in range(batches):
         configs = sp.sample(rng, batch_size, exclude=seen)
         seen.update(c.index for c in configs)

@@ -10,7 +10,6 @@ model specs: `autotune tune-model benchmarks.models:resnet18`.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -189,7 +188,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import autotune
-    from autotune.settings import Settings
 
     target = autotune.Target(args.target)
     print(f"target {target.key}; torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -205,8 +203,7 @@ def main() -> None:
         print(f"  torch.compile    {inductor(model, inputs, args.repeat)}")
         for budget in budgets:
             t0 = time.monotonic()
-            result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db,
-                                         options=Settings().measure_options())
+            result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db)
             minutes = (time.monotonic() - t0) / 60
             compiled = autotune.compile_model(model, inputs, target=target, db=args.db)
             ours = latency(lambda: compiled(*inputs), args.repeat)

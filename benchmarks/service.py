@@ -1,6 +1,6 @@
 """REST service latency under load: requests/s and p50/p95/p99 of `GET /best` and
 `GET /jobs/{id}/trials` with 50 concurrent clients, while a tuning job runs; then abuse:
-`/health` while 60 clients ask for generated LLVM IR (`/top?form=llvm`), and the service's
+`/health` while 60 clients ask for generated LLVM IR (`/top?form=source`), and the service's
 memory and processes before and after 1,000 bad requests.
 
 Starts `autotune serve` on a temporary SQLite database (or uses ``--url`` with ``--key``; the
@@ -142,9 +142,9 @@ async def probe_health(url: str, duration: float, every_s: float = 0.05) -> list
 async def health_under_code_requests(url: str, job_id: int, clients: int,
                                      duration: float) -> tuple[list[float], list[float], int,
                                                                float]:
-    """(`/health` latencies, `/top?form=llvm` latencies, their errors, elapsed s)."""
+    """(`/health` latencies, `/top?form=source` latencies, their errors, elapsed s)."""
     code, health = await asyncio.gather(
-        hammer(url, f"/api/v1/jobs/{job_id}/top", {"k": 10, "form": "llvm"}, clients,
+        hammer(url, f"/api/v1/jobs/{job_id}/top", {"k": 10, "form": "source"}, clients,
                duration),
         probe_health(url, duration))
     return health, code[0], code[1], code[2]
@@ -167,7 +167,7 @@ def bad_requests(url: str, key: str, job_id: int) -> list[tuple[str, str, dict]]
                                   "content": '{"workload": ' + wl % (2**61 - 1) + '}'}),
         ("POST", "/api/v1/jobs", {"headers": auth, "json": {
             "workload": {"op": "matmul", "params": {"M": 8, "N": 8, "K": 8}},
-            "tuner": "xgb", "options": {"workers": 5000, "n_chains": 10**9}}}),
+            "tuner": "xgb", "tuner_options": {"workers": 5000, "n_chains": 10**9}}}),
         ("POST", "/api/v1/jobs", {"headers": auth, "json": {
             "workload": {"op": "matmul", "params": {"M": 8, "N": 8, "K": 8}},
             "target": "llvm -mcpu=sapphirerapids -cores=100000"}}),
@@ -176,7 +176,7 @@ def bad_requests(url: str, key: str, job_id: int) -> list[tuple[str, str, dict]]
         ("POST", "/api/v1/jobs", {"headers": {**auth, "Content-Type": "application/json"},
                                   "content": "{not json"}),
         ("POST", f"/api/v1/jobs/{job_id + 10**6}/cancel", {"headers": auth}),
-        ("GET", "/api/v1/jobs/-1/top", {"params": {"k": 10**9, "form": "llvm"}}),
+        ("GET", "/api/v1/jobs/-1/top", {"params": {"k": 10**9, "form": "source"}}),
     ]
 
 
@@ -289,7 +289,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     header = f"{'requests':<26}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}"
     print(header + f"  p99 < {TARGET_HEALTH_P99_MS:g} ms")
     print("-" * (len(header) + 16))
-    for name, lat, errors in (("GET /health", health, 0), ("GET /top?form=llvm", code,
+    for name, lat, errors in (("GET /health", health, 0), ("GET /top?form=source", code,
                                                            code_errors)):
         verdict = ("yes" if percentile(lat, 99) * 1e3 < TARGET_HEALTH_P99_MS else "no") \
             if name == "GET /health" else ""

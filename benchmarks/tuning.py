@@ -45,10 +45,11 @@ from typing import Any, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from record_pools import DATA, POOLS, GuardedExecutor  # noqa: E402
+
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
 from autotune.measure.replay import ReplayExecutor  # noqa: E402
-from record_pools import DATA, POOLS, GuardedExecutor  # noqa: E402
 
 # label -> (tuner name, transfer)
 TUNERS = {"random": ("random", False), "ga": ("ga", False), "xgb": ("xgb", False),

@@ -32,7 +32,7 @@ def target():
 
 @pytest.fixture
 def space(wl, target):
-    return api.space_of(wl, target)
+    return autotune.config_space(wl, target)
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def url(tmp_path):
 
 def test_tune_records_a_job_and_its_trials(wl, target, objective, url):
     executor = SyntheticExecutor(objective)
-    result = autotune.tune(WL, "llvm", trials=40, db=url, executor=executor, seed=1)  # default tuner
+    # default tuner
+    result = autotune.tune(WL, "llvm", trials=40, db=url, executor=executor, seed=1)
     assert isinstance(result, autotune.TuneResult) and result.trials == 40 and result.ok
     assert not executor.closed  # the caller's executor stays open
     db = Database(url)
@@ -284,3 +285,36 @@ def test_transfer_reaches_only_tuners_that_take_it(monkeypatch, objective):
     assert made[0].options["transfer"] is False and made[0].task.workload.op == "matmul"
     autotune.tune(WL, trials=4, db=None, tuner="random", transfer=False,  # no such option
                   executor=SyntheticExecutor(objective))
+
+
+def test_settings_db_url_decides_where_tune_writes(tmp_path, monkeypatch):
+    # Read at call time: set after import, it still counts (a real, tiny measurement).
+    path = tmp_path / "from-env.db"
+    monkeypatch.setenv("AUTOTUNE_DB_URL", f"sqlite:///{path}")
+    monkeypatch.setenv("AUTOTUNE_REPEAT", "1")
+    monkeypatch.setenv("AUTOTUNE_MIN_REPEAT_MS", "0")
+    monkeypatch.chdir(tmp_path)
+    small = {"op": "matmul", "params": {"M": 8, "N": 8, "K": 8}}
+    result = autotune.tune(small, trials=2, tuner="random")
+    assert path.exists() and not (tmp_path / "autotune.db").exists()
+    db = Database(f"sqlite:///{path}")
+    try:
+        job = db.get_job(result.job_id)
+        assert job.trials_done == result.trials
+        assert job.options["measure_options"]["repeat"] == 1  # the settings' measure options
+    finally:
+        db.dispose()
+    assert autotune.best(small) is not None  # best reads the same database
+
+
+def test_library_and_loop_default_to_the_same_tuner(monkeypatch, wl, target, space,
+                                                     objective):
+    from autotune.search import registry
+    from autotune.search.loop import tune_loop
+
+    made, real = [], registry.tuner_class
+    monkeypatch.setattr(registry, "tuner_class", lambda name: made.append(name) or real(name))
+    autotune.tune(wl, target, trials=2, db=None, executor=SyntheticExecutor(objective))
+    by_library, made[:] = set(made), []
+    tune_loop(wl, target, space, SyntheticExecutor(objective), trials=2, retime=0)
+    assert by_library == set(made) == {DEFAULT_TUNER} and DEFAULT_TUNER == "xgb"

@@ -65,9 +65,9 @@ def test_real_matmul_tune_best_build(target, executor, tmp_path):
 
 def test_real_conv2d_with_its_own_executor(target, tmp_path):
     url = f"sqlite:///{tmp_path / 'real.db'}"
-    # executor=None: tune() makes a LocalExecutor from `options` and closes it.
-    result = autotune.tune(CONV, target, trials=30, db=url, options=OPTIONS, tuner="random",
-                           batch_size=15)
+    # executor=None: tune() makes a LocalExecutor from `measure_options` and closes it.
+    result = autotune.tune(CONV, target, trials=30, db=url, measure_options=OPTIONS,
+                           tuner="random", batch_size=15)
     assert result.ok and result.trials == 30
     kernel = autotune.build(CONV, target, db=url)
     _check_against_numpy(kernel, CONV)

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import autotune
 from autotune import api, cli
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 
@@ -27,13 +29,13 @@ def synthetic(monkeypatch):
     """The CLI's executor measures a synthetic objective instead of the CPU."""
     made = []
 
-    def local_executor(target, options):
+    def local_executor(target, options, *, settings):
         from autotune.ops import workload
         made.append(options)
-        space = api.space_of(workload("matmul", M=64, N=64, K=64), target)
+        space = autotune.config_space(workload("matmul", M=64, N=64, K=64), target)
         return SyntheticExecutor(SyntheticObjective(space, seed=2, fail_rate=0.1))
 
-    monkeypatch.setattr(api, "_local_executor", local_executor)
+    monkeypatch.setattr(api, "default_executor", local_executor)
     return made
 
 
@@ -81,22 +83,30 @@ def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):
     assert json.loads(out) == best
 
 
-def test_tune_early_stopping_flag(capsys, db, synthetic):
+def test_tune_early_stopping_flag(capsys, db, synthetic, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_REPEAT", "2")
     code, out, _ = run(capsys, "tune", *TASK, "--trials", "500", "--early-stopping", "16",
                        "--batch-size", "8", "--tuner", "ga")
     assert code == 0 and "(stopped: early_stopping)" in out
+    assert synthetic[0].repeat == 2  # AUTOTUNE_REPEAT reaches the executor
 
 
-def test_run_is_a_small_demo(capsys, db, synthetic, monkeypatch):
-    monkeypatch.setattr(api, "space_of", lambda wl, t: _space_64(t))
-    code, out, err = run(capsys, "run", "--trials", "16")
-    assert code == 0 and "matmul(M=256,N=256,K=256)" in err and "16 trials measured" in out
+def test_tuners_lists_options_from_the_service_table(capsys):
+    from autotune.search.registry import describe_tuners
+
+    code, out, _ = run(capsys, "tuners")
+    assert code == 0
+    assert "xgb (default):" in out and "ga:" in out
+    pop = next(line.split() for line in out.splitlines() if line.split()[:1] == ["pop_size"])
+    assert pop[1:3] == ["32", "2..4096"]
+    assert "tournament|roulette" in out
+    code, out, _ = run(capsys, "tuners", "--json")
+    assert code == 0 and json.loads(out) == describe_tuners()
 
 
-def _space_64(target):
-    from autotune.driver import space
-    from autotune.ops import workload
-    return space(workload("matmul", M=64, N=64, K=64), target)
+def test_run_is_gone_serve_demo_replaces_it(capsys):
+    code, _, err = run(capsys, "run")
+    assert code == 2 and "invalid choice: 'run'" in err
 
 
 @pytest.mark.parametrize("argv,code,message", [
@@ -133,20 +143,25 @@ def test_help_mentions_every_command(capsys):
         assert cmd.name in out
 
 
-def test_progress_line_redraws_on_a_tty():
+def test_progress_display_draws_a_rich_bar_on_a_tty():
     class Tty(io.StringIO):
         def isatty(self):
             return True
 
     from autotune.search import Progress
     stream = Tty()
-    line = cli.ProgressLine(stream, width=10)
-    line(Progress(5, 10, 12.5, None, 1, ()))
-    line(Progress(10, 10, 13.0, None, 1, ()))
-    line.finish()
-    text = stream.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\n")
-    assert "[#####.....] 5/10 trials  best 12.50 GFLOP/s  errors 1" in text
+    bar = cli.ProgressDisplay(stream)
+    bar(Progress(5, 10, 12.5, None, 1, ()))
+    first = stream.getvalue()
+    bar(Progress(10, 10, 13.0, None, 2, ()))
+    bar.finish()
+    first, text = (re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", t) for t in (first, stream.getvalue()))
+    assert "5/10 trials" in first and "best 12.50 GFLOP/s" in first and "errors 1" in first
+    assert "10/10 trials" in text and "best 13.00 GFLOP/s" in text and "errors 2" in text
+    assert "ETA" in text and text.endswith("\n")
+    drawn = stream.getvalue()
+    bar.finish()  # a second finish draws nothing
+    assert stream.getvalue() == drawn
 
 
 def test_installed_entry_point():

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _compose() -> list[str]:
     docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+    if docker and subprocess.run([docker, "compose", "version"],
+                                 capture_output=True).returncode == 0:
         return [docker, "compose"]
     if shutil.which("docker-compose"):
         return ["docker-compose"]

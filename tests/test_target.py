@@ -9,7 +9,14 @@ import types
 
 import pytest
 
-from autotune.target import CUDA_ARCHS, CudaLimits, Target, host_cpu, read_device_limits, vector_bits_of
+from autotune.target import (
+    CUDA_ARCHS,
+    CudaLimits,
+    Target,
+    host_cpu,
+    read_device_limits,
+    vector_bits_of,
+)
 
 
 def test_host_detection_matches_llvmlite():
@@ -91,7 +98,8 @@ def _fake_pycuda(major: int, minor: int) -> types.ModuleType:
              "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z", "WARP_SIZE", "MAX_SHARED_MEMORY_PER_BLOCK",
              "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", "MAX_REGISTERS_PER_BLOCK",
              "MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_MULTIPROCESSOR"]
-    attrs = dict(zip(names, [major, minor, 1024, 1024, 1024, 64, 7, 8, 9, 32, 49152, 99999, 65536, 66, 2048]))
+    attrs = dict(zip(names, [major, minor, 1024, 1024, 1024, 64, 7, 8, 9, 32, 49152, 99999,
+                             65536, 66, 2048]))
     driver = types.ModuleType("pycuda.driver")
     driver.device_attribute = types.SimpleNamespace(**{n: n for n in names})
     driver.init = lambda: None

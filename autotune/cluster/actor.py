@@ -130,11 +130,11 @@ class MeasureWorker:
 
 def _inputs(chunk: Chunk, target: "Target") -> Sequence[MeasureInput]:
     """The chunk's candidates as MeasureInputs of this worker's own target."""
-    from autotune.driver import space
+    from autotune.driver import config_space
     from autotune.ops import Workload
 
     workload = Workload.from_json(chunk.workload)
-    sp = space(workload, target)
+    sp = config_space(workload, target)
     return [MeasureInput(workload, target, sp.get(i)) for i in chunk.configs]
 
 

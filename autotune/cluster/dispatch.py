@@ -22,8 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from autotune.cluster.actor import Chunk
 from autotune.cluster.registry import WorkerRegistry, WorkerView, _reason
 from autotune.measure.options import MeasureOptions
-from autotune.measure.result import (ErrorKind, MeasureInput, MeasureResult,
-                                     MeasureUnavailable)
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 
 log = logging.getLogger("autotune.cluster")
 

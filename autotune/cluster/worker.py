@@ -192,7 +192,8 @@ class Worker:
                 except ray.exceptions.RayActorError as err:
                     self.generations[index] += 1
                     gen = self.generations[index]
-                    log.warning("actor %s died (%s); starting %s", self.plan.actor_id(index, gen - 1),
+                    log.warning("actor %s died (%s); starting %s",
+                                self.plan.actor_id(index, gen - 1),
                                 str(err).splitlines()[0], self.plan.actor_id(index, gen))
                     self.actors[index] = start_actor(self.plan, index, gen, self.num_cpus)
                 except ray.exceptions.GetTimeoutError:

@@ -6,7 +6,6 @@ invalid config (it fails to lower) gets an all-NaN row, which is cached too.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 from autotune.costmodel.features import CURVE_SLICE, N_AST, knob_features
 from autotune.costmodel.workers import CHUNK, FeatureWorkers, lowered_rows
 from autotune.ir.stmt import PrimFunc
+from autotune.lru import LRU
 from autotune.space import Config
 
 KINDS = ("ast", "curve", "knob")
@@ -32,11 +32,9 @@ class FeatureCache:
     """
 
     def __init__(self, maxsize: int = DEFAULT_CACHE_SIZE) -> None:
-        if maxsize < 1:
-            raise ValueError(f"FeatureCache: maxsize must be >= 1, got {maxsize}")
         self.maxsize = maxsize
         self.owner: tuple[str, str] | None = None
-        self._rows: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._rows: LRU[int, np.ndarray] = LRU(maxsize)
         self.stats = {"hits": 0, "misses": 0, "lower_s": 0.0, "extract_s": 0.0}
 
     def __len__(self) -> int:
@@ -47,16 +45,10 @@ class FeatureCache:
 
     def get(self, index: int) -> np.ndarray | None:
         """The cached row of ``index`` (marked recently used), or None."""
-        row = self._rows.get(index)
-        if row is not None:
-            self._rows.move_to_end(index)
-        return row
+        return self._rows.get(index)
 
     def put(self, index: int, row: np.ndarray) -> None:
-        self._rows[index] = row
-        self._rows.move_to_end(index)
-        while len(self._rows) > self.maxsize:
-            self._rows.popitem(last=False)
+        self._rows.put(index, row)
 
     def bind(self, workload: Any, target: Any) -> None:
         """Tie the cache to one workload and target: indices mean nothing across spaces."""
@@ -83,7 +75,7 @@ def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: Featu
     from autotune.driver import InvalidConfig
     from autotune.schedule.lower import LoweringError
     cache.bind(workload, target)
-    out = np.empty((len(configs), N_AST), dtype=np.float32)
+    out: np.ndarray = np.empty((len(configs), N_AST), dtype=np.float32)
     misses: list[int] = []
     for i, cfg in enumerate(configs):
         row = cache.get(cfg.index)
@@ -126,8 +118,8 @@ def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: st
         raise ValueError(f"features_for: kind must be one of {KINDS}, got {kind!r}")
     configs = list(configs)
     if kind == "knob":
-        from autotune.driver import space
-        return knob_features(space(workload, target), configs)
+        from autotune.driver import config_space
+        return knob_features(config_space(workload, target), configs)
     if cache is None:  # (an empty cache is falsy: test for None)
         cache = FeatureCache(max(1, len(configs)))
     rows = ast_rows(workload, target, configs, cache, lower, workers)

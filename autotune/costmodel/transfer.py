@@ -108,9 +108,9 @@ def _target(key: str, fallback: Any) -> Any:
 def _configs_and_labels(wl: Any, target: Any, records: Sequence[Any]) -> tuple[list, list]:
     """Configs of ``records`` in ``wl``'s space (records of another space version dropped)
     and their GFLOP/s (0 for a failure)."""
-    from autotune.driver import space
+    from autotune.driver import config_space
     from autotune.space import Config
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     configs, labels, seen = [], [], set()
     for r in records:
         try:

@@ -72,9 +72,9 @@ def lowered_rows(indices: Sequence[int], lower_one: Callable[[int], PrimFunc | N
 
 def chunk_rows(workload: Any, target: Any, indices: Sequence[int]) -> np.ndarray:
     """``lowered_rows`` of configs ``indices``, lowered with ``driver.lower`` (a worker's)."""
-    from autotune.driver import InvalidConfig, lower, space  # deferred: pulls in templates
+    from autotune.driver import InvalidConfig, config_space, lower  # deferred: pulls in templates
 
-    sp = space(workload, target)
+    sp = config_space(workload, target)
 
     def lower_one(index: int) -> PrimFunc | None:
         try:

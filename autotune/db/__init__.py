@@ -1,7 +1,7 @@
 """The tuning database: SQLAlchemy tables, Alembic migrations, queries, JSON-lines import/export."""
 from __future__ import annotations
 
-from autotune.db.database import DEFAULT_URL, Database
+from autotune.db.database import Database
 from autotune.db.records import (
     ApiKeyRecord,
     ConfigLike,
@@ -14,7 +14,6 @@ from autotune.db.schema import JOB_STATES, TERMINAL_STATES
 from autotune.db.trials import SORTS
 
 __all__ = [
-    "DEFAULT_URL",
     "JOB_STATES",
     "SORTS",
     "TERMINAL_STATES",

@@ -7,8 +7,8 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotune import jsonlines
-from autotune.db import apikeys, jobs, jsonl, migrate, trials
+from autotune import jsonl_files
+from autotune.db import apikeys, export_import, jobs, migrate, trials
 from autotune.db.engine import make_engine, normalize_url
 from autotune.db.entities import ensure_target, ensure_workload
 from autotune.db.records import (
@@ -19,24 +19,25 @@ from autotune.db.records import (
     TargetLike,
     TrialRecord,
     WorkloadLike,
+    WorkloadWithFlops,
     key_of,
 )
+from autotune.settings import Settings
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureResult
 
-DEFAULT_URL = "sqlite:///autotune.db"
-
 
 class Database:
-    """A tuning database at ``url`` (SQLite file by default; ``postgresql+psycopg://`` at scale).
+    """A tuning database at ``url`` (default: ``Settings().db_url``, read at construction;
+    a SQLite file unless set; ``postgresql+psycopg://`` at scale).
 
     Constructing connects lazily and changes nothing; ``upgrade()`` (or ``Database.open``)
     brings the schema to the newest migration.
     """
 
-    def __init__(self, url: str = DEFAULT_URL) -> None:
-        self.url = normalize_url(url)
+    def __init__(self, url: Optional[str] = None) -> None:
+        self.url = normalize_url(Settings().db_url if url is None else url)
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Writers take SQLite's write lock when they begin: a deferred transaction that reads
@@ -49,7 +50,7 @@ class Database:
         self._target_ids: dict[str, int] = {}
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL) -> "Database":
+    def open(cls, url: Optional[str] = None) -> "Database":
         """Connect and migrate to head (idempotent; safe from concurrent processes)."""
         db = cls(url)
         db.upgrade()
@@ -109,7 +110,8 @@ class Database:
         self._remember(workload, target, ids)
         return inserted
 
-    def update_trial_costs(self, workload: WorkloadLike, target: TargetLike, config_index: int,
+    def update_trial_costs(self, workload: WorkloadWithFlops, target: TargetLike,
+                           config_index: int,
                            *, costs: Sequence[float], extra: Mapping[str, Any],
                            error: str = "none", error_msg: str = "",
                            lease: Optional[tuple[int, str]] = None) -> bool:
@@ -302,22 +304,23 @@ class Database:
                      target: Optional[KeyOrObject] = None) -> int:
         """Write records as JSON lines to ``fp``; returns how many."""
         with self.session() as s:
-            return jsonl.export_jsonl(
+            return export_import.export_jsonl(
                 s, fp, workload_key=None if workload is None else key_of(workload),
                 target_key=None if target is None else key_of(target))
 
     def import_jsonl(self, fp: IO[str]) -> int:
         """Insert JSON-line records from ``fp`` in one transaction, skipping duplicates."""
         with self.session(write=True) as s:
-            return jsonl.import_jsonl(s, fp)
+            return export_import.import_jsonl(s, fp)
 
-    def export_jsonl_path(self, path: jsonlines.PathLike, *, workload: Optional[KeyOrObject] = None,
+    def export_jsonl_path(self, path: jsonl_files.PathLike, *,
+                          workload: Optional[KeyOrObject] = None,
                           target: Optional[KeyOrObject] = None) -> int:
         """``export_jsonl`` to a file; gzip-compressed when the name ends in ``.gz``."""
-        with jsonlines.open_text(path, "w") as fp:
+        with jsonl_files.open_text(path, "w") as fp:
             return self.export_jsonl(fp, workload=workload, target=target)
 
-    def import_jsonl_path(self, path: jsonlines.PathLike) -> int:
+    def import_jsonl_path(self, path: jsonl_files.PathLike) -> int:
         """``import_jsonl`` from a file, plain or gzip-compressed."""
-        with jsonlines.open_text(path, "r") as fp:
+        with jsonl_files.open_text(path, "r") as fp:
             return self.import_jsonl(fp)

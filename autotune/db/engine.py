@@ -38,7 +38,8 @@ def masked_url(url: str) -> str:
     """``url`` with its password shown as ``***`` (for logs and messages)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):  # not a URL SQLAlchemy parses: hide whatever sits between ':' and '@'
+    except (ArgumentError, ValueError):
+        # not a URL SQLAlchemy parses: hide whatever sits between ':' and '@'
         return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 

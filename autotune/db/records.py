@@ -17,6 +17,12 @@ class WorkloadLike(Protocol):
     def op(self) -> str: ...
 
 
+class WorkloadWithFlops(WorkloadLike, Protocol):
+    """A `WorkloadLike` that also knows its floating-point operation count."""
+
+    def flops(self) -> int: ...
+
+
 class TargetLike(Protocol):
     """What the database needs of a target: its stable key and kind ("llvm", "cuda")."""
 

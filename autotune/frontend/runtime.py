@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from autotune.api import DbArg, TargetArg, as_target, build, open_database
-from autotune.db import DEFAULT_URL
+from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, build, open_database
 from autotune.frontend.torch import Match, _as_tuple, match_model, trace
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ class KernelModule(nn.Module):
 
 
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-                  db: DbArg = DEFAULT_URL) -> fx.GraphModule:
+                  db: DbArg = SETTINGS_DB) -> fx.GraphModule:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (`autotune.build` warns, once per
     workload). The result is called like the model; the rest of it runs on torch."""

@@ -232,7 +232,8 @@ def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
     w = conv.weight.detach().double()
     b = conv.bias.detach().double() if conv.bias is not None else None
     if bn is not None:
-        gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(w[:, 0, 0, 0])
+        gamma = (bn.weight.detach().double() if bn.weight is not None
+                 else torch.ones_like(w[:, 0, 0, 0]))
         beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(gamma)
         assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
         scale = gamma / torch.sqrt(bn.running_var.double() + bn.eps)

@@ -13,8 +13,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from autotune.api import DbArg, TargetArg, _local_executor, as_target, open_database, tune
-from autotune.db import DEFAULT_URL, Database
+from autotune.api import (
+    SETTINGS_DB,
+    DbArg,
+    TargetArg,
+    as_target,
+    default_executor,
+    open_database,
+    tune,
+)
+from autotune.db import Database
 from autotune.db import model_runs as runs
 from autotune.db.lease import LeaseKeeper, new_owner
 from autotune.frontend.progress import ModelProgress, ProgressPrinter, TaskProgress
@@ -52,9 +60,9 @@ class ModelTuneResult:
 
 
 def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
-               db: DbArg = DEFAULT_URL, tuner: Optional[str] = None,
+               db: DbArg = SETTINGS_DB, tuner: Optional[str] = None,
                batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0, transfer: bool = True,
-               options: Optional["MeasureOptions"] = None,
+               measure_options: Optional["MeasureOptions"] = None,
                executor: Optional["Executor"] = None,
                tuner_options: Optional[Mapping[str, Any]] = None,
                callbacks: Iterable[Callable[[ModelProgress], None]] = (),
@@ -75,7 +83,7 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
         run = _ModelRun(model, tgt, database, trials, name, batch_size, seed, transfer,
                         {**opts, **dict(tuner_options or {})})
         printer = ProgressPrinter(progress) if progress else None
-        exe = executor if executor is not None else _local_executor(tgt, options)
+        exe = executor if executor is not None else default_executor(tgt, measure_options)
         try:
             return run.run(exe, [*callbacks, *([printer] if printer else [])])
         finally:
@@ -86,7 +94,7 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
 
 
 def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,
-               target: TargetArg = "llvm", db: DbArg = DEFAULT_URL, **kwargs: Any
+               target: TargetArg = "llvm", db: DbArg = SETTINGS_DB, **kwargs: Any
                ) -> ModelTuneResult:
     """Extract ``model``'s tasks at ``example_inputs`` (`autotune.extract`) and tune them
     with one budget of ``trials`` (`tune_tasks` takes the other arguments)."""

@@ -3,10 +3,24 @@ from __future__ import annotations
 
 from typing import Callable, Container, Iterator, Mapping
 
-from autotune.ir.expr import (FLOAT, INT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add,
-                              binop, cmp, mul, walk)
-from autotune.ir.stmt import (Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync,
-                              walk_stmts)
+from autotune.ir.expr import (
+    FLOAT,
+    INT,
+    And,
+    BinOp,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Select,
+    Var,
+    add,
+    binop,
+    cmp,
+    mul,
+    walk,
+)
+from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
 
 Affine = tuple[dict[Expr, int], int]
 _ZERO = Const(0)  # (immutable, shared)

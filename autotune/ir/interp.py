@@ -66,7 +66,8 @@ class _Py:
             self.lines.append(f"{pad}{self.name(s.buffer, 'b')}[{self.flat(s.buffer, s.indices)}]"
                               f" = {self.expr(s.value)}")
         elif isinstance(s, Allocate):
-            self.lines.append(f"{pad}{self.name(s.buffer, 'b')} = _np.full({s.buffer.size}, _np.nan)")
+            self.lines.append(f"{pad}{self.name(s.buffer, 'b')} = "
+                              f"_np.full({s.buffer.size}, _np.nan)")
             self.stmt(s.body, ind)
         elif isinstance(s, IfThenElse):
             self.lines.append(f"{pad}if {self.expr(s.cond)}:")

@@ -1,8 +1,7 @@
 """Readable text form of the loop AST (what ``print(autotune.lower(...))`` shows)."""
 from __future__ import annotations
 
-from autotune.ir.stmt import (Allocate, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store,
-                              Sync)
+from autotune.ir.stmt import Allocate, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store, Sync
 
 
 def format_stmt(s: Stmt, indent: int = 0) -> list[str]:

@@ -1,7 +1,7 @@
 """Measurement: typed inputs/results, builders, runners, executors.
 
 Tuners talk to an ``Executor`` only; ``LocalExecutor`` builds in a pool of spawned
-processes and times in one device-owning process (see DESIGN.md, "Measurement rules").
+processes and times in one device-owning process (docs/architecture.md, "Measurement").
 """
 from autotune.measure.builder import LocalBuilder
 from autotune.measure.executor import BatchStats, Executor, LocalExecutor

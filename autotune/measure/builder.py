@@ -19,7 +19,7 @@ from autotune.measure.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 
 if TYPE_CHECKING:
-    from autotune.driver import Artifact
+    from autotune.codegen.backend import Artifact
 
 BuildFn = Callable[[Any, Any, Any], "Artifact"]
 BuildOutcome = Union["Artifact", MeasureResult]

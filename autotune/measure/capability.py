@@ -81,7 +81,7 @@ def host_gpus() -> list[HostGpu]:
 
 
 def _cuda_reason(arch: str) -> Optional[str]:
-    from autotune.codegen.cuda_nvcc import find_nvcc
+    from autotune.codegen.cuda.nvcc import find_nvcc
 
     if find_nvcc() is None:
         return "this host has no nvcc (PATH, $CUDA_HOME, /usr/local/cuda) to compile CUDA"

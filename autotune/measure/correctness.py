@@ -5,11 +5,12 @@ because fp32 reductions err in proportion to the output's magnitude, not each el
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
+
+from autotune.lru import LRU
 
 
 def check_output(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> Optional[str]:
@@ -47,8 +48,7 @@ class WorkloadData:
     cannot fail the next one."""
 
     def __init__(self, capacity: int = 4) -> None:
-        self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+        self._entries: LRU[tuple[str, int], _Entry] = LRU(capacity)
 
     def prepare(self, workload: Any, seed: int) -> None:
         """Compute and cache the data (slow the first time: the reference runs here)."""
@@ -69,9 +69,7 @@ class WorkloadData:
             pristine = workload.random_args(seed)
             work = workload.random_args(seed)  # allocated by the workload: aligned as it wants
             ref = np.asarray(workload.reference(pristine[:-1]))
-            e = self._entries[key] = _Entry(pristine, work, ref)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        self._entries.move_to_end(key)
+            e = _Entry(pristine, work, ref)
+            self._entries.put(key, e)
         return e
 

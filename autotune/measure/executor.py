@@ -25,12 +25,20 @@ from autotune.measure.result import MeasureInput, MeasureResult
 from autotune.measure.runner import LocalRunner
 
 if TYPE_CHECKING:
-    from autotune.driver import Artifact
+    from autotune.codegen.backend import Artifact
     from autotune.target import Target
 
 
 class Executor(Protocol):
-    """Measures batches of candidates; results come back in input order."""
+    """Measures batches of candidates; results come back in input order, failures as
+    results with an error kind.
+
+    An executor shared with other jobs may also have ``host_work() -> ContextManager``: the
+    search loop holds it while it computes on the host (tuner set-up, search, model updates),
+    so that no other job times a kernel on this host's cores meanwhile. One measuring on
+    several devices may have ``preferred_batch() -> int`` (batches are at least that large,
+    so that every device has work) and ``pinned() -> ContextManager`` of an executor
+    measuring on one device only (the final re-timing compares on one)."""
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
 

@@ -33,6 +33,15 @@ class ErrorKind(str, Enum):
     # measure the config again; best() and the tuners ignore such records.
     TRANSIENT = "transient"
 
+    @classmethod
+    def known(cls, value: Any) -> "ErrorKind":
+        """The kind named ``value``; RUNTIME for a name this version does not know (a record
+        of a newer version): still a failure, never mistaken for a valid measurement."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.RUNTIME
+
 
 @dataclass(frozen=True)
 class MeasureInput:
@@ -72,6 +81,13 @@ class MeasureResult:
     def cost(self) -> float:
         """Median seconds per call, or +inf when the measurement failed."""
         return statistics.median(self.costs) if self.ok else float("inf")
+
+    @classmethod
+    def from_record(cls, record: Any) -> "MeasureResult":
+        """The result a stored trial (a `autotune.db.TrialRecord`) records."""
+        return cls(costs=tuple(record.costs), error=ErrorKind.known(record.error),
+                   error_msg=record.error_msg, build_s=record.build_s, run_s=record.run_s,
+                   timestamp=record.timestamp, extra=dict(record.extra))
 
     @classmethod
     def failure(cls, error: ErrorKind, msg: str, *, build_s: float = 0.0, run_s: float = 0.0,

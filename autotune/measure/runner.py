@@ -21,7 +21,7 @@ from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, Meas
 from autotune.measure.run_worker import LoadFn
 
 if TYPE_CHECKING:
-    from autotune.driver import Artifact
+    from autotune.codegen.backend import Artifact
     from autotune.target import Target
 
 START_TIMEOUT = 60.0    # seconds for a fresh runner to import and say "ready"

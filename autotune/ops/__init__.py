@@ -6,7 +6,7 @@ from autotune.ops.conv2d import conv_out_size
 from autotune.ops.epilogue import EPILOGUE_STAGES, canonical_epilogue
 from autotune.ops.registry import OPS, op_spec
 from autotune.ops.spec import OpSpec, ParamSpec, ParamValue
-from autotune.ops.workload import DTYPES, ArgSpec, Workload, aligned_empty, workload
+from autotune.ops.workload import DTYPES, ArgSpec, Workload, WorkloadError, aligned_empty, workload
 
 __all__ = [
     "DTYPES",
@@ -17,6 +17,7 @@ __all__ = [
     "ParamSpec",
     "ParamValue",
     "Workload",
+    "WorkloadError",
     "aligned_empty",
     "canonical_epilogue",
     "conv_out_size",

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -16,6 +17,35 @@ from autotune.ops.spec import OpSpec, ParamValue, Shape
 DTYPES: tuple[str, ...] = ("float32",)
 _ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
 _WIRE_KEYS = ("op", "params", "epilogue", "dtype")
+
+
+class WorkloadError(ValueError):
+    """A bad wire-form workload; ``loc`` is the path to the field at fault (``("params",
+    "M")``, ``("op",)``; empty for the workload as a whole), ``field`` the same dotted."""
+
+    def __init__(self, message: str, loc: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+    @property
+    def field(self) -> str:
+        return ".".join(self.loc)
+
+
+@contextmanager
+def _blame(*loc: str) -> Iterator[None]:
+    """Re-raise a ValueError inside as a `WorkloadError` at ``loc``."""
+    try:
+        yield
+    except WorkloadError:
+        raise
+    except ValueError as err:
+        raise WorkloadError(str(err), loc) from None
+
+
+def _check_dtype(op: str, dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"{op}: unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
 
 
 @dataclass(frozen=True)
@@ -42,10 +72,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         spec = op_spec(self.op)
-        if self.dtype not in DTYPES:
-            raise ValueError(
-                f"{self.op}: unsupported dtype {self.dtype!r}; supported: {', '.join(DTYPES)}"
-            )
+        _check_dtype(self.op, self.dtype)
         items = self.param_items
         values = dict(items.items() if isinstance(items, Mapping) else items)
         if len(values) != len(items):
@@ -150,24 +177,49 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Parse and re-validate the wire form; `epilogue` and `dtype` are optional."""
+        """Parse and re-validate the wire form; `epilogue` and `dtype` are optional.
+
+        Raises `WorkloadError` naming the field at fault.
+        """
         if not isinstance(data, Mapping):
-            raise ValueError(f"workload: expected an object, got {type(data).__name__}")
+            raise WorkloadError(f"workload: expected an object, got {type(data).__name__}")
         for name in data:
             if name not in _WIRE_KEYS:
-                raise ValueError(
-                    f"workload: unknown field {name!r}; expected {', '.join(_WIRE_KEYS)}"
-                )
+                raise WorkloadError(
+                    f"workload: unknown field {name!r}; expected {', '.join(_WIRE_KEYS)}",
+                    (str(name),))
         if "op" not in data:
-            raise ValueError("workload: missing field 'op'")
-        params = data.get("params", {})
+            raise WorkloadError("workload: missing field 'op'", ("op",))
+        op, params = data["op"], data.get("params", {})
+        with _blame("op"):
+            if not isinstance(op, str):
+                raise ValueError(f"workload: field 'op' must be a string, got {op!r}")
+            spec = op_spec(op)
         if not isinstance(params, Mapping):
-            raise ValueError(f"workload: field 'params' must be an object, got {params!r}")
+            raise WorkloadError(f"workload: field 'params' must be an object, got {params!r}",
+                                ("params",))
+        # Each parameter alone first, so that an error names the one at fault.
+        table = {param.name: param for param in spec.params}
+        for name, value in params.items():
+            with _blame("params", str(name)):
+                if name not in table:
+                    raise ValueError(
+                        f"{op}: unknown parameter {name!r}; expected {', '.join(table)}"
+                    )
+                table[name].normalize(op, value)
+        for name, param in table.items():
+            if param.required and name not in params:
+                raise WorkloadError(f"{op}: missing parameter {name!r}", ("params", name))
         epilogue = data.get("epilogue") or ()
-        if not isinstance(epilogue, (str, list, tuple)):
-            raise ValueError(f"workload: field 'epilogue' must be a list, got {epilogue!r}")
-        chain = (epilogue,) if isinstance(epilogue, str) else tuple(epilogue)
-        return cls(data["op"], tuple(params.items()), chain, data.get("dtype", "float32"))
+        with _blame("epilogue"):
+            if not isinstance(epilogue, (str, list, tuple)):
+                raise ValueError(f"workload: field 'epilogue' must be a list, got {epilogue!r}")
+            chain = canonical_epilogue(op, epilogue)
+        dtype = data.get("dtype", "float32")
+        with _blame("dtype"):
+            _check_dtype(op, dtype)
+        with _blame("params"):  # what is left: checks across parameters
+            return cls(op, tuple(params.items()), chain, dtype)
 
     @classmethod
     def from_json(cls, text: Union[str, Mapping[str, Any]]) -> Workload:
@@ -177,7 +229,7 @@ class Workload:
         try:
             data = json.loads(text)
         except (TypeError, json.JSONDecodeError) as err:
-            raise ValueError(f"workload: not valid JSON: {err}") from None
+            raise WorkloadError(f"workload: not valid JSON: {err}") from None
         return cls.from_dict(data)
 
     # ---- data ------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def reduce_axis(extent: int, name: str) -> ReduceAxis:
 
 def compute(name: str, shape: Sequence[int], fn: Callable[..., Expr],
             reduce_axes: Sequence[ReduceAxis] = (),
-            post: Callable[..., Expr] | None = None, axis_names: Sequence[str] | None = None) -> Tensor:
+            post: Callable[..., Expr] | None = None,
+            axis_names: Sequence[str] | None = None) -> Tensor:
     """Define a tensor by a function of its index vars (and a sum over ``reduce_axes``).
 
     ``post(acc, *axes)`` maps the finished value to the output (e.g. bias + relu).

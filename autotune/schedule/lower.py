@@ -12,13 +12,33 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import ceil
 
-from autotune.ir.analysis import (affine, affine_range, from_affine, index_range, loads_of,
-                                  loop_extents, map_expr, map_stmt_exprs, simplify, substitute)
+from autotune.ir.analysis import (
+    affine,
+    affine_range,
+    from_affine,
+    index_range,
+    loads_of,
+    loop_extents,
+    map_expr,
+    map_stmt_exprs,
+    simplify,
+    substitute,
+)
 from autotune.ir.expr import FLOAT, Cmp, Const, Expr, Load, Select, Var, add, cmp, mul, walk
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
-                              Stmt, Store, Sync)
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+)
 from autotune.schedule.schedule import Axis, Schedule, SplitRel, Stage
-
 
 # loops whose iterations a block's threads split among themselves
 _BLOCK_SHARED = frozenset({ForKind.THREAD_X, ForKind.THREAD_Y, ForKind.THREAD_Z, ForKind.VTHREAD})
@@ -278,7 +298,8 @@ class _Lowerer:
             self._box(child, loads, inner)
         stmt, buf = self.emit(child, enclosing, region)
         idx = None if region.extents else tuple(region.consumer_vars[a] for a in child.axis)
-        body = map_stmt_exprs(body, _Redirect(src, buf, region.bases, idx, self._simplify_expr).expr)
+        redirect = _Redirect(src, buf, region.bases, idx, self._simplify_expr)
+        body = map_stmt_exprs(body, redirect.expr)
         parts = [stmt, Sync(), body, Sync()] if child.scope is Scope.SHARED else [stmt, body]
         return Allocate(buf, Seq(parts))
 

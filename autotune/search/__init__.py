@@ -2,8 +2,14 @@
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.loop import DEFAULT_BATCH_SIZE, Executor, TrialStore, tune_loop
 from autotune.search.options import Option
-from autotune.search.registry import (DEFAULT_TUNER, TUNERS, describe_tuners, make_tuner,
-                                      tuner_class, tuner_options)
+from autotune.search.registry import (
+                                      DEFAULT_TUNER,
+                                      TUNERS,
+                                      describe_tuners,
+                                      make_tuner,
+                                      tuner_class,
+                                      tuner_options,
+)
 from autotune.search.result import Progress, Retimed, TuneResult
 
 __all__ = [

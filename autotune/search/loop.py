@@ -9,19 +9,30 @@ measure that config again.
 from __future__ import annotations
 
 import dataclasses
-
 import statistics
 import time
 from collections import Counter
 from contextlib import nullcontext
 from functools import partial
 from types import MappingProxyType
-from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, ContextManager, Iterable,
-                    Mapping, Optional, Protocol, Sequence, Union)
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+)
 
+from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.base import Tuner, TuningTask
-from autotune.search.registry import make_tuner
+from autotune.search.registry import DEFAULT_TUNER, make_tuner
 from autotune.search.result import Progress, Retimed, TuneResult
 from autotune.space import Config
 
@@ -45,20 +56,6 @@ Callback = Callable[[Progress], Optional[bool]]
 TunerSpec = Union[str, Callable[..., Tuner]]
 
 
-class Executor(Protocol):
-    """Measures candidates; failures come back as results with an error kind.
-
-    An executor shared with other jobs may also have ``host_work() -> ContextManager``: the
-    loop holds it while it computes on the host (tuner set-up, search, model updates), so
-    that no other job times a kernel on this host's cores meanwhile (see `_host_work`).
-    One measuring on several devices may have ``preferred_batch() -> int`` (batches are at
-    least that large, so that every device has work) and ``pinned() -> ContextManager`` of
-    an executor measuring on one device only (the final re-timing compares on one)."""
-
-    def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
-    def close(self) -> None: ...
-
-
 def _host_work(executor: Executor) -> ContextManager[Any]:
     """``executor.host_work()`` when it has one, else nothing to hold."""
     hold = getattr(executor, "host_work", None)
@@ -80,7 +77,8 @@ class _Tally:
 
     def __init__(self, flops: int, done: int) -> None:
         self.flops, self.done = flops, done
-        self.cost, self.config = float("inf"), None
+        self.cost = float("inf")
+        self.config: Optional[Config] = None
         self.valid: list[tuple[Config, tuple[float, ...]]] = []  # re-timing candidates
         self.errors: Counter[str] = Counter()
         self.history: list[tuple[int, float, float]] = []
@@ -113,8 +111,9 @@ class _Tally:
 
 
 def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Executor, *,
-              trials: int, tuner: TunerSpec = "ga",
-              tuner_options: Optional[Mapping[str, Any]] = None, seed: int = 0, db: Optional[TrialStore] = None, batch_size: int = DEFAULT_BATCH_SIZE,
+              trials: int, tuner: TunerSpec = DEFAULT_TUNER,
+              tuner_options: Optional[Mapping[str, Any]] = None, seed: int = 0,
+              db: Optional[TrialStore] = None, batch_size: int = DEFAULT_BATCH_SIZE,
               early_stopping: Optional[int] = None, job_id: Optional[int] = None,
               callbacks: Iterable[Callback] = (), pool: Optional[AbstractSet[int]] = None,
               retime: int = DEFAULT_RETIME) -> TuneResult:
@@ -164,7 +163,8 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
             if learnt:
                 with host_work:
                     tune.update([i for i, _ in learnt], [r for _, r in learnt])
-            results = [_with_prediction(r, tune.predicted(c)) for c, r in zip(configs, results)]
+            results = [_with_prediction(r, tune.predicted(c), tally.done)
+                       for c, r in zip(configs, results)]
             if db is not None:
                 db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
             for cfg, res in zip(configs, results):
@@ -207,15 +207,6 @@ def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
         return None
 
 
-def _result_of(record: Any) -> MeasureResult:
-    try:
-        error = ErrorKind(record.error)
-    except ValueError:
-        error = ErrorKind.RUNTIME  # an error kind this version does not know: still a failure
-    return MeasureResult(costs=tuple(record.costs), error=error, error_msg=record.error_msg,
-                         build_s=record.build_s, run_s=record.run_s, timestamp=record.timestamp)
-
-
 def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
                     space: "ConfigSpace", prior: Sequence[Any]) -> None:
     """Tell the tuner what earlier runs measured, and start the tally from their best."""
@@ -226,7 +217,7 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         cfg = _config_of(space, record)
         if cfg is None:
             continue
-        res = _result_of(record)
+        res = MeasureResult.from_record(record)
         inputs.append(MeasureInput(workload, target, cfg))
         results.append(res)
         if res.ok:
@@ -291,8 +282,11 @@ def _retime_rounds(workload: Any, target: Any, executor: Executor, update: Any, 
     return tuple(out)
 
 
-def _with_prediction(result: MeasureResult, score: Optional[float]) -> MeasureResult:
-    """Keep the model's score with the trial (the dashboard plots predicted vs measured)."""
+def _with_prediction(result: MeasureResult, score: Optional[float], batch: int) -> MeasureResult:
+    """Keep the model's score with the trial, and its batch (the job's trials before it): the
+    model is refit between batches, so scores compare only within one (the dashboard's rank
+    correlation per batch)."""
     if score is None:
         return result
-    return dataclasses.replace(result, extra={**result.extra, "predicted": float(score)})
+    return dataclasses.replace(result, extra={**result.extra, "predicted": float(score),
+                                              "batch": batch})

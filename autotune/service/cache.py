@@ -10,12 +10,13 @@ import asyncio
 import json
 import threading
 import time
-from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Hashable, Optional, Union
 
 from anyio import to_thread
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import Response
+
+from autotune.lru import LRU
 
 
 class ResponseCache:
@@ -24,7 +25,7 @@ class ResponseCache:
     def __init__(self, version: Callable[[], int], *, ttl: float = 1.0, size: int = 512) -> None:
         self._version, self.ttl, self.size = version, ttl, size
         self._lock = threading.Lock()
-        self._items: "OrderedDict[Hashable, tuple[int, float, bytes]]" = OrderedDict()
+        self._items: LRU[Hashable, tuple[int, float, bytes]] = LRU(size)
         self._pending: dict[Hashable, "asyncio.Future[bytes]"] = {}  # event-loop thread only
 
     def get(self, key: Hashable) -> Optional[bytes]:
@@ -35,18 +36,14 @@ class ResponseCache:
                 return None
             version, made, body = entry
             if version != self._version() or time.monotonic() - made > self.ttl:
-                del self._items[key]
+                self._items.pop(key)
                 return None
-            self._items.move_to_end(key)
             return body
 
     def put(self, key: Hashable, version: int, body: bytes) -> None:
         """Store ``body`` as of ``version`` (read the version *before* querying)."""
         with self._lock:
-            self._items[key] = (version, time.monotonic(), body)
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._items.put(key, (version, time.monotonic(), body))
 
     def version(self) -> int:
         return self._version()

@@ -1,4 +1,5 @@
-"""One shared measurement executor per target, serialised per device across jobs.
+"""One shared measurement executor per target and set of job measure options, serialised
+per device across jobs.
 
 All CPU ("llvm") targets share the host's cores, so they share one device lock: nothing
 else of ours builds or times while a kernel is timed, and a job's search and model updates
@@ -8,19 +9,38 @@ it is fine.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+)
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
     from autotune.target import Target
 
-ExecutorFactory = Callable[["Target"], object]
+# Makes a target's executor, measuring with the settings' options overridden by the mapping
+# (a job's `measure_options`).
+ExecutorFactory = Callable[["Target", Mapping[str, Any]], object]
 
 log = logging.getLogger("autotune.service")
+
+
+def pool_key(target: "Target", measure_options: Optional[Mapping[str, Any]] = None) -> str:
+    """The key of ``target``'s executor measuring with ``measure_options``."""
+    if not measure_options:
+        return target.key
+    return f"{target.key} {json.dumps(measure_options, sort_keys=True)}"
 
 
 def device_of(target: "Target") -> str:
@@ -48,7 +68,8 @@ class LockedExecutor:
 
 
 class ExecutorPool:
-    """Lazily made executors keyed by target; ``close`` stops them all.
+    """Lazily made executors keyed by target and measurement options (`pool_key`); ``close``
+    stops them all.
 
     ``locked=False`` for executors that share their devices between jobs themselves (the
     Ray executor): they are handed out as made, not behind a device lock. With ``idle_s``,
@@ -70,42 +91,47 @@ class ExecutorPool:
         with self._lock:
             return self._device_locks.setdefault(device_of(target), threading.Lock())
 
-    def get(self, target: "Target") -> Any:
-        """The shared executor of ``target`` (made on first use)."""
-        return self._get(target, hold=False)
+    def get(self, target: "Target", measure_options: Optional[Mapping[str, Any]] = None) -> Any:
+        """The shared executor of ``target`` and ``measure_options`` (made on first use)."""
+        return self._get(target, measure_options, hold=False)
 
-    def _get(self, target: "Target", *, hold: bool) -> Any:
-        lock = self.device_lock(target)
+    def _get(self, target: "Target", measure_options: Optional[Mapping[str, Any]], *,
+             hold: bool) -> Any:
+        lock = self.device_lock(target)  # one per device, whatever the options
+        key = pool_key(target, measure_options)
         with self._lock:
-            found = self._executors.get(target.key)
+            found = self._executors.get(key)
             if found is None:
-                made = self._factory(target)
+                made = self._factory(target, measure_options or {})
                 found = LockedExecutor(made, lock, on_host=device_of(target) == "host") \
                     if self.locked else made
-                self._executors[target.key] = found
-            self._last_used[target.key] = time.monotonic()
+                self._executors[key] = found
+            self._last_used[key] = time.monotonic()
             if hold:  # in the same critical section: no eviction in between
-                self._users[target.key] = self._users.get(target.key, 0) + 1
+                self._users[key] = self._users.get(key, 0) + 1
             return found
 
     @contextmanager
-    def use(self, target: "Target") -> Iterator[Any]:
-        """The executor of ``target``, never evicted while in use (a job holds it)."""
-        executor = self._get(target, hold=True)
+    def use(self, target: "Target",
+            measure_options: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        """The executor of ``target`` and ``measure_options``, never evicted while in use (a
+        job holds it)."""
+        key = pool_key(target, measure_options)
+        executor = self._get(target, measure_options, hold=True)
         try:
             yield executor
         finally:
             with self._lock:
-                self._users[target.key] -= 1
-                self._last_used[target.key] = time.monotonic()
+                self._users[key] -= 1
+                self._last_used[key] = time.monotonic()
 
     def executors(self) -> dict[str, Any]:
-        """The executors open now, by target key."""
+        """The executors open now, by `pool_key`."""
         with self._lock:
             return dict(self._executors)
 
     def evict_idle(self, now: Optional[float] = None) -> list[str]:
-        """Close the executors unused for ``idle_s``; returns their target keys."""
+        """Close the executors unused for ``idle_s``; returns their `pool_key`s."""
         if self.idle_s is None:
             return []
         now = time.monotonic() if now is None else now

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -10,14 +10,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import autotune
-from autotune.service.cache import ResponseCache
 from autotune.db import Database
-from autotune.service.events import StreamLimits
-from autotune.service.executors import ExecutorPool
-from autotune.service.manager import JobManager, TuneFn, default_tune
 from autotune.service import http
-from autotune.service.routes import dashboard, jobs, meta, model_runs, workers
+from autotune.service.cache import ResponseCache
+from autotune.service.events import StreamLimits
+from autotune.service.executors import ExecutorFactory, ExecutorPool
+from autotune.service.manager import JobManager, TuneFn, default_tune
 from autotune.service.probe import DatabaseProbe
+from autotune.service.routes import dashboard, jobs, meta, model_runs, workers
 from autotune.service.sources import SourceCache
 from autotune.settings import Settings
 
@@ -27,21 +27,23 @@ if TYPE_CHECKING:
 API_PREFIX = "/api/v1"
 
 
-def local_executor_factory(settings: Settings) -> Callable[["Target"], object]:
-    """Makes one LocalExecutor per target with the settings' measurement options."""
-    def make(target: "Target") -> object:
+def local_executor_factory(settings: Settings) -> ExecutorFactory:
+    """Makes LocalExecutors measuring with the settings' options, a job's over them."""
+    def make(target: "Target", measure_options: Mapping[str, Any]) -> object:
         from autotune.measure import LocalExecutor
 
-        return LocalExecutor(target, settings.measure_options())
+        return LocalExecutor(target, settings.measure_options(**measure_options))
     return make
 
 
-def ray_executor_factory(settings: Settings, registry: Any) -> Callable[["Target"], object]:
-    """Makes one RayExecutor per target over the cluster's shared worker registry."""
-    def make(target: "Target") -> object:
+def ray_executor_factory(settings: Settings, registry: Any) -> ExecutorFactory:
+    """Makes RayExecutors over the cluster's shared worker registry (its workers time with
+    their own settings; the options set the dispatcher's deadlines)."""
+    def make(target: "Target", measure_options: Mapping[str, Any]) -> object:
         from autotune.cluster.executor import RayExecutor
 
-        return RayExecutor(target, registry=registry, options=settings.measure_options())
+        return RayExecutor(target, registry=registry,
+                           options=settings.measure_options(**measure_options))
     return make
 
 
@@ -57,7 +59,7 @@ def body_too_large(limit: int) -> Callable[[Request, Exception], Awaitable[Respo
 
 
 def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default_tune,
-               executor_factory: Optional[Callable[["Target"], object]] = None) -> FastAPI:
+               executor_factory: Optional[ExecutorFactory] = None) -> FastAPI:
     """The service app; the database is opened (and migrated) and workers start on startup.
 
     With ``settings.ray_address``, jobs measure on that Ray cluster's workers."""

@@ -67,7 +67,8 @@ def default_tune(*args: Any, **kwargs: Any) -> Any:
 
 
 class JobManager:
-    """Runs up to ``workers`` jobs at once, one shared executor per target (see executors).
+    """Runs up to ``workers`` jobs at once, one shared executor per target and measure
+    options (see executors).
 
     ``lease_s``: how long a job's lease lasts unless renewed; ``poll_s``: how often an idle
     worker looks for jobs submitted elsewhere (a local submit wakes one at once);
@@ -310,7 +311,7 @@ class JobManager:
             try:
                 workload = Workload.from_json(job.workload_key)
                 target = Target(job.target_key)
-                with self.executors.use(target) as executor:
+                with self.executors.use(target, opts.get("measure_options")) as executor:
                     for_job = getattr(executor, "for_job", None)
                     if for_job is not None:  # an executor that can say why the job waits
                         executor = for_job(

@@ -1,11 +1,13 @@
-"""Read queries the dashboard needs beyond `Database`'s: progress curves and sibling jobs.
+"""Read queries the dashboard needs beyond `Database`'s: progress curves, the cost model's
+rank correlation per batch, and sibling jobs.
 
 They select only the columns they use, so a 10,000-trial job's curve stays a few milliseconds.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Iterable, Mapping, Optional
 
+import numpy as np
 from sqlalchemy import select
 
 from autotune.db import Database, JobRecord
@@ -29,6 +31,49 @@ def best_curve(db: Database, *, job_id: int, points: int) -> list[tuple[int, flo
     if picks[-1] != n - 1:
         picks.append(n - 1)
     return [(i + 1, curve[i]) for i in picks]
+
+
+def rank_correlation(db: Database, *, job_id: int) -> list[tuple[int, int, float]]:
+    """`batch_rank_correlations` of a job's stored trials."""
+    stmt = (select(TrialRow.extra, TrialRow.gflops).where(TrialRow.job_id == job_id)
+            .order_by(TrialRow.id))
+    with db.session() as s:
+        rows = s.execute(stmt).all()
+    return batch_rank_correlations((extra or {}, gflops) for extra, gflops in rows)
+
+
+def batch_rank_correlations(trials: Iterable[tuple[Mapping[str, Any], Optional[float]]]
+                            ) -> list[tuple[int, int, float]]:
+    """(batch, pairs, Spearman rho) per batch of ``(extra, gflops)`` trials, in batch order.
+
+    A batch's scores come from one model version (each refit has its own scale), so scores
+    are ranked only within their batch. Only valid trials with a stored ``predicted`` and
+    ``batch`` count; a batch needs 3 of them, and varied scores and measurements."""
+    batches: dict[int, tuple[list[float], list[float]]] = {}
+    for extra, gflops in trials:
+        score, batch = extra.get("predicted"), extra.get("batch")
+        if gflops is None or not isinstance(score, (int, float)) or not isinstance(batch, int):
+            continue
+        scores, measured = batches.setdefault(batch, ([], []))
+        scores.append(float(score))
+        measured.append(float(gflops))
+    out = []
+    for batch, (scores, measured) in sorted(batches.items()):
+        rho = spearman(scores, measured)
+        if rho is not None:
+            out.append((batch, len(scores), rho))
+    return out
+
+
+def spearman(x: Iterable[float], y: Iterable[float]) -> Optional[float]:
+    """Spearman's rank correlation (ties ranked by their mean); None below 3 pairs or when
+    either side is constant (undefined)."""
+    from autotune.costmodel.model import spearman as rank_correlation
+
+    a, b = np.asarray(list(x), dtype=float), np.asarray(list(y), dtype=float)
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    return rank_correlation(a, b)
 
 
 def sibling_jobs(db: Database, *, job: JobRecord, limit: int = 20) -> list[JobRecord]:

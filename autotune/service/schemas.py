@@ -34,23 +34,55 @@ class WorkloadIn(BaseModel):
     epilogue: list[str] = Field(default_factory=list, description="e.g. ['bias', 'relu']")
 
 
-class JobCreate(BaseModel):
+class JobSettings(BaseModel):
+    """How a job tunes: what POST /jobs accepts and GET /jobs/{id} returns, by the same names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tuner: Optional[str] = Field(
+        default=None,
+        description="tuner name (see GET /api/v1/tuners); default: the model-guided one")
+    trials: int = Field(default=64, ge=1, le=MAX_TRIALS, description="trial budget")
+    transfer: bool = Field(default=True, description="learn from other workloads' records (xgb)")
+    early_stopping: Optional[int] = Field(
+        default=None, ge=1, le=MAX_TRIALS,
+        description="stop after this many trials without a new best")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    tuner_options: dict[str, Any] = Field(
+        default_factory=dict, description="options of the tuner (see GET /api/v1/tuners)")
+    measure_options: dict[str, Any] = Field(
+        default_factory=dict, description="measurement options (repeat, number, "
+                                          "min_repeat_ms, build_timeout, run_timeout) over the "
+                                          "service's AUTOTUNE_* settings of the same names; "
+                                          "none on a Ray cluster (workers time with theirs)")
+
+
+# The fields of JobSettings a job row keeps in its options column (tuner, trials: columns).
+_STORED = ("transfer", "early_stopping", "seed", "tuner_options", "measure_options")
+
+
+def stored_options(settings: JobSettings) -> dict[str, Any]:
+    """The job row's options column for ``settings``."""
+    return settings.model_dump(include=set(_STORED))
+
+
+def job_settings(job: JobRecord) -> dict[str, Any]:
+    """A job row's settings as `JobSettings` fields; rows from before a field existed read
+    with its default, and keys no longer shown (``batch_size``) are left out."""
+    return {"tuner": job.tuner, "trials": job.trials,
+            **{name: job.options[name] for name in _STORED if name in job.options}}
+
+
+class JobCreate(JobSettings):
     """A tuning job to submit."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"workload": {"op": "matmul", "params": {"M": 64, "N": 64, "K": 64}}, "trials": 8,
          "tuner": "random"}]})
 
     workload: WorkloadIn
-    target: str = Field("llvm", description="target spec, e.g. 'llvm' or 'cuda -arch=sm_90'")
-    trials: int = Field(64, ge=1, le=MAX_TRIALS, description="trial budget")
-    tuner: Optional[str] = Field(
-        None, description="tuner name (see GET /api/v1/tuners); default: the model-guided one")
-    transfer: bool = Field(True, description="learn from other workloads' records (xgb)")
-    early_stopping: Optional[int] = Field(
-        None, ge=1, le=MAX_TRIALS, description="stop after this many trials without a new best")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    options: dict[str, Any] = Field(default_factory=dict, description="tuner options")
+    target: str = Field(default="llvm",
+                        description="target spec, e.g. 'llvm' or 'cuda -arch=sm_90'")
 
 
 class ConfigPublic(BaseModel):
@@ -58,28 +90,30 @@ class ConfigPublic(BaseModel):
     knobs: dict[str, Any]
 
 
-class JobPublic(BaseModel):
-    """A job as the API shows it."""
+class JobPublic(JobSettings):
+    """A job as the API shows it: its `JobSettings` as submitted (``tuner`` resolved), then
+    where it stands."""
+
+    # Built from stored rows, not client input: no strictness to enforce.
+    model_config = ConfigDict(extra="ignore", strict=False)
 
     id: int
     state: JobState
     workload: dict[str, Any]
     label: str = Field(description="short human-readable workload name")
     target: str
-    tuner: str
-    trials: int = Field(description="trial budget")
     trials_done: int
     best_gflops: Optional[float]
     error: Optional[str]
-    options: dict[str, Any]
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
     waiting: Optional[str] = Field(
-        None, description="why the job is queued although claimed (e.g. no live worker for "
-                          "its target); null otherwise")
+        default=None,
+        description="why the job is queued although claimed (e.g. no live worker for "
+                    "its target); null otherwise")
     owner: Optional[str] = Field(
-        None, description="which process runs it (host:pid:token); null when none does")
+        default=None, description="which process runs it (host:pid:token); null when none does")
 
 
 class JobsPage(BaseModel):
@@ -115,7 +149,8 @@ class TrialPublic(BaseModel):
     build_s: float
     run_s: float
     timestamp: float
-    predicted: Optional[float] = Field(None, description="the cost model's score, when it had one")
+    predicted: Optional[float] = Field(
+        default=None, description="the cost model's score, when it had one")
 
 
 class TrialsPage(BaseModel):
@@ -142,7 +177,7 @@ class TopConfig(TrialPublic):
 
 class TopPage(BaseModel):
     items: list[TopConfig]
-    form: Literal["loop", "llvm"]
+    form: Literal["loop", "source"]
 
 
 class CurvePublic(BaseModel):
@@ -155,8 +190,19 @@ class CurvePublic(BaseModel):
     points: list[tuple[int, float]]
 
 
+class BatchRankCorrelation(BaseModel):
+    """How well one batch's cost-model scores ordered its measurements."""
+
+    batch: int = Field(description="the job's trials measured before this batch")
+    pairs: int = Field(description="valid trials of the batch that have a score")
+    rho: float = Field(description="Spearman rank correlation of scores and GFLOP/s, -1..1")
+
+
 class CurvesPage(BaseModel):
     items: list[CurvePublic]
+    rank_correlation: list[BatchRankCorrelation] = Field(
+        default_factory=list, description="of the requested job, per batch its cost model "
+        "scored (empty for tuners without a model)")
 
 
 class SourceStats(BaseModel):
@@ -201,9 +247,8 @@ def job_public(job: JobRecord) -> JobPublic:
     """The API form of a job record."""
     wire, label = _workload_view(job.workload_key)
     return JobPublic(id=job.id, state=job.state, workload=json.loads(wire),  # type: ignore[arg-type]
-                     label=label, target=job.target_key, tuner=job.tuner,
-                     trials=job.trials, trials_done=job.trials_done,
-                     best_gflops=job.best_gflops, error=job.error, options=job.options,
+                     label=label, target=job.target_key, **job_settings(job),
+                     trials_done=job.trials_done, best_gflops=job.best_gflops, error=job.error,
                      created_at=job.created_at, started_at=job.started_at,
                      finished_at=job.finished_at, waiting=job.waiting, owner=job.owner)
 
@@ -222,10 +267,6 @@ def trial_fields(trial: TrialRecord) -> dict[str, Any]:
             "cost": trial.cost, "costs": list(trial.costs), "gflops": trial.gflops,
             "error": trial.error, "error_msg": trial.error_msg, "build_s": trial.build_s,
             "run_s": trial.run_s, "timestamp": trial.timestamp, "predicted": _predicted(trial)}
-
-
-def trial_public(trial: TrialRecord) -> TrialPublic:
-    return TrialPublic(**trial_fields(trial))
 
 
 def best_public(trial: TrialRecord) -> BestPublic:

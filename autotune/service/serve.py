@@ -62,6 +62,7 @@ def queue_demo_job(settings: Settings, *, trials: int = DEMO_TRIALS) -> Optional
     from autotune.db import Database
     from autotune.ops import Workload
     from autotune.search.registry import DEFAULT_TUNER
+    from autotune.service.schemas import JobSettings, stored_options
     from autotune.target import Target
 
     db = Database.open(settings.db_url)
@@ -72,8 +73,7 @@ def queue_demo_job(settings: Settings, *, trials: int = DEMO_TRIALS) -> Optional
         # service's job manager picks queued jobs up when it starts.
         job = db.create_job(workload=Workload.from_dict(DEMO_WORKLOAD), target=Target("llvm"),
                             tuner=DEFAULT_TUNER, trials=trials,
-                            options={"seed": 0, "early_stopping": None, "transfer": True,
-                                     "tuner_options": {}})
+                            options=stored_options(JobSettings(trials=trials)))
         return job.id
     finally:
         db.dispose()

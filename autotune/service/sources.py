@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from autotune.lru import LRU
 from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class SourceCache:
         self._make = make
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="autotune-source")
         self._lock = threading.Lock()
-        self._done: "OrderedDict[Key, SourceResult]" = OrderedDict()
+        self._done: LRU[Key, SourceResult] = LRU(size)
         self._pending: dict[Key, Future] = {}
         self.made = 0      # sources made (or failed) so far
         self.timeouts = 0  # requests answered before their source was ready
@@ -118,7 +118,6 @@ class SourceCache:
         with self._lock:
             found = self._done.get(key)
             if found is not None:
-                self._done.move_to_end(key)
                 return found
             future = self._pending.get(key)
             if future is None:
@@ -150,9 +149,7 @@ class SourceCache:
             result = SourceResult(error=f"{type(err).__name__}: {err}")
         with self._lock:
             # Cached before the future completes: a request never finds neither.
-            self._done[key] = result
-            while len(self._done) > self.size:
-                self._done.popitem(last=False)
+            self._done.put(key, result)
             self._pending.pop(key, None)
             self.made += 1
         return result

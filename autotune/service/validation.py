@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
@@ -17,8 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
-from autotune.ops import Workload
-from autotune.service.schemas import JobCreate, WorkloadIn
+from autotune.ops import Workload, WorkloadError
+from autotune.service.schemas import JobCreate, JobSettings, WorkloadIn, stored_options
 from autotune.target import Target
 
 # Workload bounds, computed in Python ints (numpy's int64 products wrap around). Every
@@ -44,7 +43,8 @@ Loc = tuple[Any, ...]
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A checked job request: real workload and target objects, tuner and its options."""
+    """A checked job request: real workload and target objects, tuner, budget and the rest
+    of its `JobSettings` as the job row's options column keeps them."""
 
     workload: Workload
     target: Target
@@ -58,30 +58,12 @@ def invalid(loc: Sequence[Any], msg: str, kind: str = "value_error") -> RequestV
     return RequestValidationError([{"type": kind, "loc": tuple(loc), "msg": msg, "input": None}])
 
 
-def _workload_field(msg: str) -> Loc:
-    """Which field of the workload a ValueError message from autotune.ops is about."""
-    found = re.search(r"parameter '([^']+)'", msg)
-    if found:
-        return ("params", found.group(1))
-    found = re.search(r"unknown field '([^']+)'", msg)
-    if found:
-        return (found.group(1),)
-    for name in ("op", "dtype", "epilogue", "params"):
-        if f"unknown {name}" in msg or f"field '{name}'" in msg:
-            return (name,)
-    if "dtype" in msg:
-        return ("dtype",)
-    if "epilogue" in msg:
-        return ("epilogue",)
-    return ("params",)
-
-
 def check_workload(data: Mapping[str, Any], loc: Loc) -> Workload:
     """A validated Workload from its wire form, or a 422 naming the bad field."""
     try:
         wl = Workload.from_dict(data)
-    except ValueError as err:
-        raise invalid((*loc, *_workload_field(str(err))), str(err)) from None
+    except WorkloadError as err:
+        raise invalid((*loc, *err.loc), str(err)) from None
     for name, value in wl.params.items():
         if max(value if isinstance(value, tuple) else (value,)) > MAX_EXTENT:
             raise invalid((*loc, "params", name), f"{wl.op}: parameter {name!r} must be "
@@ -132,25 +114,51 @@ def check_space(wl: Workload, target: Target, loc: Loc) -> None:
     from autotune import driver
 
     try:
-        driver.space(wl, target)
+        driver.config_space(wl, target)
     except (ValueError, KeyError, NotImplementedError) as err:
         raise invalid(loc, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
 
 
 def check_tuner(name: str, options: Mapping[str, Any]) -> None:
-    """422 at ``tuner`` for an unknown tuner, at ``options.<name>`` for a bad option."""
+    """422 at ``tuner`` for an unknown tuner, at ``tuner_options.<name>`` for a bad option."""
     from autotune.search.options import resolve_options
     from autotune.search.registry import TUNERS, tuner_options
 
     if name not in TUNERS:
         raise invalid(("body", "tuner"), f"unknown tuner {name!r}; known tuners: "
                       f"{', '.join(TUNERS)}")
-    try:
-        resolve_options(name, tuner_options(name), options)
-    except ValueError as err:
-        found = re.search(r"option '([^']+)'", str(err))
-        where = ("body", "options", found.group(1)) if found else ("body", "options")
-        raise invalid(where, str(err)) from None
+    table = tuner_options(name)
+    for option, value in options.items():  # one at a time: the error names its option
+        try:
+            resolve_options(name, table, {option: value})
+        except ValueError as err:
+            raise invalid(("body", "tuner_options", option), str(err)) from None
+
+
+def check_measure_options(options: Mapping[str, Any], *, measured_here: bool) -> None:
+    """422 at ``measure_options.<name>`` for an unknown or bad measurement option, and at
+    ``measure_options`` when the job is measured on a Ray cluster (its workers time with
+    their own settings)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from autotune.settings import MEASURE_FIELDS, Settings
+
+    if options and not measured_here:
+        raise invalid(("body", "measure_options"), "this service measures on a Ray cluster, "
+                      "whose workers time with their own AUTOTUNE_* settings: leave "
+                      "measure_options out")
+    for name, value in options.items():
+        field = Settings.model_fields.get(name)
+        if name not in MEASURE_FIELDS or field is None:
+            raise invalid(("body", "measure_options", name), f"unknown measurement option "
+                          f"{name!r}; known: {', '.join(MEASURE_FIELDS)}")
+        try:  # the bounds of the AUTOTUNE_* setting of the same name
+            adapter: TypeAdapter[Any] = TypeAdapter(
+                Annotated[(field.annotation, *field.metadata)])  # type: ignore[arg-type]
+            adapter.validate_python(value, strict=True)
+        except ValidationError as err:
+            raise invalid(("body", "measure_options", name),
+                          err.errors()[0]["msg"]) from None
 
 
 def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
@@ -161,11 +169,12 @@ def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
     from autotune.search.registry import DEFAULT_TUNER
 
     tuner = body.tuner or DEFAULT_TUNER
-    check_tuner(tuner, body.options)
+    check_tuner(tuner, body.tuner_options)
+    check_measure_options(body.measure_options, measured_here=measured_here)
     check_space(wl, target, ("body", "workload", "op"))
-    options = {"seed": body.seed, "early_stopping": body.early_stopping,
-               "transfer": body.transfer, "tuner_options": dict(body.options)}
-    return JobSpec(wl, target, tuner, body.trials, options)
+    settings = JobSettings.model_validate({**body.model_dump(include=set(JobSettings.model_fields)),
+                                           "tuner": tuner})
+    return JobSpec(wl, target, tuner, body.trials, stored_options(settings))
 
 
 def parse_json(text: str | bytes, loc: Loc) -> Any:
@@ -234,7 +243,7 @@ def parse_workload_query(text: str, loc: Loc = ("query", "workload")) -> Workloa
     try:
         WorkloadIn.model_validate(data)
     except Exception as err:  # pydantic.ValidationError: re-rooted under ``loc``
-        errors = getattr(err, "errors", lambda: [])()
+        errors: list[dict[str, Any]] = getattr(err, "errors", lambda: [])()
         first: Optional[dict[str, Any]] = errors[0] if errors else None
         raise invalid((*loc, *(first["loc"] if first else ())),
                       first["msg"] if first else str(err)) from None

@@ -260,7 +260,8 @@ class ConfigSpace:
             try:
                 v = values[knob.name]
             except KeyError:
-                raise ValueError(f"space {self.name!r}: missing value for knob {knob.name!r}") from None
+                raise ValueError(
+                    f"space {self.name!r}: missing value for knob {knob.name!r}") from None
             p = knob.index_of(v)
             digits.append(p)
             index = index * dim + p

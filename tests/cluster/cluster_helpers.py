@@ -59,7 +59,8 @@ class Head:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"ray head exited:\n{(self.workdir / 'ray-head.log').read_text()}")
+                raise RuntimeError(
+                    f"ray head exited:\n{(self.workdir / 'ray-head.log').read_text()}")
             if "Ray runtime started" in (self.workdir / "ray-head.log").read_text():
                 return self
             time.sleep(0.3)
@@ -101,7 +102,8 @@ class WorkerProc:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"worker {self.name} exited {self.proc.returncode}:\n{self.log()}")
             if "autotune worker: ready" in self.log():
                 return self
             time.sleep(0.3)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from cluster_helpers import Head, WorkerProc
+from tests.cluster.cluster_helpers import Head, WorkerProc
 
 try:
     import ray  # noqa: F401

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.api import space_of, tune
+from autotune import config_space
+from autotune.api import tune
 from autotune.cluster.executor import RayExecutor
 from autotune.db import Database
 from autotune.measure.result import ErrorKind, MeasureInput
@@ -80,7 +81,7 @@ def test_killed_worker_node_loses_and_doubles_nothing(workers: Any, tmp_path: An
 
 def test_candidate_that_kills_its_worker_is_retried_once_then_recorded(workers: Any) -> None:
     target, args = synthetic(103)
-    space = space_of(WL, target)
+    space = config_space(WL, target)
     deadly = space.get(len(space) - 1)
     workers("--synthetic", "0.01", "--crash", str(deadly.index), *args, count=2)
     configs = [space.get(i) for i in range(5)] + [deadly] + [space.get(i) for i in range(5, 8)]
@@ -95,7 +96,7 @@ def test_candidate_that_kills_its_worker_is_retried_once_then_recorded(workers: 
 
 def test_job_waits_without_a_worker_and_runs_when_one_joins(workers: Any) -> None:
     target, args = synthetic(104)
-    space = space_of(WL, target)
+    space = config_space(WL, target)
     heard: list[Any] = []
     out: list[Any] = []
     with RayExecutor(target) as executor:
@@ -118,7 +119,7 @@ def test_real_cpu_kernels_measured_through_a_ray_worker_pass_the_numpy_check(
         workers: Any) -> None:
     (proc,) = workers("--no-gpus", AUTOTUNE_REPEAT=2, AUTOTUNE_MIN_REPEAT_MS=2)
     target = Target("llvm")
-    space = space_of(WL, target)
+    space = config_space(WL, target)
     configs = [space.default()] + space.sample(np.random.default_rng(0), 5)
     with RayExecutor(target) as executor:
         executor.registry.refresh()

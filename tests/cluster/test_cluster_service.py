@@ -2,14 +2,12 @@
 with the reason) while its target has none, and the API shows who measures what."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-from service_helpers import Server, create_key, wait_for  # noqa: E402
+from tests.service.service_helpers import Server, create_key, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

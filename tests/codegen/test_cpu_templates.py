@@ -6,6 +6,7 @@ asymmetric stride/pad; epilogue chains rotate over the configs of each case.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -43,7 +44,7 @@ def _check_chunk(op: str, jobs: list[tuple[dict, tuple, int]]) -> list[str]:
         wl = autotune.workload(op, epilogue=epi, **params)
         args = wl.random_args(index)
         ref = wl.reference(args)
-        kernel = autotune.compile(wl, target, driver.space(wl, target).get(index))
+        kernel = autotune.compile(wl, target, driver.config_space(wl, target).get(index))
         kernel(*args)
         err = float(np.nanmax(np.abs(args[-1] - ref))) if not np.isnan(args[-1]).any() else np.inf
         if not err <= 1e-4 * max(1.0, float(np.abs(ref).max())):
@@ -61,7 +62,7 @@ def _sample_jobs(op: str) -> list[tuple[dict, tuple, int]]:
     cases = itertools.cycle(itertools.product(SHAPES[op], EPILOGUES))
     while len(jobs) < CONFIGS_PER_OP:
         params, epi = next(cases)
-        sp = driver.space(autotune.workload(op, epilogue=epi, **params), target)
+        sp = driver.config_space(autotune.workload(op, epilogue=epi, **params), target)
         cfg = next(c for c in iter(lambda: sp.sample(rng, 1)[0], None) if sp.is_valid(c))
         jobs.append((params, epi, cfg.index))
     return jobs
@@ -72,7 +73,9 @@ def _sample_jobs(op: str) -> list[tuple[dict, tuple, int]]:
 def test_sampled_configs_match_numpy(op):
     jobs = _sample_jobs(op)
     assert len(jobs) >= CONFIGS_PER_OP
-    with ProcessPoolExecutor(2) as pool:
+    # spawned, not forked: a forked child deadlocks in libgomp or llvmlite when this process
+    # has already run a kernel (their threads' locks are copied held)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         chunks = [jobs[i::2] for i in range(2)]
         failures = [f for part in pool.map(_check_chunk, [op, op], chunks) for f in part]
     assert not failures, "\n".join(failures[:10])

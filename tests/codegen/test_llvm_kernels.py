@@ -10,11 +10,22 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from autotune.codegen.cpu_runtime import CpuKernel, aligned_empty
-from autotune.codegen.llvm import compile_llvm, generate_llvm_ir
+from autotune.codegen.llvm.compiler import compile_llvm, generate_llvm_ir
+from autotune.codegen.llvm.runtime import CpuKernel
 from autotune.ir.expr import And, Const, Expr, Select, Var, cmp, maximum, minimum
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
-                              Store, Sync)
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Store,
+    Sync,
+)
+from autotune.ops import aligned_empty
 
 S, V, U, P = ForKind.SERIAL, ForKind.VECTORIZED, ForKind.UNROLLED, ForKind.PARALLEL
 

@@ -14,11 +14,12 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from autotune.codegen.cpu_runtime import CpuKernel, aligned_empty
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm import compile_llvm, compile_llvm_object
+from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
+from autotune.codegen.llvm.runtime import CpuKernel
 from autotune.ir.expr import Var
 from autotune.ir.stmt import Buffer, For, ForKind, PrimFunc, Store
+from autotune.ops import aligned_empty
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,9 +141,9 @@ def test_process_with_parallel_kernel_exits_cleanly(tmp_path):
         import gc, pickle, sys
         import numpy as np
         sys.path.insert(0, %r)
-        from test_llvm_runtime import axpy_func, host_target, inputs
-        from autotune.codegen.cpu_runtime import load_cpu_kernel
-        from autotune.codegen.llvm import compile_llvm, compile_llvm_object
+        from tests.codegen.test_llvm_runtime import axpy_func, host_target, inputs
+        from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
+        from autotune.codegen.llvm.runtime import load_cpu_kernel
         source, binary = pickle.loads(open(%r, "rb").read())
         k = load_cpu_kernel(axpy_func(), host_target(), source, binary)
         x, y = inputs()
@@ -157,7 +158,7 @@ def test_process_with_parallel_kernel_exits_cleanly(tmp_path):
         k2(x, y, z)
         assert np.allclose(z, 2 * x + y)
         print("ok")
-    """ % (str(Path(__file__).parent), str(artifact)))
+    """ % (str(REPO), str(artifact)))
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     for _ in range(3):
         res = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,

@@ -89,13 +89,13 @@ def dataset() -> dict:
     Records are read in the space their own target gives (``-cores=1``, 512-bit vectors),
     so the tests do not depend on the machine they run on."""
     from autotune.costmodel.cache import features_for
-    from autotune.driver import space
+    from autotune.driver import config_space
     from autotune.ops import Workload
     from autotune.target import Target
     out = {}
     for key, recs in by_workload().items():
         wl, target = Workload.from_json(key), Target(recs[0]["target"])
-        sp = space(wl, target)
+        sp = config_space(wl, target)
         pairs = [(c, r) for r in recs if (c := config_of(r, sp)) is not None]
         configs = [c for c, _ in pairs]
         X = features_for(wl, target, configs, "ast")

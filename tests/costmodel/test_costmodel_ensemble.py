@@ -1,10 +1,10 @@
 """The ensemble of stochastic models behind the xgb tuner, on real measurements."""
 import numpy as np
 import pytest
-from cm_helpers import dataset
 
 from autotune.costmodel.ensemble import Ensemble
 from autotune.costmodel.model import XGBModel, spearman
+from tests.costmodel.cm_helpers import dataset
 
 
 def make(seed: int, subsample: float) -> XGBModel:

@@ -1,7 +1,6 @@
 """Loop-AST features: fixed length, determinism, meaning of the documented slots, the cache."""
 import numpy as np
 import pytest
-from cm_helpers import hand_matmul
 
 import autotune
 from autotune.costmodel.cache import FeatureCache, features_for, invalid_rows
@@ -17,8 +16,9 @@ from autotune.costmodel.features import (
     feature_names,
     knob_features,
 )
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.target import Target
+from tests.costmodel.cm_helpers import hand_matmul
 
 TARGET = Target("llvm -mcpu=skylake-avx512 -cores=2")
 WORKLOADS = {
@@ -38,7 +38,7 @@ def col(name: str) -> int:
 def test_fixed_length_across_configs_and_workloads_of_an_op(op):
     for params in WORKLOADS[op]:
         wl = autotune.workload(op, **params)
-        configs = space(wl, TARGET).sample(np.random.default_rng(1), 12)
+        configs = config_space(wl, TARGET).sample(np.random.default_rng(1), 12)
         X = features_for(wl, TARGET, configs, "ast")
         assert X.shape == (12, N_AST) and X.dtype == np.float32
         valid = X[~invalid_rows(X)]
@@ -50,7 +50,7 @@ def test_fixed_length_across_configs_and_workloads_of_an_op(op):
 
 def test_same_config_twice_and_identical_asts_give_equal_features():
     wl = autotune.workload("matmul", M=64, N=64, K=64)
-    cfg = space(wl, TARGET).sample(np.random.default_rng(3), 1)[0]
+    cfg = config_space(wl, TARGET).sample(np.random.default_rng(3), 1)[0]
     a = extract(autotune.lower(wl, TARGET, cfg))
     b = extract(autotune.lower(wl, TARGET, cfg))
     assert np.array_equal(a, b, equal_nan=True)
@@ -103,7 +103,7 @@ def test_curve_block_is_the_tail_of_the_ast_row():
 
 def test_cache_reuses_rows_and_marks_invalid_configs():
     wl = autotune.workload("matmul", M=64, N=64, K=64)
-    sp = space(wl, TARGET)
+    sp = config_space(wl, TARGET)
     configs = sp.sample(np.random.default_rng(0), 6)
     calls = []
 
@@ -119,7 +119,8 @@ def test_cache_reuses_rows_and_marks_invalid_configs():
     assert invalid_rows(X).tolist() == [True] + [False] * 5
     assert len(cache) == 4 and cache.stats["misses"] == 6
     again = features_for(wl, TARGET, configs[-4:], cache=cache, lower=lower)
-    assert np.array_equal(again, X[-4:], equal_nan=True) and len(calls) == 6 and cache.stats["hits"] == 4
+    assert (np.array_equal(again, X[-4:], equal_nan=True) and len(calls) == 6
+            and cache.stats["hits"] == 4)
     with pytest.raises(ValueError, match="holds rows"):
         features_for(autotune.workload("matmul", M=32, N=64, K=64), TARGET, configs[:1],
                      cache=cache)
@@ -127,7 +128,7 @@ def test_cache_reuses_rows_and_marks_invalid_configs():
 
 def test_knob_features_are_scaled_positions_and_log_factors():
     wl = autotune.workload("matmul", M=64, N=64, K=64)
-    sp = space(wl, TARGET)
+    sp = config_space(wl, TARGET)
     configs = sp.sample(np.random.default_rng(0), 20)
     K = knob_features(sp, configs)
     assert K.shape[0] == 20 and K.shape[1] > len(sp.dims)
@@ -140,8 +141,8 @@ def test_knob_features_are_scaled_positions_and_log_factors():
 def test_gpu_copies_rebound_to_the_block_threads_do_not_outweigh_the_compute():
     wl = autotune.workload("matmul", M=256, N=256, K=256)
     target = Target("cuda -arch=sm_90")
-    configs = [c for c in space(wl, target).sample(np.random.default_rng(0), 40)
-               if space(wl, target).is_valid(c)][:6]
+    configs = [c for c in config_space(wl, target).sample(np.random.default_rng(0), 40)
+               if config_space(wl, target).is_valid(c)][:6]
     X = features_for(wl, target, configs, "ast")
     X = X[~invalid_rows(X)]
     assert len(X) >= 3

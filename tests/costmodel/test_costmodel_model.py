@@ -1,7 +1,6 @@
 """The XGBoost cost model on real measurements (tests/costmodel/data, see record.py there)."""
 import numpy as np
 import pytest
-from cm_helpers import dataset
 
 from autotune.costmodel.features import CURVE_SLICE
 from autotune.costmodel.model import (
@@ -12,6 +11,7 @@ from autotune.costmodel.model import (
     spearman,
     top_k_recall,
 )
+from tests.costmodel.cm_helpers import dataset
 
 K = 10
 

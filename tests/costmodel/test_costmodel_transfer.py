@@ -1,10 +1,10 @@
 """Transfer: a base model from other workloads' records ranks a new workload's configs."""
 import numpy as np
 import pytest
-from cm_helpers import dataset, trial_records
 
 from autotune.costmodel.model import quality
 from autotune.costmodel.transfer import BaseModel, base_weight, blend
+from tests.costmodel.cm_helpers import dataset, trial_records
 
 
 def keys() -> list[str]:

@@ -1,15 +1,15 @@
 """The xgb tuner: replayed real measurements, the annealing path, transfer, bookkeeping."""
 import numpy as np
 import pytest
-from cm_helpers import dataset, trial_records
 
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.measure.replay import ReplayExecutor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.base import TuningTask
 from autotune.search.loop import tune_loop
 from autotune.search.random_tuner import RandomTuner
 from autotune.search.xgb_tuner import XGBTuner
+from tests.costmodel.cm_helpers import dataset, trial_records
 
 FAST = dict(n_chains=16, sa_steps=6, sa_budget=128, n_estimators=60)
 
@@ -29,7 +29,7 @@ def test_replay_finds_a_top3_config_sooner_than_random():
     executor = ReplayExecutor(trial_records(key))
     pool = executor.indices_for(wl)
     top3 = np.sort(y)[::-1][2]
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     hits = {}
     for name, tuner in (("xgb", XGBTuner), ("random", RandomTuner)):
         hits[name] = [first_hit(tune_loop(wl, target, sp, executor, trials=96, tuner=tuner,
@@ -66,7 +66,7 @@ class SyntheticExecutor:
 @pytest.mark.parametrize("sa_model", ["knob", "main"])
 def test_annealing_over_a_large_space_proposes_fresh_distinct_configs(sa_model):
     _, (wl, target, configs, _, _) = main_data()
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     assert sp.size > 10 * 2048  # too big to score exhaustively: the chains walk it
     measured = {c.index for c in configs[:5]}
     ex = SyntheticExecutor()
@@ -111,7 +111,7 @@ def test_transfer_steers_the_first_batch_with_other_workloads_records():
     db = FakeHistoryDB({k: trial_records(k) for k in dataset()})
     pool = {c.index for c in configs}
     gflops = {c.index: g for c, g in zip(configs, y)}
-    tuner = XGBTuner(space(wl, target), seed=0, pool=pool, task=TuningTask(wl, target, db))
+    tuner = XGBTuner(config_space(wl, target), seed=0, pool=pool, task=TuningTask(wl, target, db))
     first = tuner.next_batch(16)
     assert db.history_calls == [("matmul", "llvm", key)]
     assert tuner.base is not None and key not in tuner.base.workloads
@@ -119,7 +119,7 @@ def test_transfer_steers_the_first_batch_with_other_workloads_records():
     rng = np.random.default_rng(0)
     randoms = [np.mean(rng.choice(y, 16, replace=False)) for _ in range(200)]
     assert guided > np.percentile(randoms, 95), (guided, np.median(randoms))
-    off = XGBTuner(space(wl, target), seed=0, pool=pool, task=TuningTask(wl, target, db),
+    off = XGBTuner(config_space(wl, target), seed=0, pool=pool, task=TuningTask(wl, target, db),
                    transfer=False)
     off.next_batch(4)
     assert off.base is None and len(db.history_calls) == 1
@@ -127,7 +127,7 @@ def test_transfer_steers_the_first_batch_with_other_workloads_records():
 
 def test_options_and_knob_only_mode():
     _, (wl, target, configs, _, y) = main_data()
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     with pytest.raises(ValueError, match="features"):
         XGBTuner(sp, features="bogus")
     tuner = XGBTuner(sp, seed=0, pool={c.index for c in configs}, n_estimators=30)
@@ -141,7 +141,7 @@ def test_options_and_knob_only_mode():
 
 def test_members_take_turns_filling_a_batch():
     _, (wl, target, configs, _, _) = main_data()
-    sp = space(wl, target)
+    sp = config_space(wl, target)
     cfgs = configs[:6]
     tuner = XGBTuner(sp, seed=0, diversity=1.0)
     scores = np.array([[6, 5, 4, 3, 2, 1], [1, 2, 3, 4, 5, 6]], dtype=float)

@@ -11,7 +11,7 @@ import autotune
 from autotune.costmodel import workers as workers_mod
 from autotune.costmodel.cache import FeatureCache, features_for
 from autotune.costmodel.workers import MIN_CHUNK, FeatureWorkers, auto_workers, chunk_rows, cut
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.target import Target
 
 TARGET = Target("llvm -mcpu=skylake-avx512 -cores=2")
@@ -27,7 +27,7 @@ def pool():
 
 
 def _configs(n, seed=0):
-    return space(CONV, TARGET).sample(np.random.default_rng(seed), n)
+    return config_space(CONV, TARGET).sample(np.random.default_rng(seed), n)
 
 
 def _slow_local(indices):
@@ -107,7 +107,7 @@ def test_a_hung_worker_does_not_hold_the_batch(pool):
 
 
 def test_an_error_in_a_worker_is_raised_by_the_caller(pool):
-    size = space(CONV, TARGET).size
+    size = config_space(CONV, TARGET).size
 
     def local(indices):
         return chunk_rows(CONV, TARGET, indices)

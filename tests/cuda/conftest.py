@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.codegen.cuda_nvcc import find_nvcc
+from autotune.codegen.cuda.nvcc import find_nvcc
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def nvcc() -> str:
 @pytest.fixture(scope="session")
 def gpu():
     """pycuda's driver module with a current context, or skip saying why there is none."""
-    from autotune.codegen.cuda_runtime import NoCudaDevice, cuda_device
+    from autotune.codegen.cuda.runtime import NoCudaDevice, cuda_device
     try:
         return cuda_device(0)
     except NoCudaDevice as e:

@@ -48,7 +48,7 @@ def workloads(op: str) -> Iterator[Workload]:
 
 def sample_valid(wl: Workload, n: int, seed: int = 0) -> list[Config]:
     """``n`` distinct valid configs of ``wl``'s CUDA space (fewer if it has fewer)."""
-    sp = driver.space(wl, target())
+    sp = driver.config_space(wl, target())
     rng = np.random.default_rng(seed)
     out: dict[int, Config] = {}
     seen: set[int] = set()

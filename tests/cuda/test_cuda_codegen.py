@@ -3,15 +3,32 @@ loops, barriers kept out of divergent code, floor division, buffers, ptxas parsi
 from __future__ import annotations
 
 import pytest
-from cuda_cases import FAST_NVCC, target
 
-from autotune.codegen.cuda import (CudaBinary, CudaCodegenError, compile_cuda_batch,
-                                   generate_cuda, launch_reason, resource_reason)
-from autotune.codegen.cuda_nvcc import Resources, parse_ptxas
-from autotune.codegen.cuda_passes import Launch, launch_of, prepare
+from autotune.codegen.cuda.compiler import (
+    CudaBinary,
+    CudaCodegenError,
+    compile_cuda_batch,
+    generate_cuda,
+    launch_reason,
+    resource_reason,
+)
+from autotune.codegen.cuda.nvcc import Resources, parse_ptxas
+from autotune.codegen.cuda.passes import Launch, launch_of, prepare
 from autotune.ir.expr import Const, Var, cmp, floordiv, mod
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
-                              Store, Sync, walk_stmts)
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Store,
+    Sync,
+    walk_stmts,
+)
+from tests.cuda.cuda_cases import FAST_NVCC, target
 
 BX, TX, TY = ForKind.BLOCK_X, ForKind.THREAD_X, ForKind.THREAD_Y
 

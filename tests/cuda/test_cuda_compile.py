@@ -5,12 +5,17 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from cuda_cases import FAST_NVCC, OPS, SHAPES, spread, target
 
 import autotune
 from autotune import driver
-from autotune.codegen.cuda import (CudaBinary, CudaCompileError, compile_cuda,
-                                   compile_cuda_batch, compile_cuda_with_info)
+from autotune.codegen.cuda.compiler import (
+    CudaBinary,
+    CudaCompileError,
+    compile_cuda,
+    compile_cuda_batch,
+    compile_cuda_with_info,
+)
+from tests.cuda.cuda_cases import FAST_NVCC, OPS, SHAPES, spread, target
 
 PER_TEMPLATE = 100
 CHUNK = 50  # kernels per nvcc call; two calls run at once
@@ -68,7 +73,7 @@ def test_driver_build_makes_a_cuda_artifact(nvcc):
 
 
 def test_a_bad_kernel_in_a_batch_is_isolated(nvcc, monkeypatch):
-    import autotune.codegen.cuda as cuda
+    import autotune.codegen.cuda.compiler as cuda
     wl = autotune.workload("matmul", **SHAPES["matmul"][0])
     good, bad = driver.lower(wl, target()), driver.lower(wl, target())
     real = cuda.generate_cuda

@@ -3,9 +3,9 @@ sequential), matches numpy: indexing, tails, padding, strides and epilogues with
 from __future__ import annotations
 
 import pytest
-from cuda_cases import EPILOGUES, SHAPES, check_interp, sample_valid
 
 import autotune
+from tests.cuda.cuda_cases import EPILOGUES, SHAPES, check_interp, sample_valid
 
 CASES = [(op, i) for op, shapes in SHAPES.items() for i in range(len(shapes))]
 PER_EPILOGUE = 3
@@ -33,10 +33,10 @@ def test_default_config_matches_numpy(op):
 def test_conv2d_reduction_tiles_need_not_divide():
     """Channel and kernel-row tiles that overhang C and R: the tail's loads are guarded."""
     from autotune import driver
-    from cuda_cases import target
+    from tests.cuda.cuda_cases import target
 
     wl = autotune.workload("conv2d", epilogue=("bias",), **SHAPES["conv2d"][0])  # C=5, R=3
-    sp = driver.space(wl, target())
+    sp = driver.config_space(wl, target())
     values = dict(sp.default())
     values.update(tile_rc=(2, 4), tile_ry=(2, 2))
     cfg = sp.config(values)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_cases import EPILOGUES, SHAPES, target
 
 import autotune
-from autotune.codegen.cuda_runtime import CudaKernel, NoCudaDevice, load_cuda_kernel
+from autotune.codegen.cuda.runtime import CudaKernel, NoCudaDevice, load_cuda_kernel
 from autotune.codegen.kernel import Kernel
+from tests.cuda.cuda_cases import EPILOGUES, SHAPES, target
 
 
 def _no_device() -> bool:
-    from autotune.codegen.cuda_runtime import cuda_device
+    from autotune.codegen.cuda.runtime import cuda_device
     try:
         cuda_device(0)
     except NoCudaDevice:
@@ -45,7 +45,7 @@ def test_loading_needs_the_launch_config():
 @pytest.mark.cuda_device
 @pytest.mark.parametrize("op", list(SHAPES))
 def test_kernels_match_numpy_on_the_gpu(op, gpu, nvcc):
-    from cuda_cases import sample_valid
+    from tests.cuda.cuda_cases import sample_valid
     for shape in SHAPES[op]:
         for epi in EPILOGUES:
             wl = autotune.workload(op, epilogue=epi, **shape)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_cases import OPS, SHAPES, sample_valid, target
 
 import autotune
 from autotune import driver
-from autotune.codegen.cuda_passes import launch_of
+from autotune.codegen.cuda.passes import launch_of
 from autotune.ir.stmt import Allocate, For, ForKind, IfThenElse, Scope, Sync, walk_stmts
+from tests.cuda.cuda_cases import OPS, SHAPES, sample_valid, target
 
 
 def kinds(func) -> list[ForKind]:
@@ -24,7 +24,7 @@ def allocs(func, scope: Scope) -> list[str]:
 def test_registry_has_every_cuda_template():
     for op in OPS:
         wl = autotune.workload(op, **SHAPES[op][0])
-        sp = driver.space(wl, target())
+        sp = driver.config_space(wl, target())
         assert sp.name.startswith("cuda_") and sp.size > 100
         assert sp.invalid_reason(sp.default()) is None, sp.default()
 
@@ -46,7 +46,7 @@ def test_matmul_schedule_structure():
     """Blocks outermost, then threads, then vthreads; the accumulator inside the threads;
     the shared tiles filled inside the outer k loop, between barriers."""
     wl = autotune.workload("matmul", M=64, N=64, K=32)
-    sp = driver.space(wl, target())
+    sp = driver.config_space(wl, target())
     cfg = sp.config({**sp.default(), "tile_i": (4, 2, 8, 1), "tile_j": (2, 2, 8, 2),
                      "tile_k": (4, 8)})
     f = driver.lower(wl, target(), cfg)
@@ -86,7 +86,7 @@ def test_block_shape_matches_lowering(op):
 
 
 def _first_invalid(wl, needle: str):
-    sp = driver.space(wl, target())
+    sp = driver.config_space(wl, target())
     rng = np.random.default_rng(0)
     for _ in range(200):
         for c in sp.sample(rng, 200):
@@ -105,7 +105,7 @@ def _first_invalid(wl, needle: str):
      "threads per block"),
 ])
 def test_over_limit_configs_are_rejected_before_compiling(op, shape, needle, monkeypatch):
-    import autotune.codegen.cuda as cuda
+    import autotune.codegen.cuda.compiler as cuda
 
     def no_nvcc(*a, **k):
         raise AssertionError("nvcc must not run for an invalid config")
@@ -120,7 +120,7 @@ def test_over_limit_configs_are_rejected_before_compiling(op, shape, needle, mon
 
 def test_validity_counts_threads_per_block():
     wl = autotune.workload("matmul", M=1024, N=1024, K=1024)
-    sp = driver.space(wl, target())
+    sp = driver.config_space(wl, target())
     ok = sp.config({**sp.default(), "tile_i": (32, 1, 32, 1), "tile_j": (32, 1, 32, 1)})
     assert sp.invalid_reason(ok) is None  # exactly 1024 threads
     over = sp.config({**sp.default(), "tile_i": (16, 1, 64, 1), "tile_j": (32, 1, 32, 1)})

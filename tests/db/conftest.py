@@ -24,7 +24,8 @@ class FakeWorkload:
 
     @property
     def key(self) -> str:
-        # Same form as jsonl.canonical_workload_key's fallback, so exports re-import to this key.
+        # Same form as export_import.canonical_workload_key's fallback, so exports re-import
+        # to this key.
         return json.dumps({"op": self.op, "params": dict(self.params), "dtype": "float32"},
                           sort_keys=True, separators=(",", ":"))
 

@@ -15,12 +15,10 @@ import pytest
 
 import autotune
 from autotune.db import Database
-from autotune.db.jsonl import ERROR_KINDS, BadRecord
+from autotune.db.export_import import ERROR_KINDS, BadRecord
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.target import Target
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-from service_helpers import Server  # noqa: E402  (a real `autotune serve`)
+from tests.service.service_helpers import Server  # a real `autotune serve`
 
 WL = autotune.workload("matmul", M=64, N=64, K=64)
 TARGET = "llvm -mcpu=testcpu -cores=2"

@@ -1,6 +1,7 @@
 """JSON-lines export and import: exact round trips, de-duplication, gzip files."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -150,3 +151,27 @@ def test_bad_lines_are_reported_with_their_number(db: Database) -> None:
         db.import_jsonl(io.StringIO(json.dumps({"workload": {}, "target": "llvm", "config": {}})))
     # A failed import leaves nothing behind (one transaction).
     assert db.history("fake_x", "llvm", None) == {}
+
+
+def test_one_parser_reads_exported_lines_and_rest_bodies(db: Database, make) -> None:
+    from autotune.db.export_import import canonical_workload_key, record_from_json
+
+    _fill(db, make)
+    originals = sorted(db.trials_for(make.workload(m=16), make.target()), key=lambda r: r.id)
+    lines = [json.loads(line) for line in _export(db, workload=make.workload(m=16)).splitlines()]
+    parsed = [record_from_json(obj) for obj in lines]
+    # Everything but the local ids survives: exported floats parse back bit for bit.
+    assert [dataclasses.replace(r, id=None, job_id=None) for r in originals] == parsed
+    rest = {"id": 7, "job_id": 3, "config": {"index": 2, "knobs": {}}, "costs": [0.5],
+            "cost": 0.5, "gflops": 2.0, "error": "none", "error_msg": ""}
+    record = record_from_json(rest, workload_key="wk", target_key="llvm")
+    assert (record.workload_key, record.target_key, record.config_index, record.id) == \
+        ("wk", "llvm", 2, 7)
+    with pytest.raises(ValueError, match="config index"):
+        record_from_json({"workload": {"op": "x"}, "config": {}})
+    # One canonical key for a key, a wire object and a Workload.
+    import autotune
+    wl = autotune.workload("matmul", M=8, N=8, K=8)
+    wire = dict(reversed(json.loads(wl.to_json()).items()))  # another key order
+    assert canonical_workload_key(wl) == canonical_workload_key(wl.key) == \
+        canonical_workload_key(wire) == wl.key

@@ -12,7 +12,7 @@ import autotune  # noqa: E402
 from autotune.api import NoTunedScheduleWarning  # noqa: E402
 from autotune.frontend.runtime import kernel_modules  # noqa: E402
 from autotune.ops import workload  # noqa: E402
-from frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
+from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
 
 X = (1, 3, 32, 32)
 

@@ -69,10 +69,10 @@ def test_take_run_refuses_a_live_owner_and_ends_stale_jobs(db: Database):
 
 
 def test_task_trials_counts_records_and_best(db: Database):
-    from autotune.driver import space
+    from autotune.driver import config_space
     from autotune.measure.result import ErrorKind, MeasureResult
 
-    sp = space(WL, TARGET)
+    sp = config_space(WL, TARGET)
     db.add_trials(WL, TARGET, None, [(sp.get(0), MeasureResult(costs=(2e-3,))),
                                      (sp.get(1), MeasureResult(costs=(1e-3,))),
                                      (sp.get(2), MeasureResult.failure(ErrorKind.COMPILE, "x")),

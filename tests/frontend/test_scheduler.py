@@ -7,7 +7,7 @@ import pytest
 
 from autotune.db import Database
 from autotune.db import model_runs as runs
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.frontend import ModelTasks, Task, tune_tasks
 from autotune.frontend.scheduler import TaskScheduler
 from autotune.ops import workload
@@ -58,8 +58,8 @@ class PerWorkload:
     """A synthetic executor per workload: each task has its own objective and scale."""
 
     def __init__(self, bases: dict) -> None:
-        self.by_key = {wl.key: SyntheticExecutor(SyntheticObjective(space(wl, TARGET), seed=i,
-                                                                    base=base))
+        self.by_key = {wl.key: SyntheticExecutor(SyntheticObjective(config_space(wl, TARGET),
+                                                                    seed=i, base=base))
                        for i, (wl, base) in enumerate(bases.items())}
 
     def submit(self, inputs):
@@ -97,7 +97,8 @@ def test_budget_goes_where_latency_is(tmp_path: Path):
     assert run.state == "done" and run.trials_done == 160 and run.budget == 160
     assert run.estimated_latency_s == pytest.approx(est)
     lat = [c for _, _, c in run.history if c is not None]
-    assert lat[0] > lat[-1] and [n for _, n, _ in run.history] == sorted(n for _, n, _ in run.history)
+    assert lat[0] > lat[-1]
+    assert [n for _, n, _ in run.history] == sorted(n for _, n, _ in run.history)
     jobs = runs.run_jobs(db, result.run_id)
     assert len(jobs) == 3 and all(j.state == "done" and j.owner is None for j in jobs)
     assert sum(j.trials_done for j in jobs) == 160

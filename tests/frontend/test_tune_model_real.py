@@ -16,7 +16,7 @@ from autotune.api import NoTunedScheduleWarning  # noqa: E402
 from autotune.db import Database  # noqa: E402
 from autotune.db import model_runs as runs  # noqa: E402
 from autotune.measure import MeasureOptions  # noqa: E402
-from frontend_nets import randomize_bn  # noqa: E402
+from tests.frontend.frontend_nets import randomize_bn  # noqa: E402
 
 FAST = MeasureOptions(repeat=3, min_repeat_ms=5)
 
@@ -36,7 +36,7 @@ class Small(nn.Module):
 def test_tune_model_then_compile_model(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'model.db'}"
     model, x = randomize_bn(Small()), torch.randn(1, 4, 8, 8)
-    result = autotune.tune_model(model, (x,), trials=8, db=url, options=FAST)
+    result = autotune.tune_model(model, (x,), trials=8, db=url, measure_options=FAST)
     assert result.trials == result.trials_done == 8 and not result.failed
     assert [t.trials for t in result.tasks] == [4, 4]  # the budget split by the warm-up
     assert result.estimated_latency_s is not None and result.estimated_latency_s > 0

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.driver import Artifact, InvalidConfig
+from autotune.codegen.backend import Artifact
+from autotune.driver import InvalidConfig
 from autotune.ir.expr import INT, Const, Var
 from autotune.ir.stmt import Buffer, For, ForKind, PrimFunc, Store
 
@@ -120,7 +121,7 @@ def crash_func(n: int) -> PrimFunc:
 
 def hand_build(workload: CopyWorkload, target: object, config: str) -> Artifact:
     """Compile a hand-made loop AST ('copy' or 'crash') with the real LLVM code generator."""
-    from autotune.codegen.llvm import compile_llvm_object
+    from autotune.codegen.llvm.compiler import compile_llvm_object
     t0 = time.perf_counter()
     func = crash_func(workload.n) if config == "crash" else copy_func(workload.n)
     source, binary = compile_llvm_object(func, target)

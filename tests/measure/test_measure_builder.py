@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.driver import Artifact
+from autotune.codegen.backend import Artifact
 from autotune.measure import ErrorKind, LocalBuilder, MeasureInput, MeasureResult
-from measure_fakes import CopyWorkload, fake_build
+from tests.measure.measure_fakes import CopyWorkload, fake_build
 
 WL = CopyWorkload(32)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.measure.correctness import WorkloadData, check_output
-from measure_fakes import CopyWorkload
+from tests.measure.measure_fakes import CopyWorkload
 
 
 def test_matching_output_passes_within_tolerance_scaled_by_the_output():

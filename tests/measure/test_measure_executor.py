@@ -14,7 +14,7 @@ from autotune.measure import (
     MeasureOptions,
 )
 from autotune.target import Target
-from measure_fakes import CopyWorkload, fake_build, fake_load
+from tests.measure.measure_fakes import CopyWorkload, fake_build, fake_load
 
 OPTS = MeasureOptions(repeat=2, min_repeat_ms=1.0, run_timeout=2.0, build_timeout=2.0,
                       n_build_workers=2)

@@ -53,7 +53,7 @@ SPAWN = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from autotune.measure.child import ChildProcess
-    from measure_fakes import busy_child
+    from tests.measure.measure_fakes import busy_child
 
     if __name__ == "__main__":
         child = ChildProcess(busy_child, (), "orphan-test")
@@ -68,7 +68,7 @@ SPAWN = textwrap.dedent("""
 def test_measurement_children_die_with_their_parent(tmp_path: Path) -> None:
     script = tmp_path / "spawn.py"
     script.write_text(SPAWN)
-    here = str(Path(__file__).parent)
+    here = str(Path(__file__).resolve().parents[2])  # the repository: `tests` is a package
     parent = subprocess.Popen([sys.executable, str(script), here], stdout=subprocess.PIPE,
                               text=True)
     assert parent.stdout is not None

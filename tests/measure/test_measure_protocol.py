@@ -7,7 +7,7 @@ from autotune.measure.result import ErrorKind
 from autotune.measure.run_worker import measure
 from autotune.measure.timing import CacheFlusher
 from autotune.target import Target
-from measure_fakes import BindKernel, CopyWorkload, fake_build, fake_load
+from tests.measure.measure_fakes import BindKernel, CopyWorkload, fake_build, fake_load
 
 FAST = MeasureOptions(repeat=3, min_repeat_ms=2.0, n_build_workers=1)
 

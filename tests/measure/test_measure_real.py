@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.codegen import cpu_runtime, llvm
-from autotune.driver import space
+from autotune.codegen.llvm import compiler as llvm
+from autotune.codegen.llvm import runtime as cpu_runtime
+from autotune.driver import config_space
 from autotune.measure import (
     ErrorKind,
     LocalBuilder,
@@ -16,7 +17,7 @@ from autotune.measure import (
     MeasureOptions,
 )
 from autotune.target import Target
-from measure_fakes import CopyWorkload, hand_build
+from tests.measure.measure_fakes import CopyWorkload, hand_build
 
 pytestmark = pytest.mark.skipif(
     not (hasattr(llvm, "compile_llvm_object") and hasattr(cpu_runtime, "load_cpu_kernel")),
@@ -38,7 +39,7 @@ def test_segfaulting_kernel_is_a_runtime_error_and_the_next_one_is_timed():
 def test_random_matmul_configs_are_built_checked_and_timed():
     target = Target("llvm")
     wl = autotune.workload("matmul", M=64, N=64, K=64)
-    configs = space(wl, target).sample(np.random.default_rng(0), 6)
+    configs = config_space(wl, target).sample(np.random.default_rng(0), 6)
     with LocalExecutor(target, OPTS) as ex:
         results = ex.submit([MeasureInput(wl, target, c) for c in configs])
     assert all(r.error in (ErrorKind.NONE, ErrorKind.INSTANTIATION) for r in results), \

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from autotune.measure import ErrorKind, LocalRunner, MeasureInput, MeasureOptions
-from measure_fakes import CopyWorkload, fake_build, fake_load
+from tests.measure.measure_fakes import CopyWorkload, fake_build, fake_load
 
 OPTS = MeasureOptions(repeat=3, min_repeat_ms=1.0, run_timeout=1.5, n_build_workers=1)
 WL = CopyWorkload(64)

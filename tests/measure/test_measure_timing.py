@@ -13,7 +13,7 @@ from autotune.measure.timing import (
     perf_counter_timer,
     time_repeats,
 )
-from measure_fakes import BindKernel, EventKernel, FakeKernel
+from tests.measure.measure_fakes import BindKernel, EventKernel, FakeKernel
 
 FAR = float("inf")
 

@@ -8,6 +8,7 @@ import pytest
 
 from autotune.ops import OPS, workload
 
+
 def naive_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     m, k = a.shape
     n = b.shape[1]
@@ -41,7 +42,8 @@ def naive_conv2d(data, weight, stride, pad, dilation=(1, 1), groups_of=None):
                         out[:, :, y, x] += data[:, :, iy, ix].astype(float) @ weight[:, :, i, j].T
                     else:
                         for o in range(k):
-                            out[:, o, y, x] += data[:, o // groups_of, iy, ix] * float(weight[o, 0, i, j])
+                            out[:, o, y, x] += (data[:, o // groups_of, iy, ix]
+                                                * float(weight[o, 0, i, j]))
     return out
 
 
@@ -142,7 +144,8 @@ DEPTHWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("params", DEPTHWISE_CASES, ids=lambda p: str(workload("depthwise_conv2d", **p)))
+@pytest.mark.parametrize("params", DEPTHWISE_CASES,
+                         ids=lambda p: str(workload("depthwise_conv2d", **p)))
 def test_depthwise_geometry(params):
     check(workload("depthwise_conv2d", **params))
 

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from autotune.ops import OPS, ArgSpec, Workload, conv_out_size, workload
+from autotune.ops import OPS, ArgSpec, Workload, WorkloadError, conv_out_size, workload
 
 CONV = dict(N=1, C=8, H=14, W=14, K=16, R=3, S=3, stride=1, pad=1)
 DW = dict(N=1, C=8, H=14, W=14, R=3, S=3, stride=2, pad=1, multiplier=2)
@@ -86,7 +86,8 @@ def test_to_dict_and_canonical_json():
     [
         workload("matmul", M=3, N=5, K=7, epilogue=["relu"]),
         workload("batch_matmul", B=2, M=3, N=5, K=7),
-        workload("conv2d", **{**CONV, "stride": (2, 1), "dilation": (1, 2)}, epilogue=["scale_shift", "relu"]),
+        workload("conv2d", **{**CONV, "stride": (2, 1), "dilation": (1, 2)},
+                 epilogue=["scale_shift", "relu"]),
         workload("depthwise_conv2d", **DW, epilogue=["bias"]),
     ],
     ids=str,
@@ -102,7 +103,8 @@ def test_json_round_trip(w):
 def test_from_dict_accepts_wire_form_without_epilogue():
     w = Workload.from_dict({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float32"})
     assert w == workload("matmul", M=2, N=3, K=4)
-    assert Workload.from_dict({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}}).dtype == "float32"
+    assert Workload.from_dict(
+        {"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}}).dtype == "float32"
 
 
 @pytest.mark.parametrize(
@@ -120,6 +122,28 @@ def test_from_dict_accepts_wire_form_without_epilogue():
 def test_from_dict_revalidates(data, field):
     with pytest.raises(ValueError, match=field):
         Workload.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "data, loc",
+    [
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "extra": 1}, ("extra",)),
+        ({"params": {"M": 2}}, ("op",)),
+        ({"op": 7}, ("op",)),
+        ({"op": "matmul", "params": [1, 2]}, ("params",)),
+        ({"op": "matmul", "params": {"M": 0, "N": 3, "K": 4}}, ("params", "M")),
+        ({"op": "matmul", "params": {"M": 2, "N": 3}}, ("params", "K")),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "Q": 1}}, ("params", "Q")),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["gelu"]}, ("epilogue",)),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float16"}, ("dtype",)),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "a.b": 1}}, ("params", "a.b")),
+    ],
+)
+def test_from_dict_errors_name_their_field(data, loc):
+    with pytest.raises(WorkloadError) as err:
+        Workload.from_dict(data)
+    assert err.value.loc == loc and isinstance(err.value, ValueError)
+    assert err.value.field == ".".join(loc)
 
 
 def test_from_json_rejects_bad_text():
@@ -147,19 +171,23 @@ BAD = [
     ("pair of floats", "conv2d", {**CONV, "pad": (1.0, 1)}, (), "float32", "'pad'"),
     ("pair on int param", "conv2d", {**CONV, "K": (1, 1)}, (), "float32", "'K'"),
     ("zero multiplier", "depthwise_conv2d", {**DW, "multiplier": 0}, (), "float32", "'multiplier'"),
-    ("dilation on depthwise", "depthwise_conv2d", {**DW, "dilation": 2}, (), "float32", "'dilation'"),
+    ("dilation on depthwise", "depthwise_conv2d", {**DW, "dilation": 2}, (), "float32",
+     "'dilation'"),
     ("R too big", "conv2d", {**CONV, "H": 5, "R": 9, "pad": 1}, (), "float32",
      r"parameter 'R'=9 is larger than the padded input height 7 \(H \+ 2\*pad\)"),
     ("S too big", "conv2d", {**CONV, "W": 3, "S": 4, "pad": 0}, (), "float32", "'S'=4.*width 3"),
-    ("dilated R too big", "conv2d", {**CONV, "H": 7, "R": 5, "pad": 0, "dilation": 2}, (), "float32", "'R'=5"),
-    ("depthwise S too big", "depthwise_conv2d", {**DW, "W": 2, "S": 7, "pad": (0, 2)}, (), "float32", "'S'"),
+    ("dilated R too big", "conv2d", {**CONV, "H": 7, "R": 5, "pad": 0, "dilation": 2}, (),
+     "float32", "'R'=5"),
+    ("depthwise S too big", "depthwise_conv2d", {**DW, "W": 2, "S": 7, "pad": (0, 2)}, (),
+     "float32", "'S'"),
     ("duplicate stage", "matmul", dict(M=1, N=1, K=1), ("relu", "relu"), "float32", "epilogue"),
     ("both affine", "matmul", dict(M=1, N=1, K=1), ("bias", "scale_shift"), "float32", "epilogue"),
     ("unknown stage", "matmul", dict(M=1, N=1, K=1), ("gelu",), "float32", "epilogue stage 'gelu'"),
 ]
 
 
-@pytest.mark.parametrize("op, params, epilogue, dtype, message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("op, params, epilogue, dtype, message", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
 def test_invalid_input_names_the_field(op, params, epilogue, dtype, message):
     with pytest.raises(ValueError, match=message):
         workload(op, epilogue=epilogue, dtype=dtype, **params)
@@ -187,7 +215,8 @@ def test_arg_specs_order_and_shapes():
 
 
 def test_out_size_formula():
-    w = workload("conv2d", N=1, C=1, H=31, W=17, K=1, R=3, S=7, stride=(2, 3), pad=(1, 3), dilation=(2, 1))
+    w = workload("conv2d", N=1, C=1, H=31, W=17, K=1, R=3, S=7, stride=(2, 3), pad=(1, 3),
+                 dilation=(2, 1))
     assert w.output_shape == (1, 1, (31 + 2 - 4 - 1) // 2 + 1, (17 + 6 - 6 - 1) // 3 + 1)
     assert (w.out_h, w.out_w) == (conv_out_size(31, 3, 2, 1, 2), conv_out_size(17, 7, 3, 3))
     with pytest.raises(AttributeError):
@@ -237,7 +266,8 @@ def test_reference_checks_arguments():
         (workload("matmul", M=3, N=5, K=7, epilogue=["bias", "relu"]), 2 * 105 + 2 * 15),
         (workload("batch_matmul", B=2, M=3, N=5, K=7, epilogue=["scale_shift"]), 2 * 210 + 2 * 30),
         (workload("conv2d", **CONV), 2 * 16 * 14 * 14 * 8 * 9),
-        (workload("conv2d", **CONV, epilogue=["scale_shift", "relu"]), 2 * 16 * 196 * 72 + 3 * 16 * 196),
+        (workload("conv2d", **CONV, epilogue=["scale_shift", "relu"]),
+         2 * 16 * 196 * 72 + 3 * 16 * 196),
         (workload("depthwise_conv2d", **DW, epilogue=["relu"]), 2 * 16 * 49 * 9 + 16 * 49),
     ],
     ids=lambda x: str(x) if isinstance(x, Workload) else "",

@@ -27,7 +27,7 @@ CASES = [
 def test_sampled_configs_interpret_correctly(op, params, epi):
     wl = autotune.workload(op, epilogue=epi, **params)
     target = autotune.Target("llvm")
-    sp = driver.space(wl, target)
+    sp = driver.config_space(wl, target)
     args = wl.random_args(1)
     ref = wl.reference(args)
     rng = np.random.default_rng(0)
@@ -42,7 +42,8 @@ def test_sampled_configs_interpret_correctly(op, params, epi):
 def test_lowered_ast_prints_readably():
     wl = autotune.workload("matmul", M=64, N=64, K=64, epilogue=["relu"])
     text = str(autotune.lower(wl, "llvm"))
-    assert text.startswith("def at_matmul(A: float32[64, 64], B: float32[64, 64], C: float32[64, 64]):")
+    assert text.startswith(
+        "def at_matmul(A: float32[64, 64], B: float32[64, 64], C: float32[64, 64]):")
     assert "# parallel" in text and "# vectorized" in text and "@local" in text
     assert "max(" in text  # the fused relu
 
@@ -94,7 +95,7 @@ def test_gpu_style_schedule_lowers_to_bound_loops_with_shared_tiles():
 def test_invalid_config_is_an_instantiation_error():
     wl = autotune.workload("conv2d", N=1, C=8, H=8, W=64, K=64, R=3, S=3, stride=1, pad=1)
     target = autotune.Target("llvm")
-    sp = driver.space(wl, target)
+    sp = driver.config_space(wl, target)
     widest = {n: max(sp.knob(n).candidates, key=lambda c: c[2])
               for n in ("tile_k", "tile_y", "tile_x")}
     big = sp.config({**sp.default(), **widest})
@@ -131,8 +132,8 @@ def test_configs_share_the_compute_graph_without_changing_it(kind):
     target = autotune.Target(kind)
     graph = conv2d_graph(wl)
     ops = {t.name: (t.op, t.op.body) for t in [*graph.temps, graph.output]}
-    configs = [c for c in driver.space(wl, target).sample(np.random.default_rng(5), 40)
-               if driver.space(wl, target).is_valid(c)][:12]
+    configs = [c for c in driver.config_space(wl, target).sample(np.random.default_rng(5), 40)
+               if driver.config_space(wl, target).is_valid(c)][:12]
     first = {}
     for c in configs:
         try:

@@ -10,7 +10,7 @@ from autotune.ops import Workload, workload
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 from autotune.space import ConfigSpace
 from autotune.target import Target
-from search_cases import make_space
+from tests.search.search_cases import make_space
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+import autotune
 from autotune.measure.replay import NOT_IN_POOL, ReplayExecutor
 from autotune.measure.result import ErrorKind, MeasureInput
 from autotune.ops import workload
@@ -65,8 +66,7 @@ def test_a_config_recorded_on_two_targets_is_ambiguous(records):
 @pytest.mark.parametrize("name", sorted(TUNERS))
 def test_tuners_in_replay_mode_stay_in_the_pool(name, wl, target):
     # The workload's real space: a model-guided tuner lowers its candidates for features.
-    from autotune.driver import space as space_of
-    space = space_of(wl, target)
+    space = autotune.config_space(wl, target)
     objective = SyntheticObjective(space, seed=5, fail_rate=0.1)
     configs = space.sample(np.random.default_rng(5), 200)
     replay = ReplayExecutor(synthetic_records(objective, wl, target, configs))
@@ -85,8 +85,9 @@ def test_grid_over_the_whole_pool_finds_its_best(records, wl, target, space):
 
 
 def test_replay_matches_the_live_run_it_recorded(objective, wl, target, space, db):
-    live = tune_loop(wl, target, space, SyntheticExecutor(objective), trials=48, db=db, seed=4,
-                     retime=0)
+    live = tune_loop(wl, target, space, SyntheticExecutor(objective), tuner="ga", trials=48, db=db,
+                     seed=4, retime=0)
     replay = ReplayExecutor.from_db(db, wl, target)
-    again = tune_loop(wl, target, space, replay, trials=48, seed=4, pool=replay.indices, retime=0)
+    again = tune_loop(wl, target, space, replay, tuner="ga", trials=48, seed=4,
+                      pool=replay.indices, retime=0)
     assert again.best_cost == pytest.approx(live.best_cost)

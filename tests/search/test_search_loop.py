@@ -11,7 +11,7 @@ from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 
 
 def test_budget_and_batches(wl, target, space, executor):
-    result = tune_loop(wl, target, space, executor, trials=40, batch_size=16, retime=0)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=40, batch_size=16, retime=0)
     assert result.trials == 40 and result.stopped == "budget"
     assert executor.batches == [16, 16, 8]
     assert len(set(executor.submitted)) == 40
@@ -19,7 +19,7 @@ def test_budget_and_batches(wl, target, space, executor):
 
 
 def test_history_errors_and_best(wl, target, space, executor, objective):
-    result = tune_loop(wl, target, space, executor, trials=64, retime=0)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=64, retime=0)
     failed = [i for i in executor.submitted if objective.fails(space.get(i))]
     assert failed and dict(result.errors) == {"compile": len(failed)}
     costs = [objective.cost(space.get(i)) for i in executor.submitted if i not in failed]
@@ -51,7 +51,7 @@ def test_callbacks_see_progress_and_can_stop(wl, target, space, executor):
         seen.append(p)
         return False if len(seen) == 2 else None
 
-    result = tune_loop(wl, target, space, executor, trials=100, batch_size=10,
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=100, batch_size=10,
                        callbacks=[stop_after_two])
     assert result.stopped == "callback" and result.trials == 20
     assert [p.trials_done for p in seen] == [10, 20] and seen[0].budget == 100
@@ -62,12 +62,12 @@ def test_callbacks_see_progress_and_can_stop(wl, target, space, executor):
 
 def test_exhausted_space_stops_early(wl, target, small_space):
     executor = SyntheticExecutor(SyntheticObjective(small_space))
-    result = tune_loop(wl, target, small_space, executor, trials=100, retime=0)
+    result = tune_loop(wl, target, small_space, executor, tuner="ga", trials=100, retime=0)
     assert result.stopped == "exhausted" and result.trials == 25
 
 
 def test_retime_top3_does_not_count_as_trials(wl, target, space, executor, db):
-    result = tune_loop(wl, target, space, executor, trials=32, db=db)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=32, db=db)
     assert result.trials == 32 and len(result.history) == 32
     assert len(executor.submitted) == 35 and executor.batches[-1] == 3
     retimed = [r.config_index for r in result.retimed]
@@ -88,7 +88,7 @@ def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective, db):
             return super().submit(inputs)
 
     executor = Flaky(objective)
-    result = tune_loop(wl, target, space, executor, trials=32, db=db)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=32, db=db)
     bad = result.retimed[0]
     assert bad.error == "wrong_answer" and bad.retimed_cost is None
     assert result.best_config.index == result.retimed[1].config_index
@@ -108,7 +108,7 @@ def test_retime_writes_pooled_costs_when_the_store_can(wl, target, space, execut
         def update_trial_costs(self, workload, target, index, *, costs, extra, **failed):
             calls.append((index, costs, extra))
 
-    result = tune_loop(wl, target, space, executor, trials=16, db=Store())
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=16, db=Store())
     assert [c[0] for c in calls] == [r.config_index for r in result.retimed]
     assert len(calls[0][1]) == 6 and set(calls[0][2]) == {"first_costs", "retimed_costs"}
 
@@ -141,9 +141,9 @@ def test_resuming_a_job_counts_its_recorded_trials(wl, target, space, objective,
 
 def test_bad_arguments(wl, target, space, executor):
     with pytest.raises(ValueError, match="early_stopping"):
-        tune_loop(wl, target, space, executor, trials=8, early_stopping=0)
+        tune_loop(wl, target, space, executor, tuner="ga", trials=8, early_stopping=0)
     with pytest.raises(ValueError, match="batch_size"):
-        tune_loop(wl, target, space, executor, trials=8, batch_size=0)
+        tune_loop(wl, target, space, executor, tuner="ga", trials=8, batch_size=0)
     with pytest.raises(ValueError, match="unknown tuner"):
         tune_loop(wl, target, space, executor, trials=8, tuner="nope")
 
@@ -174,6 +174,8 @@ def test_model_scores_are_recorded_with_the_trials(tmp_path):
     records = db.trials_for(wl, target)
     assert len(records) == 8
     assert all(r.extra["predicted"] == r.config_index % 2 for r in records)
+    # Which batch (the trials before it) each score came from: the model is refit between them.
+    assert [r.extra["batch"] for r in sorted(records, key=lambda r: r.id)] == [0] * 4 + [4] * 4
 
 
 def test_retime_goes_on_while_a_config_not_retimed_would_win(wl, target, space, objective, db):
@@ -187,7 +189,7 @@ def test_retime_goes_on_while_a_config_not_retimed_would_win(wl, target, space, 
                            for r in results]
             return results
 
-    result = tune_loop(wl, target, space, SlowRerun(objective), trials=32, db=db)
+    result = tune_loop(wl, target, space, SlowRerun(objective), tuner="ga", trials=32, db=db)
     rounds = [r.config_index for r in result.retimed]
     assert len(rounds) == 6 and len(set(rounds)) == 6  # a second round of three others
     assert result.best_config.index in rounds[3:]
@@ -247,7 +249,7 @@ def test_batches_are_at_least_the_executors_preferred_size(wl, target, space, ob
             return 6
 
     executor = Cluster(objective)
-    result = tune_loop(wl, target, space, executor, trials=20, batch_size=4, retime=0)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=20, batch_size=4, retime=0)
     assert result.trials == 20 and executor.batches == [6, 6, 6, 2]
 
 
@@ -270,7 +272,7 @@ def test_retiming_measures_on_one_device_when_the_executor_can_pin(wl, target, s
             yield One()
 
     executor = Cluster(objective)
-    result = tune_loop(wl, target, space, executor, trials=16, batch_size=8, retime=3)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=16, batch_size=8, retime=3)
     assert result.retimed and executor.pinned_batches  # every re-timing went through it
     assert sum(executor.pinned_batches) == len(result.retimed)
     assert executor.batches[:2] == [8, 8]

@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.search import (DEFAULT_TUNER, TUNERS, Option, Tuner, describe_tuners, make_tuner,
-                             tuner_class, tuner_options)
+from autotune.search import (
+    DEFAULT_TUNER,
+    TUNERS,
+    Option,
+    Tuner,
+    describe_tuners,
+    make_tuner,
+    tuner_class,
+    tuner_options,
+)
 from autotune.search.options import resolve_options
 
 

@@ -8,8 +8,7 @@ from autotune.measure.result import MeasureInput
 from autotune.search import TUNERS, make_tuner, tune_loop
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 from autotune.space import Choice, ConfigSpace
-
-from search_cases import make_space
+from tests.search.search_cases import make_space
 
 
 def _drive(tuner, executor, wl, target, rounds, n):

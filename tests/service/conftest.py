@@ -6,7 +6,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from service_helpers import Server
+from tests.service.service_helpers import Server
 
 
 @pytest.fixture

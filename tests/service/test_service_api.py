@@ -17,7 +17,7 @@ from autotune.ops import Workload
 from autotune.service import create_app
 from autotune.settings import Settings
 from autotune.target import Target
-from service_helpers import SMALL_MATMUL, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, wait_for
 
 with warnings.catch_warnings():  # starlette nags about httpx vs httpx2 on import
     warnings.simplefilter("ignore")
@@ -39,7 +39,7 @@ class FakeTune:
         self.calls.append({"job_id": job_id, "trials": trials, **kwargs})
         if self.fail:
             raise RuntimeError(self.fail)
-        space = driver.space(workload, target)
+        space = driver.config_space(workload, target)
         done = db.job_trial_count(job_id)
         taken = db.measured_indices(workload, target)
         index = 0
@@ -75,7 +75,7 @@ def serve(tmp_path) -> Iterator[Callable[..., TestClient]]:
         settings = Settings(**{"db_url": f"sqlite:///{tmp_path / 'api.db'}",
                                "max_concurrent_jobs": 1, **fields})
         app = create_app(settings, tune_fn=tune_fn or FakeTune(),
-                         executor_factory=lambda target: object())
+                         executor_factory=lambda target, measure: object())
         client = TestClient(app, base_url="http://localhost")  # a Host the service allows
         client.__enter__()
         clients.append(client)
@@ -120,8 +120,10 @@ def _mm(**params: Any) -> dict[str, Any]:
     ({"workload": _mm(), "tuner": "annealing"}, ["body", "tuner"]),
     ({"workload": _mm(), "target": "tpu"}, ["body", "target"]),
     ({"workload": _mm(), "target": "llvm -cores=zero"}, ["body", "target"]),
-    ({"workload": _mm(), "tuner": "ga", "options": {"pop_size": "big"}},
-     ["body", "options", "pop_size"]),
+    ({"workload": _mm(), "tuner": "ga", "tuner_options": {"pop_size": "big"}},
+     ["body", "tuner_options", "pop_size"]),
+    ({"workload": _mm(), "measure_options": {"repeat": 0}}, ["body", "measure_options", "repeat"]),
+    ({"workload": _mm(), "measure_options": {"warmup": 2}}, ["body", "measure_options", "warmup"]),
     ({"workload": {**_mm(), "dtype": "float16"}}, ["body", "workload", "dtype"]),
     ({"workload": {**_mm(), "epilogue": ["gelu"]}}, ["body", "workload", "epilogue"]),
     ({"workload": _mm(M=1 << 20, N=1 << 20)}, ["body", "workload", "params"]),
@@ -196,7 +198,7 @@ def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
     tune = FakeTune(batch=4)
     client = serve(tune)
     headers = _key(client)
-    job = _job(client, headers, trials=12, seed=5, options={})
+    job = _job(client, headers, trials=12, seed=5, tuner_options={})
     assert job["state"] == "queued" and job["label"] == "matmul(M=64,N=64,K=64)"
     done = _wait_state(client, job["id"], "done")
     assert done["trials_done"] == 12 and done["started_at"] and done["finished_at"]
@@ -235,6 +237,9 @@ def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
     assert listed["total"] == 2 and listed["items"][0]["id"] == other["id"]
     top = client.get(f"/api/v1/jobs/{job['id']}/top", params={"k": 3}).json()["items"]
     assert [t["rank"] for t in top] == [1, 2, 3] and top[0]["source"].startswith("def ")
+    code = client.get(f"/api/v1/jobs/{job['id']}/top", params={"k": 1, "form": "source"}).json()
+    assert code["form"] == "source" and len(code["items"]) == 1
+    assert client.get(f"/api/v1/jobs/{job['id']}/top", params={"form": "llvm"}).status_code == 422
 
 
 def test_cancel_queued_and_running_jobs(serve) -> None:
@@ -276,7 +281,7 @@ def test_restart_resumes_unfinished_jobs(serve, tmp_path) -> None:
     was_running = db.create_job(workload=wl, target=target, tuner="random", trials=10,
                                 options=opts)
     db.set_job_state(was_running.id, "running")
-    space = driver.space(wl, target)
+    space = driver.config_space(wl, target)
     db.add_trials(wl, target, was_running.id, [(space.get(i), _result(i)) for i in (0, 1, 2)],
                   wl.flops())
     was_queued = db.create_job(workload=wl, target=target, tuner="random", trials=5,
@@ -299,7 +304,7 @@ def test_trial_pages_stay_fast_with_10000_trials(serve) -> None:
     wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
     job = db.create_job(workload=wl, target=target, tuner="random", trials=10_000, options={})
     db.set_job_state(job.id, "done")
-    space = driver.space(wl, target)
+    space = driver.config_space(wl, target)
     db.add_trials(wl, target, job.id, [(space.get(i), _result(i)) for i in range(10_000)],
                   wl.flops())
     for params in ({"sort": "-gflops"}, {"sort": "cost", "offset": 9_000},
@@ -313,3 +318,45 @@ def test_trial_pages_stay_fast_with_10000_trials(serve) -> None:
     curve = client.get(f"/api/v1/jobs/{job.id}/curves", params={"points": 50}).json()
     assert time.perf_counter() - t0 < 0.5
     assert curve["items"][0]["points"][-1][0] == 10_000
+
+
+def test_curves_report_the_rank_correlation_of_each_scored_batch(serve) -> None:
+    client = serve()
+    db = client.app.state.db
+    wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
+    job = db.create_job(workload=wl, target=target, tuner="xgb", trials=8, options={})
+    db.set_job_state(job.id, "done")
+    space = driver.config_space(wl, target)
+
+    def scored(index: int, cost: float, score: float, batch: int) -> tuple[Any, MeasureResult]:
+        return space.get(index), MeasureResult(costs=(cost,),
+                                               extra={"predicted": score, "batch": batch})
+
+    # Batch 0 ranked right (fastest scored highest), batch 4 backwards, on another scale.
+    items = [scored(i, 1e-4 * (i + 1), 10.0 - i, 0) for i in range(4)]
+    items += [scored(i, 1e-4 * (i - 3), 0.01 * i, 4) for i in range(4, 8)]
+    db.add_trials(wl, target, job.id, items, wl.flops())
+    page = client.get(f"/api/v1/jobs/{job.id}/curves").json()
+    assert page["rank_correlation"] == [{"batch": 0, "pairs": 4, "rho": pytest.approx(1.0)},
+                                        {"batch": 4, "pairs": 4, "rho": pytest.approx(-1.0)}]
+
+
+def test_job_settings_round_trip_and_old_rows_read(serve, tmp_path) -> None:
+    client = serve(FakeTune(batch=4))
+    headers = _key(client)
+    sent = {"tuner": "ga", "trials": 8, "transfer": False, "early_stopping": 3, "seed": 7,
+            "tuner_options": {"pop_size": 4}, "measure_options": {"repeat": 3}}
+    job = _job(client, headers, **sent)
+    got = client.get(f"/api/v1/jobs/{job['id']}").json()
+    assert {name: got[name] for name in sent} == sent and "options" not in got
+    # Rows written before measure_options (service) or with batch_size (autotune.tune).
+    db = client.app.state.db
+    wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
+    for options in ({"seed": 2, "early_stopping": None, "transfer": True, "tuner_options": {}},
+                    {"seed": 2, "batch_size": 16, "early_stopping": None,
+                     "tuner_options": {"transfer": True}}):
+        old = db.create_job(workload=wl, target=target, tuner="random", trials=5,
+                            options=options)
+        db.set_job_state(old.id, "cancelled")
+        got = client.get(f"/api/v1/jobs/{old.id}").json()
+        assert got["seed"] == 2 and got["measure_options"] == {} and "batch_size" not in got

@@ -19,8 +19,7 @@ from autotune.db import Database
 from autotune.db.lease import new_owner
 from autotune.ops import Workload
 from autotune.target import Target
-
-from service_helpers import SMALL_MATMUL, Server, create_key, events
+from tests.service.service_helpers import SMALL_MATMUL, Server, create_key, events
 
 LIMITS = {"AUTOTUNE_MAX_BODY_BYTES": str(64 * 1024), "AUTOTUNE_MAX_QUEUED_JOBS": "2",
           "AUTOTUNE_MAX_EVENT_STREAMS_PER_CLIENT": "2", "AUTOTUNE_MAX_EVENT_STREAMS": "3",
@@ -167,22 +166,22 @@ def test_tuner_options_have_maxima(service: Service) -> None:
 def test_tuner_options_beyond_maximum_are_422(service: Service, tuner: str,
                                               options: dict[str, Any]) -> None:
     with service.client() as c:
-        r = c.post("/api/v1/jobs", json=_job(tuner=tuner, options=options))
+        r = c.post("/api/v1/jobs", json=_job(tuner=tuner, tuner_options=options))
         if r.status_code == 201:  # the bug: do not leave it running
             c.post(f"/api/v1/jobs/{r.json()['id']}/cancel")
     assert r.status_code == 422, r.text
-    assert ["body", "options", next(iter(options))] in _detail_locs(r)
+    assert ["body", "tuner_options", next(iter(options))] in _detail_locs(r)
 
 
 def test_nan_tuner_option_is_422(service: Service) -> None:
     text = '{"workload": {"op": "matmul", "params": {"M": 64, "N": 64, "K": 64}}, ' \
-           '"trials": 1, "tuner": "xgb", "options": {"subsample": NaN}}'
+           '"trials": 1, "tuner": "xgb", "tuner_options": {"subsample": NaN}}'
     with service.client() as c:
         r = c.post("/api/v1/jobs", content=text, headers={"Content-Type": "application/json"})
         if r.status_code == 201:
             c.post(f"/api/v1/jobs/{r.json()['id']}/cancel")
     assert r.status_code == 422, r.text
-    assert ["body", "options", "subsample"] in _detail_locs(r)
+    assert ["body", "tuner_options", "subsample"] in _detail_locs(r)
 
 
 # -- request bodies -------------------------------------------------------------------------
@@ -216,7 +215,7 @@ def test_body_over_limit_is_413_before_it_is_read(service: Service) -> None:
     # Through a client: a whole body over the limit, with its length or streamed
     # (the streamed one's answer names the body and the limit).
     with service.client() as c:
-        r = c.post("/api/v1/jobs", json=_job(options={"x": "y" * (100 * 1024)}))
+        r = c.post("/api/v1/jobs", json=_job(tuner_options={"x": "y" * (100 * 1024)}))
     assert r.status_code == 413, r.text
     with service.client() as c:
         r = c.post("/api/v1/jobs", content=iter([b"{" + b" " * 8192] * 10),
@@ -225,8 +224,8 @@ def test_body_over_limit_is_413_before_it_is_read(service: Service) -> None:
     assert "65536 bytes" in r.text
     # and one under the limit is read as usual.
     with service.client() as c:
-        r = c.post("/api/v1/jobs", json=_job(options={"x": "y" * (32 * 1024)}))
-    assert r.status_code == 422 and ["body", "options", "x"] in _detail_locs(r), r.text
+        r = c.post("/api/v1/jobs", json=_job(tuner_options={"x": "y" * (32 * 1024)}))
+    assert r.status_code == 422 and ["body", "tuner_options", "x"] in _detail_locs(r), r.text
 
 
 # -- event streams --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import shutil
 import httpx
 import pytest
 
-from service_helpers import ARTIFACTS, SMALL_MATMUL, create_key, wait_for
+from tests.service.service_helpers import ARTIFACTS, SMALL_MATMUL, create_key, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

@@ -69,7 +69,7 @@ class TimedTuner:
 def run_two_jobs(target: Target) -> Timeline:
     space = ConfigSpace([Choice(f"k{i}", list(range(8))) for i in range(4)], name="fake")
     timeline = Timeline()
-    pool = ExecutorPool(lambda t: TimedExecutor(SyntheticObjective(space), timeline))
+    pool = ExecutorPool(lambda t, measure: TimedExecutor(SyntheticObjective(space), timeline))
     executor = pool.get(target)
 
     def tuner(space: ConfigSpace, **kwargs: Any) -> TimedTuner:

@@ -19,7 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from service_helpers import SMALL_MATMUL, Server, create_key, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, Server, create_key, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -101,7 +101,8 @@ def test_job_workflows_follow_the_published_links(live: tuple[Server, str]) -> N
                                    derandomize=True, suppress_health_check=list(HealthCheck)))
     # It ran scenarios that used a job it had created (a step after a 201 from POST /jobs).
     created = [i for i, call in enumerate(calls) if call == "POST /api/v1/jobs 201"]
-    assert created and any(i + 1 < len(calls) and "{job_id}" in calls[i + 1] for i in created), sorted(set(calls))
+    assert created and any(i + 1 < len(calls) and "{job_id}" in calls[i + 1]
+                           for i in created), sorted(set(calls))
     with server.client(key) as c:  # the jobs it left behind must not keep the server busy
         for job in c.get("/api/v1/jobs", params={"limit": 500}).json()["items"]:
             if job["state"] in ("queued", "running"):

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from autotune.db import Database
-from service_helpers import SMALL_MATMUL, Server, create_key, events, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, Server, create_key, events, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 

@@ -10,7 +10,7 @@ import pytest
 
 import autotune
 from autotune.ops import Workload
-from service_helpers import SMALL_MATMUL, create_key, events
+from tests.service.service_helpers import SMALL_MATMUL, create_key, events
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager
 from autotune.service.validation import JobSpec
 from autotune.target import Target
-from service_helpers import SMALL_MATMUL, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -80,8 +80,8 @@ def managers() -> Iterator[Callable[..., JobManager]]:
     def make(db: Database, tune: Any, *, pool: Optional[ExecutorPool] = None,
              **kwargs: Any) -> JobManager:
         kwargs = {"workers": 1, "lease_s": 3.0, "poll_s": 0.1, **kwargs}
-        manager = JobManager(db, pool or ExecutorPool(lambda target: object()), tune_fn=tune,
-                             **kwargs)
+        manager = JobManager(db, pool or ExecutorPool(lambda target, measure: object()),
+                             tune_fn=tune, **kwargs)
         manager.start()
         made.append(manager)
         return manager
@@ -101,6 +101,27 @@ def _queue(db: Database, trials: int = 1000) -> JobRecord:
 def _state(db: Database, job_id: int, *states: str) -> JobRecord:
     return wait_for(lambda: (lambda j: j if j.state in states else None)(db.get_job(job_id)),
                     timeout=20, interval=0.05, what=f"job {job_id} in {states}")
+
+
+def test_a_job_measures_with_its_own_measure_options(url, managers) -> None:
+    made: list[tuple[str, dict[str, Any]]] = []
+    given: list[Any] = []
+
+    def factory(target: Target, measure: Any) -> object:
+        made.append((target.key, dict(measure)))
+        return object()
+
+    db = Database(url)
+    managers(db, SlowTune(batches=1, before=given.append), pool=ExecutorPool(factory))
+    jobs = [db.create_job(workload=Workload.from_dict(SMALL_MATMUL), target=Target("llvm"),
+                          tuner="random", trials=4, options=options)
+            for options in ({"measure_options": {"repeat": 3}}, {}, {"measure_options": {}})]
+    for job in jobs:
+        _state(db, job.id, "done")
+    key = Target("llvm").key
+    assert made == [(key, {"repeat": 3}), (key, {})]  # one executor per set of options
+    assert given[0] is not given[1] and given[1].inner is given[2].inner
+    db.dispose()
 
 
 def test_submit_wakes_a_worker_and_finished_jobs_are_released(url, managers) -> None:
@@ -182,7 +203,7 @@ class FakeClusterExecutor:
 
 def test_a_waiting_executor_shows_why_the_job_waits(url, managers) -> None:
     db, cluster = Database(url), FakeClusterExecutor()
-    pool = ExecutorPool(lambda target: cluster, locked=False)
+    pool = ExecutorPool(lambda target, measure: cluster, locked=False)
     manager = managers(db, SlowTune(batches=2, before=lambda ex: ex.submit([])), pool=pool,
                        lease_s=2.0)
     job = _queue(db)

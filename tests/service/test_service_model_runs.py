@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.db import Database
+from autotune.driver import config_space
 from autotune.frontend import ModelTasks, Task, tune_tasks
 from autotune.ops import workload
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
-from autotune.driver import space
 from autotune.target import Target
-from service_helpers import create_key
+from tests.service.service_helpers import create_key
 
 TARGET = Target("llvm -mcpu=skylake -cores=2")
 BIG = workload("matmul", M=128, N=128, K=128, epilogue=["bias"])
@@ -18,7 +18,8 @@ SMALL = workload("matmul", M=16, N=16, K=16)
 
 class Synthetic:
     def __init__(self) -> None:
-        self.by = {wl.key: SyntheticExecutor(SyntheticObjective(space(wl, TARGET), base=base))
+        self.by = {wl.key: SyntheticExecutor(SyntheticObjective(config_space(wl, TARGET),
+                                                                base=base))
                    for wl, base in ((BIG, 1e-3), (SMALL, 1e-5))}
 
     def submit(self, inputs):

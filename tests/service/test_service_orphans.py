@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from autotune.db import Database
-from service_helpers import SMALL_MATMUL, create_key, events, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, create_key, events, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 BUDGET = 16
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -113,9 +113,9 @@ def hold_gil(conn: Connection) -> None:
 
 PARENT = f"""
 import sys, threading
-sys.path.insert(0, {str(HERE)!r})
+sys.path.insert(0, {str(REPO)!r})
 from autotune.measure.child import ChildProcess
-from test_service_orphans import hold_gil
+from tests.service.test_service_orphans import hold_gil
 
 child = ChildProcess(hold_gil, (), "gil-holder")
 # Spawned from a thread that ends at once, as job threads and the GPU build feed do.

@@ -18,11 +18,11 @@ import pytest
 from autotune.service.sources import SourceCache
 from autotune.target import Target, host_cpu
 from autotune.target_isa import probe, probe_trusted
-from service_helpers import SMALL_MATMUL, create_key, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, create_key, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
-STORM = 60  # concurrent /top?form=llvm requests (more than the 40 request threads)
+STORM = 60  # concurrent /top?form=source requests (more than the 40 request threads)
 
 
 def _job_state(c: httpx.Client, job_id: int, *states: str, timeout: float = 120) -> Any:
@@ -107,7 +107,7 @@ def test_generated_code_storm_targets_and_idle_executors(make_server) -> None:
             async with httpx.AsyncClient(base_url=server.url, timeout=120,
                                          limits=httpx.Limits(max_connections=STORM)) as ac:
                 return await asyncio.gather(*(ac.get(f"/api/v1/jobs/{job['id']}/top",
-                                                     params={"k": 5, "form": "llvm"})
+                                                     params={"k": 5, "form": "source"})
                                               for _ in range(STORM)))
 
         poller = threading.Thread(target=poll_health)
@@ -161,13 +161,13 @@ def test_a_source_slower_than_the_timeout_answers_an_error_then_is_cached() -> N
         wl, target = Workload.from_dict(SMALL_MATMUL), Target("llvm")
         try:
             t0 = time.perf_counter()
-            first = await asyncio.gather(*(cache.get(wl, target, {"index": 7}, "llvm")
+            first = await asyncio.gather(*(cache.get(wl, target, {"index": 7}, "source")
                                            for _ in range(20)))
             assert time.perf_counter() - t0 < 5
             assert all(r.text is None and "timed out" in r.error for r in first)
             release.set()
             done = await wait_async(lambda: cache.stats()["pending"] == 0)
-            assert done and (await cache.get(wl, target, {"index": 7}, "llvm")).text == "code 7"
+            assert done and (await cache.get(wl, target, {"index": 7}, "source")).text == "code 7"
             assert calls == [7] and cache.stats()["made"] == 1  # single flight, then cached
         finally:
             release.set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.db import Database
-from service_helpers import SMALL_MATMUL, create_key, events, wait_for
+from tests.service.service_helpers import SMALL_MATMUL, create_key, events, wait_for
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -7,9 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 from sqlalchemy import update
 from sqlalchemy.engine import make_url
@@ -17,7 +15,7 @@ from sqlalchemy.engine import make_url
 from autotune.cli import main
 from autotune.db import Database
 from autotune.db.schema import ApiKeyRow
-from service_helpers import SMALL_MATMUL, free_port
+from tests.service.service_helpers import SMALL_MATMUL, free_port
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -6,9 +6,9 @@ import asyncio
 import os
 import signal
 
+from autotune import config_space
 from autotune.ops import Workload
 from autotune.service.sources import SourceCache, SourceError, SourceWorkers
-from autotune import config_space
 from autotune.target import Target
 
 MATMUL = Workload.from_dict({"op": "matmul", "params": {"M": 32, "N": 32, "K": 32}})

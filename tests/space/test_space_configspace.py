@@ -55,7 +55,8 @@ def test_index_round_trips(make):
     s = make()
     rng = np.random.default_rng(1)
     # Compose wide random ints: numpy cannot draw indices beyond int64.
-    wide = [sum(int(x) << (30 * j) for j, x in enumerate(row)) for row in rng.integers(0, 2**30, (200, 4))]
+    wide = [sum(int(x) << (30 * j) for j, x in enumerate(row))
+            for row in rng.integers(0, 2**30, (200, 4))]
     picks = [0, s.size - 1] + [w % s.size for w in wide]
     for i in picks:
         cfg = s.get(i)

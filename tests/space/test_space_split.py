@@ -34,7 +34,8 @@ def reference(extent, levels, policy, max_inner=None, multiple_of=None):
 
 
 # Brute force is cubic in the factor-set size at 4 levels: keep those extents small.
-SHAPES = [(e, lv) for e in (1, 7, 12, 97, 100, 128, 1024) for lv in (1, 2, 3, 4) if lv < 4 or e <= 128]
+SHAPES = [(e, lv) for e in (1, 7, 12, 97, 100, 128, 1024) for lv in (1, 2, 3, 4)
+          if lv < 4 or e <= 128]
 
 
 @pytest.mark.parametrize("extent,levels", SHAPES)

@@ -1,15 +1,14 @@
 """Alembic environment: runs on the connection handed over by ``autotune.db.migrate``.
 
-Run by hand it takes the URL from ``-x url=...`` or ``AUTOTUNE_DB_URL``.
+Run by hand it takes the URL from ``-x url=...``, else the settings' (``AUTOTUNE_DB_URL``).
 """
 from __future__ import annotations
-
-import os
 
 from alembic import context
 
 from autotune.db.engine import make_engine
 from autotune.db.schema import Base
+from autotune.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata
@@ -32,8 +31,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    url = context.get_x_argument(as_dictionary=True).get("url") or os.environ.get(
-        "AUTOTUNE_DB_URL", "sqlite:///autotune.db")
+    url = context.get_x_argument(as_dictionary=True).get("url") or Settings().db_url
     engine = make_engine(url)
     try:
         with engine.connect() as conn:

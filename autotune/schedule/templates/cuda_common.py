@@ -102,11 +102,6 @@ def conv_caches(g: OpGraph) -> tuple[Schedule, Stage, Stage, Stage]:
     return s, local, d_sh, w_sh
 
 
-def bind_threads(st: Stage, axes: Sequence[Axis], tags: Sequence[str]) -> None:
-    for a, t in zip(axes, tags):
-        st.bind(a, t)
-
-
 def cooperative_fill(st: Stage, threads: Sequence[int]) -> None:
     """Fuse a shared-memory fill stage's axes and spread the result over the block's threads
     (``threads`` is (x, y, z)); consecutive threadIdx.x read consecutive addresses."""

@@ -14,9 +14,16 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, conv_caches,
-                                                     cooperative_fill, launch_reason, limits,
-                                                     span, unroll_inner)
+from autotune.schedule.templates.cuda_common import (
+    UNROLL_STEPS,
+    BlockShape,
+    conv_caches,
+    cooperative_fill,
+    launch_reason,
+    limits,
+    span,
+    unroll_inner,
+)
 from autotune.space import Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 

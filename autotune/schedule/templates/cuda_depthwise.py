@@ -11,9 +11,16 @@ from __future__ import annotations
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates.cuda_common import (UNROLL_STEPS, BlockShape, clamped_span,
-                                                     conv_caches, cooperative_fill,
-                                                     launch_reason, limits, unroll_inner)
+from autotune.schedule.templates.cuda_common import (
+    UNROLL_STEPS,
+    BlockShape,
+    clamped_span,
+    conv_caches,
+    cooperative_fill,
+    launch_reason,
+    limits,
+    unroll_inner,
+)
 from autotune.space import Choice, Config, ConfigSpace
 from autotune.target import Target
 

@@ -12,17 +12,37 @@ from starlette.background import BackgroundTask
 from autotune.db import JobRecord
 from autotune.service import queries
 from autotune.service.cache import json_body, json_response
-from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep,
-                                   SourcesDep, WriteAccess)
-from autotune.service.events import StreamLimits, StreamSlot, StreamsFull, job_events
+from autotune.service.deps import (
+    CacheDep,
+    DbDep,
+    ManagerDep,
+    ReadAccess,
+    SettingsDep,
+    SourcesDep,
+    WriteAccess,
+)
+from autotune.service.events import StreamLimits, StreamsFull, StreamSlot, job_events
 from autotune.service.manager import QueueFull
-from autotune.service.schemas import (CurvePublic, CurvesPage, ErrorKindName, JobCreate,
-                                      JobPublic, JobsPage, JobState, JobWorkerPublic,
-                                      JobWorkersPage, TopConfig, TopPage, TrialSort,
-                                      TrialsPage, job_public, trial_fields)
+from autotune.service.schemas import (
+    BatchRankCorrelation,
+    CurvePublic,
+    CurvesPage,
+    ErrorKindName,
+    JobCreate,
+    JobPublic,
+    JobsPage,
+    JobState,
+    JobWorkerPublic,
+    JobWorkersPage,
+    TopConfig,
+    TopPage,
+    TrialSort,
+    TrialsPage,
+    job_public,
+    trial_fields,
+)
 from autotune.service.sources import SourceResult
-from autotune.service.validation import (MAX_ID, MAX_OFFSET, JobId, JSONBodyRoute,
-                                         check_job)
+from autotune.service.validation import MAX_ID, MAX_OFFSET, JobId, JSONBodyRoute, check_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
@@ -120,11 +140,11 @@ def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
             responses=_NOT_FOUND)
 async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: JobId,
                       k: Annotated[int, Query(ge=1, le=20)] = 5,
-                      form: Literal["loop", "llvm"] = "loop") -> Response:
+                      form: Literal["loop", "source"] = "loop") -> Response:
     """The k best valid configs known for the job's workload and target, with their code.
 
-    ``loop``: the scheduled loop nest; ``llvm``: the generated source (LLVM IR, or CUDA C on
-    GPU targets). Each is made once, off the request threads, and cached; ``source_error``
+    ``loop``: the scheduled loop nest; ``source``: the generated source (LLVM IR, or CUDA C
+    on GPU targets). Each is made once, off the request threads, and cached; ``source_error``
     says why a config has none (e.g. not ready within the service's source timeout).
     """
     from autotune.ops import Workload
@@ -160,13 +180,16 @@ async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: J
 def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2000)] = 200,
                siblings: bool = False) -> CurvesPage:
     """Best GFLOP/s against trials; with ``siblings``, also of the other jobs (other tuners,
-    seeds) on the same workload and target."""
+    seeds) on the same workload and target. ``rank_correlation``: how well the job's cost
+    model ranked each batch it scored."""
     job = _job(db, job_id)
     jobs = queries.sibling_jobs(db, job=job) if siblings else [job]
     return CurvesPage(items=[
         CurvePublic(job_id=j.id, tuner=j.tuner, state=j.state, trials=j.trials,  # type: ignore[arg-type]
                     points=queries.best_curve(db, job_id=j.id, points=points))
-        for j in jobs])
+        for j in jobs], rank_correlation=[
+        BatchRankCorrelation(batch=batch, pairs=pairs, rho=rho)
+        for batch, pairs, rho in queries.rank_correlation(db, job_id=job_id)])
 
 
 @router.get("/{job_id}/events", dependencies=[ReadAccess], responses={

@@ -9,8 +9,7 @@ from fastapi.responses import Response
 
 import autotune
 from autotune.service.cache import json_body, json_response
-from autotune.service.deps import (CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep,
-                                   SourcesDep)
+from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep, SourcesDep
 from autotune.service.schemas import BestPublic, Health, SourceStats, best_public
 from autotune.service.validation import check_target, parse_workload_query
 

@@ -20,11 +20,12 @@ class WorkerPublic(BaseModel):
     target: str = Field(description="the target key it measures")
     device: str = Field(description="CPU model, or GPU name and uuid")
     state: Literal["starting", "idle", "busy", "dead"]
-    job: Optional[int] = Field(None, description="the job it measures now")
-    trials: Optional[int] = Field(None, description="candidates it has measured (Ray workers)")
-    failures: Optional[int] = Field(None, description="of which failed (Ray workers)")
-    last_seen: Optional[float] = Field(None, description="Unix time of its last status")
-    reason: Optional[str] = Field(None, description="why it is dead")
+    job: Optional[int] = Field(default=None, description="the job it measures now")
+    trials: Optional[int] = Field(
+        default=None, description="candidates it has measured (Ray workers)")
+    failures: Optional[int] = Field(default=None, description="of which failed (Ray workers)")
+    last_seen: Optional[float] = Field(default=None, description="Unix time of its last status")
+    reason: Optional[str] = Field(default=None, description="why it is dead")
 
 
 class TargetLoad(BaseModel):
@@ -38,7 +39,7 @@ class TargetLoad(BaseModel):
 
 class WorkersPage(BaseModel):
     cluster: Optional[str] = Field(description="the Ray address; null: this host measures")
-    error: Optional[str] = Field(None, description="why the cluster could not be read")
+    error: Optional[str] = Field(default=None, description="why the cluster could not be read")
     workers: list[WorkerPublic]
     targets: list[TargetLoad]
 

@@ -1,4 +1,4 @@
-// Small SVG charts for the dashboard: line/step series with dots, scatter, sparkline.
+// Small SVG charts for the dashboard: line/step series with dots, sparkline.
 // No dependencies; each call redraws the whole chart into its container element.
 "use strict";
 
@@ -65,14 +65,15 @@ const Charts = (() => {
     el("path", { d, stroke: color, "stroke-width": size, "stroke-linecap": "round", opacity }, parent);
   }
 
-  // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...]
+  // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...];
+  // the y axis spans opts.yMin (default 0) to opts.yMax (default: the data's top).
   function line(container, opts) {
     const series = opts.series || [], cloud = opts.dots || [];
     const all = series.flatMap((s) => s.points).concat(cloud);
     if (!all.length) { container.innerHTML = `<div class="empty">${opts.empty || "no data yet"}</div>`; return; }
     const xmax = Math.max(opts.xMax || 0, ...all.map((p) => p[0]));
-    const ymax = Math.max(...all.map((p) => p[1])) * 1.08 || 1;
-    const { svg, x, y } = frame(container, opts, opts.xMin ?? 0, xmax, 0, ymax);
+    const ymax = opts.yMax ?? (Math.max(...all.map((p) => p[1])) * 1.08 || 1);
+    const { svg, x, y } = frame(container, opts, opts.xMin ?? 0, xmax, opts.yMin ?? 0, ymax);
     dots(svg, cloud, x, y, opts.dotColor || "#94a3b8", 4, 0.55);
     series.forEach((s, i) => {
       if (!s.points.length) return;
@@ -89,17 +90,6 @@ const Charts = (() => {
     });
   }
 
-  // points: [[x, y], ...]; a dashed y = x diagonal when opts.diagonal.
-  function scatter(container, opts) {
-    const pts = opts.points || [];
-    if (!pts.length) { container.innerHTML = `<div class="empty">${opts.empty || "no data yet"}</div>`; return; }
-    const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
-    const xmin = Math.min(...xs), xmax = Math.max(...xs), ymax = Math.max(...ys) * 1.08 || 1;
-    const pad = (xmax - xmin) * 0.05 || 1;
-    const { svg, x, y } = frame(container, opts, xmin - pad, xmax + pad, 0, ymax);
-    dots(svg, pts, x, y, opts.color || PALETTE[0], 6, 0.6);
-  }
-
   // A tiny best-so-far line for the job list.
   function sparkline(container, points, color) {
     container.textContent = "";
@@ -114,5 +104,5 @@ const Charts = (() => {
     el("path", { d, fill: "none", stroke: color || PALETTE[0], "stroke-width": 1.5 }, svg);
   }
 
-  return { line, scatter, sparkline, PALETTE };
+  return { line, sparkline, PALETTE };
 })();

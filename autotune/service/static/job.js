@@ -5,7 +5,7 @@
   const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
   const TRIALS_PAGE = 50;
   const S = {
-    job: null, trials: [], best: null, top: null, siblings: [], es: null, ended: false,
+    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], es: null, ended: false,
     sort: "id", desc: false, offset: 0, error: "", total: 0,
     drawQueued: false, timers: {},
   };
@@ -22,9 +22,8 @@
     document.title = `autotune · #${job.id} ${job.label}`;
     $("#title").textContent = `#${job.id} ${job.label}`;
     $("#state-badge").replaceChildren(badge(job.state));
-    const opts = job.options || {};
-    $("#subtitle").textContent = [`${job.tuner} tuner`, Fmt.target(job.target), `seed ${opts.seed ?? 0}`,
-      opts.early_stopping ? `early stopping ${opts.early_stopping}` : null,
+    $("#subtitle").textContent = [`${job.tuner} tuner`, Fmt.target(job.target), `seed ${job.seed ?? 0}`,
+      job.early_stopping ? `early stopping ${job.early_stopping}` : null,
       `created ${Fmt.when(job.created_at)}`].filter(Boolean).join(" · ");
     $("#subtitle").title = job.target;
     $("#cancel").hidden = !(job.state === "queued" || job.state === "running");
@@ -49,7 +48,7 @@
       S.drawQueued = false;
       renderHeader();
       drawBest();
-      drawPredicted();
+      drawRankCorrelation();
     });
   }
 
@@ -78,13 +77,19 @@
     $("#legend-best").replaceChildren(...legend);
   }
 
-  function drawPredicted() {
-    const pts = S.trials.filter((t) => t.predicted !== null && t.predicted !== undefined)
-      .map((t) => [t.predicted, t.gflops || 0]);
+  // The model is refit after every batch, each fit scoring on its own scale: so the server
+  // ranks each batch's scores against its measurements (Spearman), never pooled raw scores.
+  function drawRankCorrelation() {
+    const rows = S.rankCorrelation;
+    const pts = rows.map((r) => [r.batch, r.rho]);
     const tuner = S.job ? S.job.tuner : "";
-    Charts.scatter($("#chart-pred"), { points: pts, xLabel: "predicted (model score)", yLabel: "measured GFLOP/s",
-      empty: tuner === "xgb" ? "no predictions yet" : `the ${tuner || "selected"} tuner has no cost model; predictions appear with the xgb tuner` });
-    $("#pred-note").textContent = pts.length ? `${pts.length} trials with a prediction` : "";
+    const xMax = Math.max(S.job ? S.job.trials : 0, ...pts.map((p) => p[0]));
+    const series = pts.length ? [{ points: [[0, 0], [xMax, 0]], color: "#94a3b8", width: 1 }, { points: pts, color: Charts.PALETTE[0] }] : [];
+    Charts.line($("#chart-rank"), { series, dots: pts, xLabel: "trials before the batch", yLabel: "Spearman ρ",
+      xMax, yMin: -1, yMax: 1,
+      empty: tuner === "xgb" ? "no scored batch yet" : `the ${tuner || "selected"} tuner has no cost model; the xgb tuner has one` });
+    const last = rows[rows.length - 1];
+    $("#rank-note").textContent = last ? `${rows.length} batches; last ρ = ${last.rho.toFixed(2)} over ${last.pairs} valid trials (1: the model ordered its batch exactly)` : "";
   }
 
   // --- top configs --------------------------------------------------------------------------
@@ -163,6 +168,7 @@
       const page = await Api.latest("siblings", `/jobs/${jobId}/curves?siblings=true&points=300`);
       if (!page) return;
       S.siblings = page.items;
+      S.rankCorrelation = page.rank_correlation || [];
       draw();
     } catch (err) { /* optional */ }
   }

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import autotune
-from autotune.driver import space
+from autotune.driver import config_space
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions
 from autotune.target import Target
 
@@ -37,7 +37,7 @@ def main() -> None:
     with LocalExecutor(target, OPTS) as ex:
         for params, n in PLAN:
             wl = autotune.workload("matmul", **params)
-            configs = space(wl, target).sample(rng, n)
+            configs = config_space(wl, target).sample(rng, n)
             t0 = time.perf_counter()
             for k in range(0, n, 16):
                 batch = configs[k:k + 16]

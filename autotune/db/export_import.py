@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import IO, Any, Callable, Mapping, Optional
+from typing import IO, Any, Callable, Mapping, Optional, Union
 
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import ensure_target, ensure_workload, target_kind_of
-from autotune.db.records import TrialRecord
+from autotune.db.records import HasKey, TrialRecord
 from autotune.db.schema import utcnow
-from autotune.jsonlines import parse_lines
 from autotune.db.trials import insert_rows, iter_trials
+from autotune.jsonl_files import parse_lines
 
 _BATCH = 500
 # ErrorKind's values (autotune.measure.result; the db layer does not import measure).
@@ -46,12 +46,16 @@ def _known_workload(obj: Mapping[str, Any]) -> Any:
         return None
 
 
-def canonical_workload_key(obj: Mapping[str, Any]) -> str:
-    """The database key of an exported workload object.
+def canonical_workload_key(obj: Union[str, Mapping[str, Any], HasKey]) -> str:
+    """The database key of a workload given as a key, an exported (wire) object or a `Workload`.
 
-    Uses ``autotune.ops.Workload`` when it knows the workload, so the key matches what the
-    tuner writes; otherwise compact JSON with sorted keys.
+    An object is read with ``autotune.ops.Workload`` when it knows the workload, so the key
+    matches what the tuner writes; otherwise it is compact JSON with sorted keys.
     """
+    if isinstance(obj, str):
+        return obj
+    if not isinstance(obj, Mapping):
+        return obj.key
     known = _known_workload(obj)
     if known is not None:
         return str(known.key)
@@ -75,6 +79,33 @@ def record_to_json(record: TrialRecord) -> dict[str, Any]:
         "extra": record.extra,
         "worker": record.worker,
     }
+
+
+def record_from_json(obj: Mapping[str, Any], *, workload_key: Optional[str] = None,
+                     target_key: Optional[str] = None) -> TrialRecord:
+    """A `TrialRecord` from a trusted JSON form: an exported line, a REST trial body or a
+    replay dict. ``workload_key`` and ``target_key`` stand in for fields the form lacks.
+
+    Lenient where `import_jsonl` is strict (it checks untrusted lines); ValueError
+    when a record has no workload or no config index.
+    """
+    config = dict(obj.get("config") or {})
+    index = obj.get("config_index", config.get("index"))
+    workload = obj.get("workload_key") or obj.get("workload") or workload_key
+    if workload is None or index is None:
+        raise ValueError(f"a record needs a workload and a config index: {dict(obj)!r:.200}")
+    cost, gflops = obj.get("cost"), obj.get("gflops")
+    return TrialRecord(
+        workload_key=canonical_workload_key(workload),
+        target_key=str(obj.get("target_key") or obj.get("target") or target_key or ""),
+        config=config, config_index=int(index),
+        costs=tuple(float(c) for c in obj.get("costs") or ()),
+        cost=None if cost is None else float(cost),
+        gflops=None if gflops is None else float(gflops),
+        error=str(obj.get("error") or "none"), error_msg=str(obj.get("error_msg") or ""),
+        build_s=float(obj.get("build_s") or 0.0), run_s=float(obj.get("run_s") or 0.0),
+        timestamp=float(obj.get("timestamp") or 0.0), job_id=obj.get("job_id"),
+        extra=dict(obj.get("extra") or {}), id=obj.get("id"), worker=obj.get("worker"))
 
 
 def export_jsonl(session: Session, fp: IO[str], *, workload_key: Optional[str] = None,

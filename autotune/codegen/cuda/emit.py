@@ -1,4 +1,4 @@
-"""CUDA C text of a prepared loop AST (see ``cuda_passes.prepare``).
+"""CUDA C text of a prepared loop AST (see ``passes.prepare``).
 
 blockIdx/threadIdx loops become index constants, vthread and unrolled loops ``#pragma
 unroll`` loops, local buffers register arrays, shared buffers ``__shared__`` arrays at
@@ -8,12 +8,24 @@ large enough to need ``long long``.
 from __future__ import annotations
 
 import re
-from autotune.codegen.cuda_passes import Launch, shared_buffers
-from autotune.ir.analysis import Interval, interval
-from autotune.ir.analysis import loop_extents, simplify
+
+from autotune.codegen.cuda.passes import Launch, shared_buffers
+from autotune.ir.analysis import Interval, interval, loop_extents, simplify
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
-                              Stmt, Store, Sync, walk_stmts)
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+    walk_stmts,
+)
 
 # floor division and modulo for operands that may be negative (C rounds toward zero)
 PRELUDE = """\

@@ -14,9 +14,20 @@ from typing import Iterable, Mapping
 
 from autotune.ir.analysis import Interval, decide, map_stmt_exprs, stmt_exprs, substitute
 from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, PrimFunc, Scope, Seq,
-                              Stmt, Store, Sync, walk_stmts)
-
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+    walk_stmts,
+)
 
 
 class CudaCodegenError(ValueError):

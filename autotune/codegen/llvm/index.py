@@ -6,10 +6,8 @@ from math import gcd
 from typing import Mapping
 
 from autotune.ir.analysis import Interval, interval, stmt_exprs
-from autotune.ir.expr import (BinOp, Const, Expr, Load, Var, add, mul,
-                              walk)
+from autotune.ir.expr import BinOp, Const, Expr, Load, Var, add, mul, walk
 from autotune.ir.stmt import Allocate, Buffer, For, Stmt, Store, walk_stmts
-
 
 
 def flat_index(buffer: Buffer, indices: tuple[Expr, ...]) -> Expr:
@@ -23,10 +21,6 @@ def flat_index(buffer: Buffer, indices: tuple[Expr, ...]) -> Expr:
 def depends_on(e: Expr, v: Var) -> bool:
     """Whether ``e`` reads ``v`` anywhere, load indices included."""
     return any(x is v for x in walk(e))
-
-
-def has_load(e: Expr) -> bool:
-    return any(isinstance(x, Load) for x in walk(e))
 
 
 def affine_coeff(e: Expr, v: Var) -> int | None:

@@ -1,6 +1,6 @@
 """Scalar lowering of loop-IR statements and expressions into one LLVM function's text.
 
-Vectorized and parallel loops are delegated to ``llvm_vector`` and ``llvm_parallel``; both
+Vectorized and parallel loops are delegated to ``vector`` and ``parallel``; both
 reuse this emitter's scalar expression and loop helpers.
 """
 from __future__ import annotations
@@ -9,13 +9,35 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from autotune.codegen.llvm_index import flat_index, in_bounds, known_multiple
+from autotune.codegen.llvm.index import flat_index, in_bounds, known_multiple
+from autotune.codegen.llvm.text import (
+    F32,
+    FAST,
+    I1,
+    I64,
+    PTR,
+    FunctionBuilder,
+    ModuleBuilder,
+    Val,
+    const_bool,
+    const_float,
+    const_int,
+    vec_ty,
+)
 from autotune.ir.analysis import Interval, decide, interval
-from autotune.codegen.llvm_text import (F32, FAST, I1, I64, PTR, FunctionBuilder, ModuleBuilder,
-                                        Val, const_bool, const_float, const_int, vec_ty)
-from autotune.ir.expr import (BOOL, FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var)
-from autotune.ir.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, Scope, Seq, Stmt,
-                              Store, Sync)
+from autotune.ir.expr import BOOL, FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+)
 
 UNROLL_LIMIT = 512  # longer "unrolled" loops stay loops: code size would swamp compile time
 
@@ -154,7 +176,7 @@ class FunctionEmitter:
         if isinstance(e, Const):
             if e.dtype == FLOAT:
                 return const_float(e.value)
-            return const_bool(bool(e.value)) if e.dtype == BOOL else const_int(e.value)
+            return const_bool(bool(e.value)) if e.dtype == BOOL else const_int(int(e.value))
         if isinstance(e, Var):
             if e not in self.env.vars:
                 raise ValueError(f"variable {e.name!r} is used outside the loop defining it")
@@ -218,8 +240,9 @@ class FunctionEmitter:
                 if branch is not None:
                     self.stmt(branch)
                 return
-            self.if_then_else(self.expr(s.cond), lambda: self.stmt(s.then),
-                              None if s.else_ is None else (lambda: self.stmt(s.else_)))
+            then, else_ = s.then, s.else_
+            self.if_then_else(self.expr(s.cond), lambda: self.stmt(then),
+                              None if else_ is None else (lambda: self.stmt(else_)))
         elif isinstance(s, Allocate):
             self.allocate(s)
         elif not isinstance(s, Sync):  # a barrier is a no-op: one CPU thread runs a block
@@ -266,11 +289,11 @@ class FunctionEmitter:
                     self.stmt(s.body)
             return
         if s.kind is ForKind.VECTORIZED:
-            from autotune.codegen.llvm_vector import emit_vectorized
+            from autotune.codegen.llvm.vector import emit_vectorized
             if emit_vectorized(self, s):
                 return
         if s.kind is ForKind.PARALLEL and not self.env.in_parallel:
-            from autotune.codegen.llvm_parallel import emit_parallel
+            from autotune.codegen.llvm.parallel import emit_parallel
             if emit_parallel(self, s):
                 return
         self.serial_loop(s.var, const_int(0), const_int(s.extent), (0, s.extent - 1),

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autotune.codegen.llvm_emit import Env, FunctionEmitter
-from autotune.codegen.llvm_jit import emit_object, host_layout
-from autotune.codegen.llvm_text import PTR, ModuleBuilder, sanitize
+from autotune.codegen.llvm.emit import Env, FunctionEmitter
+from autotune.codegen.llvm.jit import emit_object, host_layout
+from autotune.codegen.llvm.text import PTR, ModuleBuilder, sanitize
 from autotune.ir.expr import FLOAT
 from autotune.ir.stmt import Allocate, PrimFunc, walk_stmts
 
 if TYPE_CHECKING:
-    from autotune.codegen.cpu_runtime import CpuKernel
+    from autotune.codegen.llvm.runtime import CpuKernel
 
 
 def function_attributes(target: Any) -> str:
@@ -74,13 +74,13 @@ def generate_llvm_ir(func: PrimFunc, target: Any) -> str:
 
 def compile_llvm_object(func: PrimFunc, target: Any) -> tuple[str, bytes]:
     """Generate and optimize (O3) ``func``; returns (LLVM IR text, host object code), a
-    picklable pair that ``cpu_runtime.load_cpu_kernel`` turns into a kernel elsewhere."""
+    picklable pair that ``runtime.load_cpu_kernel`` turns into a kernel elsewhere."""
     text = generate_llvm_ir(func, target)
     return text, emit_object(text, target)
 
 
 def compile_llvm(func: PrimFunc, target: Any) -> "CpuKernel":
     """Generate, optimize (O3) and JIT-load ``func`` for the host CPU."""
-    from autotune.codegen.cpu_runtime import load_cpu_kernel
+    from autotune.codegen.llvm.runtime import load_cpu_kernel
 
     return load_cpu_kernel(func, target, *compile_llvm_object(func, target))

@@ -55,8 +55,8 @@ def _pop_context(cuda: Any) -> None:
 
 
 def load_cuda_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> "CudaKernel":
-    """Wrap a cubin from ``autotune.codegen.cuda.compile_cuda`` (which recorded the launch
-    config and entry name in ``func.attrs``); the module is loaded on first use."""
+    """Wrap a cubin from ``compiler.compile_cuda`` (which recorded the launch config and entry
+    name in ``func.attrs``); the module is loaded on first use."""
     return CudaKernel(func, source, binary, target)
 
 
@@ -69,7 +69,7 @@ class CudaKernel(Kernel):
         launch = func.attrs.get("launch")
         if launch is None or "cuda_kernel" not in func.attrs:
             raise ValueError(f"kernel {func.name!r}: func.attrs lack the launch config; "
-                             "compile it with autotune.codegen.cuda.compile_cuda")
+                             "compile it with autotune.codegen.cuda.compiler.compile_cuda")
         self.entry: str = func.attrs["cuda_kernel"]
         self.grid = tuple(int(x) for x in launch["grid"])
         self.block = tuple(int(x) for x in launch["block"])

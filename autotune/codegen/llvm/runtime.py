@@ -1,31 +1,24 @@
 """``CpuKernel``: runs JIT-compiled LLVM kernels on numpy arrays through ctypes.
 
 The generated code assumes 64-byte aligned, non-overlapping data; arrays that are not
-aligned are staged through aligned copies (pass ``aligned_empty`` arrays to avoid that).
+aligned are staged through aligned copies (pass ``autotune.ops.aligned_empty`` arrays to
+avoid that).
 """
 from __future__ import annotations
 
 import ctypes
-from math import prod
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm import entry_name
-from autotune.codegen.llvm_jit import load_object
+from autotune.codegen.llvm.compiler import entry_name
+from autotune.codegen.llvm.jit import load_object
 from autotune.ir.stmt import PrimFunc, Store, walk_stmts
+from autotune.ops.workload import aligned_empty
 
 ALIGN = 64
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
-
-
-def aligned_empty(shape: tuple[int, ...], align: int = ALIGN) -> np.ndarray:
-    """An uninitialized C-contiguous float32 array whose data starts on an ``align`` boundary."""
-    n = max(prod(shape), 1)
-    raw = np.empty(n + align // 4, np.float32)
-    skip = (-raw.ctypes.data % align) // 4
-    return raw[skip:skip + prod(shape)].reshape(shape)
 
 
 def aligned_copy(a: np.ndarray) -> np.ndarray:

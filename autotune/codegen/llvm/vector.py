@@ -7,11 +7,17 @@ Guards that depend on the lane become masks (masked stores; masked or clamped lo
 """
 from __future__ import annotations
 
-from autotune.codegen.llvm_emit import FunctionEmitter, access_align
-from autotune.codegen.llvm_index import (affine_coeff, depends_on, flat_index, in_bounds,
-                                         same_element)
-from autotune.codegen.llvm_text import (F32, I1, I64, Val, const_bool, const_int, const_vec,
-                                       vec_ty)
+from functools import partial
+
+from autotune.codegen.llvm.emit import FunctionEmitter, access_align
+from autotune.codegen.llvm.index import (
+    affine_coeff,
+    depends_on,
+    flat_index,
+    in_bounds,
+    same_element,
+)
+from autotune.codegen.llvm.text import F32, I1, I64, Val, const_bool, const_int, const_vec, vec_ty
 from autotune.ir.analysis import decide, stmt_exprs
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, walk
 from autotune.ir.stmt import For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
@@ -35,7 +41,8 @@ def vectorizable(loop: For) -> bool:
             return False  # every lane writes one element: a reduction across lanes
         # Lanes run each statement together, so any lane reading or writing an element of
         # a stored buffer that another lane writes would change the result.
-        others = [a for a in (*stores, *loads) if a.buffer is st.buffer and a is not st]
+        accesses: list[Store | Load] = [*stores, *loads]
+        others = [a for a in accesses if a.buffer is st.buffer and a is not st]
         if others and (coeff is None or not all(same_element(st.buffer, a.indices, st.indices)
                                                 for a in others)):
             return False
@@ -91,8 +98,9 @@ class _Lanes:
                 self.stmt(branch, mask)
         elif isinstance(s, IfThenElse) and not depends_on(s.cond, self.v):
             cond = em.expr(s.cond, guard=mask is not None)
-            em.if_then_else(cond, lambda: self.stmt(s.then, mask),
-                            None if s.else_ is None else (lambda: self.stmt(s.else_, mask)))
+            then, else_ = s.then, s.else_
+            em.if_then_else(cond, lambda: self.stmt(then, mask),
+                            None if else_ is None else (lambda: self.stmt(else_, mask)))
         elif isinstance(s, IfThenElse):
             m = self.vec(self.expr(s.cond, False, mask))
             self.stmt(s.then, self.mask_and(mask, m))
@@ -120,7 +128,7 @@ class _Lanes:
                 self.store_lane(s, flat, lane, x)
                 continue
             bit = fb.emit(I1, f"extractelement {mask}, i64 {lane}")
-            em.if_then_else(bit, lambda lane=lane, x=x: self.store_lane(s, flat, lane, x), None)
+            em.if_then_else(bit, partial(self.store_lane, s, flat, lane, x), None)
 
     def store_lane(self, s: Store, flat: Expr, lane: int, x: Val) -> None:
         p = self.em.gep(self.em.buffer_ptr(s.buffer), self.at_lane(flat, lane))

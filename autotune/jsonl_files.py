@@ -1,4 +1,4 @@
-"""JSON-lines files: one JSON object per line, gzip-compressed by name or by content."""
+"""JSON-lines files of any kind: opened as text (gzip by name or by content), parsed by line."""
 from __future__ import annotations
 
 import gzip

@@ -7,9 +7,9 @@ are ``noalias``, so the optimizer keeps the aliasing facts the kernel's argument
 """
 from __future__ import annotations
 
-from autotune.codegen.llvm_emit import Env, FunctionEmitter
-from autotune.codegen.llvm_index import free_names
-from autotune.codegen.llvm_text import I32, I64, PTR, FunctionBuilder, Val, const_int
+from autotune.codegen.llvm.emit import Env, FunctionEmitter
+from autotune.codegen.llvm.index import free_names
+from autotune.codegen.llvm.text import I32, I64, PTR, FunctionBuilder, Val, const_int
 from autotune.ir.stmt import For
 
 

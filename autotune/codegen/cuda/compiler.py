@@ -1,6 +1,6 @@
 """CUDA code generation: a ``PrimFunc`` to CUDA C, and nvcc to a cubin.
 
-``compile_cuda(func, target) -> (source, cubin)`` is what ``driver.build`` calls; it also
+``compile_cuda(func, target) -> (source, cubin)`` is the CUDA backend's ``compile``; it also
 records ``func.attrs["launch"]`` (grid, block, shared bytes), ``func.attrs["cuda_kernel"]``
 (the entry's name) and ``func.attrs["cuda_resources"]`` (ptxas registers, spills...).
 ``compile_cuda_with_info`` returns the same as a ``CudaBinary``; ``compile_cuda_batch``
@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from math import ceil
 from typing import Sequence
 
-from autotune.codegen.cuda_emit import PRELUDE, emit_kernel
-from autotune.codegen.cuda_nvcc import (CudaCompileError, Resources, find_nvcc, nvcc_cubin,
-                                        parse_ptxas)
-from autotune.codegen.cuda_passes import CudaCodegenError, Launch, launch_of, prepare
+from autotune.codegen.cuda.emit import PRELUDE, emit_kernel
+from autotune.codegen.cuda.nvcc import (
+    CudaCompileError,
+    Resources,
+    find_nvcc,
+    nvcc_cubin,
+    parse_ptxas,
+)
+from autotune.codegen.cuda.passes import CudaCodegenError, Launch, launch_of, prepare
 from autotune.ir.stmt import PrimFunc
 from autotune.target import CudaLimits, Target
 
