@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install run test lint bench clean
 
 # The hot path is compiled with mypyc at install (setup.py, autotune/native.py): editing one
 # of its sources reinstalls, which rebuilds it (a stale build refuses to import).
@@ -23,9 +23,14 @@ install: $(VENV)/.installed
 run: install
 	$(PY) -m autotune.cli serve --demo
 
-test: install
+test: install lint
 	bash scripts/test-services.sh
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# ruff (pyflakes, imports, builtins, line length) and mypy over the whole package
+lint: install
+	$(PY) -m ruff check autotune tests benchmarks setup.py
+	$(PY) -m mypy autotune
 
 bench: install
 	$(PY) benchmarks/kernels.py
