@@ -20,10 +20,16 @@ _SYSCONF = ("SC_LEVEL1_DCACHE_SIZE", "SC_LEVEL2_CACHE_SIZE", "SC_LEVEL3_CACHE_SI
 
 @dataclass(frozen=True)
 class CpuFacts:
-    """A CPU target's vector width, vector register count, cache sizes (bytes) and cores."""
+    """A CPU target's vector width, vector register count, FMA (None: not known for a CPU
+    other than the host's), cache sizes (bytes) and cores.
+
+    The number of FMA pipes is not a fact here: it decides how many independent accumulators
+    hide the FMA latency (latency x pipes, 8-10 on current x86), and every register tile
+    `register_tile` picks already holds 12 (16 registers) or 24 (32 registers)."""
 
     vector_bits: int
     vector_registers: int
+    fma: bool | None
     l1d: int
     l2: int
     l3: int
@@ -36,7 +42,8 @@ class CpuFacts:
 
     def describe(self) -> str:
         """One line for logs and benchmark headers."""
-        return (f"{self.vector_bits}-bit vectors x {self.vector_registers} registers, "
+        fma = {True: "FMA", False: "no FMA", None: "FMA unknown"}[self.fma]
+        return (f"{self.vector_bits}-bit vectors x {self.vector_registers} registers, {fma}, "
                 f"L1d {self.l1d // 1024}K L2 {self.l2 // 1024}K L3 {self.l3 // 1024}K, "
                 f"{self.cores} cores")
 
@@ -48,7 +55,17 @@ def facts_of(target: Target) -> CpuFacts:
     # AVX-512 doubles the architectural vector registers (zmm0-31); SSE/AVX have 16.
     registers = 32 if target.vector_bits >= 512 else 16
     l1d, l2, l3 = host_caches() if target.mcpu == host_cpu()[0] else _DEFAULT_CACHES
-    return CpuFacts(target.vector_bits, registers, l1d, l2, l3, target.cores)
+    return CpuFacts(target.vector_bits, registers, has_fma(target.features), l1d, l2, l3,
+                    target.cores)
+
+
+def has_fma(features: str) -> bool | None:
+    """Whether an LLVM feature string turns on fused multiply-add (FMA3, or AVX-512F, which
+    has its own); None for an empty string (another CPU's features are not known here)."""
+    if not features:
+        return None
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    return bool(enabled & {"fma", "avx512f"})
 
 
 @functools.lru_cache(maxsize=1)

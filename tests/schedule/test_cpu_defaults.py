@@ -9,11 +9,11 @@ import pytest
 
 import autotune
 from autotune import driver
-from autotune.cpu_facts import CpuFacts, facts_of, parse_size
+from autotune.cpu_facts import CpuFacts, facts_of, has_fma, parse_size
 from autotune.schedule.templates import cpu_conv2d, cpu_depthwise, cpu_matmul
 
-AVX2 = CpuFacts(256, 16, 32 * 1024, 256 * 1024, 8 * 1024**2, 4)
-AVX512 = CpuFacts(512, 32, 32 * 1024, 1024 * 1024, 16 * 1024**2, 4)
+AVX2 = CpuFacts(256, 16, True, 32 * 1024, 256 * 1024, 8 * 1024**2, 4)
+AVX512 = CpuFacts(512, 32, True, 32 * 1024, 1024 * 1024, 16 * 1024**2, 4)
 EPILOGUES = [(), ("bias", "relu"), ("scale_shift",)]
 WORKLOADS = {
     "matmul": dict(M=96, N=64, K=48),
@@ -72,6 +72,18 @@ def test_facts_of_targets() -> None:
     host = facts_of(autotune.Target("llvm"))
     assert 0 < host.l1d < host.l2 < host.l3 and host.cores >= 1
     assert parse_size("32K\n") == 32 * 1024 and parse_size("1M") == 1024**2
+
+
+def test_fma_is_told_from_the_features_and_unknown_without_them() -> None:
+    assert has_fma("+avx2,+fma,-avx512f") is True
+    assert has_fma("+avx512f,-fma") is True  # AVX-512F has its own fused multiply-add
+    assert has_fma("+sse4.2,-fma,-avx512f") is False
+    assert has_fma("") is None
+    host = autotune.Target("llvm")
+    other = "haswell" if host.mcpu != "haswell" else "skylake-avx512"
+    assert facts_of(autotune.Target(f"llvm -mcpu={other}")).fma is None  # not the host
+    assert facts_of(host).fma is has_fma(host.features)
+    assert "FMA" in facts_of(host).describe()
 
 
 def _cases() -> list[tuple[str, tuple[str, ...]]]:

@@ -53,8 +53,9 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
     """BLIS-style default. Register tile mr x nr by `register_tile`; B packed into K x nr
     micro-panels (when M has more than one micro-row to reuse them) that the inner loop
-    over micro-rows reuses from L1; a block of mc = i1*mr rows of A (mc x K) kept in half
-    of L2, and nc = j1*nr columns of B in a core's half share of L3, halved until the
+    over micro-rows reuses (from L1 while K x nr floats fit, else from L2: this space has
+    no cache block of K, only the unrolled k step); a block of mc = i1*mr rows of A (mc x K)
+    kept in half of L2, and nc = j1*nr columns of B in a core's half share of L3, halved until the
     outer loops give each core 4+ tasks; A packed only when its micro-panel (mr x K)
     overflows L1; k unrolled to about 64 FMAs per step (enough to hide FMA latency)."""
     M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
