@@ -223,6 +223,24 @@ class Database:
             return jobs.update_job_progress(s, job_id=job_id, trials_done=trials_done,
                                             best_gflops=best_gflops)
 
+    def set_job_model_scores(self, job_id: int, *, batch: int, trials: int,
+                             scores: Mapping[str, float],
+                             lease: Optional[tuple[int, str]] = None) -> bool:
+        """Replace the scores the job's current cost model gives its valid trials, by
+        ``config_key`` (the config index in decimal): the model fit after the batch that
+        started after ``batch`` of the job's trials, with ``trials`` measured by then.
+        False when the job does not exist. ``lease`` as in `add_trials`."""
+        with self.session(write=True) as s:
+            jobs.check_held(s, lease)
+            return jobs.set_model_scores(s, job_id=job_id, batch=batch, trials=trials,
+                                         scores=scores)
+
+    def job_model_scores(self, job_id: int) -> Optional[dict[str, Any]]:
+        """``{"batch", "trials", "scores": {config_key: score}}`` of the job's current cost
+        model (`set_job_model_scores`), or None (no model, or no such job)."""
+        with self.session() as s:
+            return jobs.model_scores(s, job_id=job_id)
+
     def jobs_in_state(self, *states: str) -> list[JobRecord]:
         """Jobs in any of ``states``, oldest first."""
         with self.session() as s:

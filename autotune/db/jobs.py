@@ -8,9 +8,9 @@ UPDATE SKIP LOCKED``; SQLite: the write transaction's lock), so one process wins
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
-from sqlalchemy import ColumnElement, Select, func, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autotune.db.lease import LeaseLost, is_dead_local
@@ -257,3 +257,21 @@ def update_job_progress(session: Session, *, job_id: int, trials_done: int,
     row.updated_at = utcnow()
     session.flush()
     return True
+
+
+def set_model_scores(session: Session, *, job_id: int, batch: int, trials: int,
+                     scores: Mapping[str, float]) -> bool:
+    """Replace the job's current-model scores (see `JobRow.model_scores`); False when the
+    job does not exist. One UPDATE, no read of the old value."""
+    value = {"batch": int(batch), "trials": int(trials),
+             "scores": {str(k): float(v) for k, v in scores.items()}}
+    stmt = (update(JobRow).where(JobRow.id == job_id).values(model_scores=value)
+            .execution_options(synchronize_session=False))
+    done = session.execute(stmt)
+    return bool(cast("CursorResult[Any]", done).rowcount)  # an UPDATE's result is a cursor
+
+
+def model_scores(session: Session, *, job_id: int) -> Optional[dict[str, Any]]:
+    """The job's current-model scores as `set_model_scores` stored them, or None."""
+    value = session.scalar(select(JobRow.model_scores).where(JobRow.id == job_id))
+    return value if isinstance(value, dict) else None

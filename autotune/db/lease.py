@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from autotune.db.schema import TERMINAL_STATES
 
@@ -157,6 +157,11 @@ class OwnedStore:
 
     def update_trial_costs(self, *args: Any, **kwargs: Any) -> bool:
         return self.db.update_trial_costs(*args, lease=self.lease, **kwargs)
+
+    def set_job_model_scores(self, job_id: int, *, batch: int, trials: int,
+                             scores: Mapping[str, float]) -> bool:
+        return self.db.set_job_model_scores(job_id, batch=batch, trials=trials, scores=scores,
+                                            lease=self.lease)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)  # reads: trials_for, history, ...

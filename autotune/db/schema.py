@@ -85,6 +85,11 @@ class JobRow(Base):
     # No foreign key: adding one makes SQLite rebuild jobs, and dropping the old table nulls
     # every trials.job_id (ON DELETE SET NULL); model runs are never deleted.
     model_run_id: Mapped[Optional[int]] = mapped_column(IdType, index=True)
+    # The tuner's current model's scores of the job's valid trials, replaced after each
+    # refit (see `jobs.set_model_scores`): {"batch": trials before the batch it was fit
+    # after, "trials": the job's trials by then, "scores": {config_key: score}}; NULL for
+    # tuners without a model. Deferred: up to ~100 KB that only the job page's scatter reads.
+    model_scores: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, deferred=True)
 
 
 class ModelRunRow(Base):

@@ -5,7 +5,8 @@ hands out a config twice or one already measured, keeps proposals inside an opti
 pool, starts the first batch with the template's default config (a search then never ends
 below the schedule one gets without tuning), tops a short batch up with random configs, and
 tracks the best config seen. Subclasses only implement `_propose` (ask) and, if they learn,
-`_observe` (tell).
+`_observe` (tell); a tuner with a cost model also answers `predicted` (the score it gave a
+config when proposing it) and `model_scores` (its current model's scores of any configs).
 """
 from __future__ import annotations
 
@@ -100,6 +101,16 @@ class Tuner:
 
     def predicted(self, config: "Config") -> float | None:
         """The model's score of a config this tuner proposed (higher: faster), if it has one."""
+        return None
+
+    def model_scores(self, configs: Sequence["Config"]) -> list[float] | None:
+        """The current model's score of each config (higher: faster; -inf: it cannot score
+        it), all on that model's one scale; None for a tuner without a model, or before it
+        has one. Scores of different model versions (refits) do not compare.
+
+        `tune_loop` scores the job's measured configs with it after each refit, for the
+        dashboard's score-vs-measured scatter.
+        """
         return None
 
     def update(self, inputs: Sequence["MeasureInput"], results: Sequence["MeasureResult"]) -> None:

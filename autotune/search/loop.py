@@ -5,10 +5,18 @@ database, job resumption, progress callbacks and the final re-timing. Tuners onl
 A transient result (`ErrorKind.TRANSIENT`: the measuring process was lost, not the config's
 fault) counts as a trial of the job but teaches the tuner nothing, and a later job may
 measure that config again.
+
+After each refit, a tuner with a model (`Tuner.model_scores`) scores the job's valid trials
+(at most MODEL_SCORES_CAP of them), and a store that can (``set_job_model_scores``) keeps
+them on the job, replacing the last refit's: the dashboard plots them against the measured
+GFLOP/s, one model version on one scale.
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import logging
+import math
 import statistics
 import time
 from collections import Counter
@@ -39,6 +47,8 @@ from autotune.space import Config
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
 
+log = logging.getLogger(__name__)
+
 # Small batches mean frequent model updates: in replay over 30 seeds (benchmarks/tuning.py
 # pools), xgb needed 33/25.5/44.5 median trials to 90% on matmul/conv2d/depthwise with
 # batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
@@ -48,6 +58,11 @@ DEFAULT_BATCH_SIZE = 8
 # at most this many rounds of it while a config not yet re-timed would still win.
 DEFAULT_RETIME = 3
 RETIME_ROUNDS = 3
+
+# Most of a job's valid trials the current model scores after each refit: half of them the
+# fastest, the rest the most recent. Scoring cached feature rows is milliseconds per
+# thousand; the stored JSON (~40 bytes a config) stays under 100 KB.
+MODEL_SCORES_CAP = 2000
 
 # Re-run failures that mean the kernel itself is broken, not the moment it ran in.
 _DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
@@ -70,6 +85,8 @@ class TrialStore(Protocol):
                    items: Sequence[tuple[Any, MeasureResult]], flops: int) -> int: ...
     def update_job_progress(self, job_id: int, *, trials_done: int,
                             best_gflops: Optional[float]) -> bool: ...
+    # Optional, used when present: update_trial_costs (see `_retime`) and
+    # set_job_model_scores(job_id, *, batch, trials, scores) (see `_store_model_scores`).
 
 
 class _Tally:
@@ -80,6 +97,7 @@ class _Tally:
         self.cost = float("inf")
         self.config: Optional[Config] = None
         self.valid: list[tuple[Config, tuple[float, ...]]] = []  # re-timing candidates
+        self.own: list[tuple[Config, float]] = []  # the job's valid trials, measurement order
         self.errors: Counter[str] = Counter()
         self.history: list[tuple[int, float, float]] = []
         self.since_best = 0
@@ -96,6 +114,7 @@ class _Tally:
         self.done += 1
         if result.ok:
             self.valid.append((config, tuple(result.costs)))
+            self.own.append((config, result.cost))
         if result.ok and self.offer(config, result.cost):
             self.since_best = 0
         else:
@@ -144,7 +163,7 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
     stopped, callbacks = "budget", tuple(callbacks)
     try:  # the tuner may hold worker processes: closed however the loop ends
         with host_work:
-            _replay_history(tune, tally, workload, target, space, prior)
+            _replay_history(tune, tally, workload, target, space, prior, job_id)
         t0 = time.perf_counter()
         preferred = getattr(executor, "preferred_batch", lambda: 0)
         while tally.done < trials:
@@ -163,12 +182,15 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
             if learnt:
                 with host_work:
                     tune.update([i for i, _ in learnt], [r for _, r in learnt])
-            results = [_with_prediction(r, tune.predicted(c), tally.done)
+            batch = tally.done
+            results = [_with_prediction(r, tune.predicted(c), batch)
                        for c, r in zip(configs, results)]
             if db is not None:
                 db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
             for cfg, res in zip(configs, results):
                 tally.add(cfg, res)
+            if learnt:  # the model was refit: its scores of the job's trials replace the last
+                _store_model_scores(db, job_id, tune, tally, batch, host_work)
             _report(db, job_id, tally)
             progress = Progress(tally.done, trials, tally.gflops, tally.config,
                                 sum(tally.errors.values()), tuple(zip(configs, results)), job_id,
@@ -195,6 +217,47 @@ def _report(db: Optional[TrialStore], job_id: Optional[int], tally: _Tally) -> N
         db.update_job_progress(job_id, trials_done=tally.done, best_gflops=tally.gflops or None)
 
 
+def _store_model_scores(db: Optional[TrialStore], job_id: Optional[int], tune: Tuner,
+                        tally: _Tally, batch: int, host_work: ContextManager[Any]) -> None:
+    """Score the job's valid trials (`_to_score`) with the tuner's current model and keep
+    them on the job as {config_key: score} (the trials' ``config_key``: the config index in
+    decimal), with ``batch`` (the job's trials before the batch the model was last fit
+    after, as in ``extra["batch"]``) and ``trials`` (the job's trials by then).
+
+    Nothing happens without a job, a store that keeps scores, or a model (random, ga,
+    grid; xgb before its first fit). The scores are only a view of the model: a tuner
+    failing to score is logged, not raised (a lost lease still is, as for every write).
+    """
+    store = getattr(db, "set_job_model_scores", None)
+    if store is None or job_id is None or not tally.own:
+        return
+    configs = _to_score(tally.own, MODEL_SCORES_CAP)
+    try:
+        with host_work:
+            scores = tune.model_scores(configs)
+    except Exception:  # a view of the model must not stop the job
+        log.warning("job %s: the tuner failed to score its trials", job_id, exc_info=True)
+        return
+    if scores is None:
+        return
+    # -inf (cannot score) and NaN have no JSON form; such a config is left out
+    kept = {str(int(c.index)): float(v) for c, v in zip(configs, scores) if math.isfinite(v)}
+    store(job_id, batch=batch, trials=tally.done, scores=kept)
+
+
+def _to_score(own: Sequence[tuple[Config, float]], cap: int) -> list[Config]:
+    """The configs of ``own`` ((config, cost) in measurement order), or at most ``cap`` of
+    them: the ``cap // 2`` fastest and the most recent of the rest."""
+    if len(own) <= cap:
+        return [c for c, _ in own]
+    keep = set(heapq.nsmallest(cap // 2, range(len(own)), key=lambda i: own[i][1]))
+    i = len(own) - 1
+    while len(keep) < cap:
+        keep.add(i)
+        i -= 1
+    return [own[i][0] for i in sorted(keep)]
+
+
 def _is_transient(record: Any) -> bool:
     return str(record.error) == ErrorKind.TRANSIENT.value
 
@@ -208,8 +271,9 @@ def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
 
 
 def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
-                    space: "ConfigSpace", prior: Sequence[Any]) -> None:
-    """Tell the tuner what earlier runs measured, and start the tally from their best."""
+                    space: "ConfigSpace", prior: Sequence[Any], job_id: Optional[int]) -> None:
+    """Tell the tuner what earlier runs measured, and start the tally from their best (and
+    its list of the job's valid trials from the job's own records)."""
     inputs, results = [], []
     for record in prior:
         if _is_transient(record):  # says nothing about the config
@@ -223,6 +287,8 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         if res.ok:
             tally.offer(cfg, res.cost)
             tally.valid.append((cfg, res.costs))
+            if job_id is not None and record.job_id == job_id:
+                tally.own.append((cfg, res.cost))
     if inputs:
         tune.update(inputs, results)
 

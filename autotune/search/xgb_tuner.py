@@ -212,6 +212,16 @@ class XGBTuner(Tuner):
     def predicted(self, config: Config) -> float | None:
         return self._predicted.get(config.index)
 
+    def model_scores(self, configs: Sequence[Config]) -> list[float] | None:
+        """The members' mean score of each config, as `_propose` ranks candidates (blended
+        with the transfer model while it counts); None while there is no model. Measured
+        configs' feature rows are in the cache (their `_observe` put them there; every
+        scoring marks them recently used), so a couple of thousand cost only the predictions.
+        A blend with the transfer model ranks within ``configs``: its scale is theirs."""
+        if not self.ready():
+            return None
+        return [float(v) for v in self.score(configs)]
+
     def _candidates(self, n: int) -> tuple[list[Config], np.ndarray]:
         """Admissible candidates that lower, best first, and their member scores."""
         opts = self.options

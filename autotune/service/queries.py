@@ -1,10 +1,11 @@
 """Read queries the dashboard needs beyond `Database`'s: progress curves, the cost model's
-rank correlation per batch, and sibling jobs.
+rank correlation per batch and its current scores against the measurements, and sibling jobs.
 
 They select only the columns they use, so a 10,000-trial job's curve stays a few milliseconds.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
@@ -63,6 +64,40 @@ def batch_rank_correlations(trials: Iterable[tuple[Mapping[str, Any], Optional[f
         if rho is not None:
             out.append((batch, len(scores), rho))
     return out
+
+
+@dataclass(frozen=True)
+class ModelScatter:
+    """The job's current cost model (fit after ``batch``, with ``trials`` of the job
+    measured) against the measurements: (score, GFLOP/s) of each valid trial it scored,
+    in measurement order, and their Spearman ``rho`` (None when undefined)."""
+
+    batch: int
+    trials: int
+    points: list[tuple[float, float]]
+    rho: Optional[float]
+
+
+def model_scatter(db: Database, *, job_id: int) -> Optional[ModelScatter]:
+    """The job's stored current-model scores (`Database.job_model_scores`) joined to its
+    valid trials by ``config_key`` (exact: the config index in decimal, unique per workload
+    and target); None when the job has none (a tuner without a model, or not fit yet).
+
+    Scores of configs whose trial is no longer valid (failed on re-timing) are left out;
+    the GFLOP/s are the records' current ones (re-timed ones pooled)."""
+    stored = db.job_model_scores(job_id)
+    scores = stored.get("scores") if stored is not None else None
+    if stored is None or not isinstance(scores, dict):
+        return None
+    stmt = (select(TrialRow.config_key, TrialRow.gflops)
+            .where(TrialRow.job_id == job_id, TrialRow.gflops.is_not(None))
+            .order_by(TrialRow.id))
+    with db.session() as s:
+        rows = s.execute(stmt).all()
+    points = [(float(scores[key]), float(gflops)) for key, gflops in rows
+              if gflops is not None and isinstance(scores.get(key), (int, float))]
+    rho = spearman([p[0] for p in points], [p[1] for p in points])
+    return ModelScatter(int(stored.get("batch", 0)), int(stored.get("trials", 0)), points, rho)
 
 
 def spearman(x: Iterable[float], y: Iterable[float]) -> Optional[float]:

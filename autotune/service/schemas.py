@@ -198,11 +198,29 @@ class BatchRankCorrelation(BaseModel):
     rho: float = Field(description="Spearman rank correlation of scores and GFLOP/s, -1..1")
 
 
+class CurrentModel(BaseModel):
+    """The job's cost model as it stands (its last refit) scoring the job's valid trials:
+    one model version, so the scores share one scale, unlike the trials' ``predicted``."""
+
+    batch: int = Field(description="the batch the model was last fit after, named like "
+                                   "rank_correlation's: the job's trials before it")
+    trials: int = Field(description="the job's trials measured when the model was fit")
+    points: list[tuple[float, float]] = Field(
+        description="(model score, measured GFLOP/s) per valid trial, in measurement order; "
+                    "at most 2000 trials are scored (the fastest half, then the most recent)")
+    rho: Optional[float] = Field(description="Spearman rank correlation of the points, -1..1 "
+                                             "(null below 3 points or when one side is flat)")
+
+
 class CurvesPage(BaseModel):
     items: list[CurvePublic]
     rank_correlation: list[BatchRankCorrelation] = Field(
         default_factory=list, description="of the requested job, per batch its cost model "
         "scored (empty for tuners without a model)")
+    current_model: Optional[CurrentModel] = Field(
+        default=None, description="of the requested job: its current cost model's scores of "
+        "its trials against their GFLOP/s (null for tuners without a model, or before the "
+        "first fit)")
 
 
 class SourceStats(BaseModel):

@@ -161,3 +161,32 @@ def test_members_take_turns_filling_a_batch():
         cfgs[0].index, far.index]
     assert [c.index for c in strict._pick([cfgs[0], near], one[:, :2], 2)] == [
         cfgs[0].index, near.index]  # none that different left: the best one left
+
+
+def test_model_scores_are_the_current_models_ranking():
+    """`model_scores` scores with the model `_propose` ranks by (the members' mean): scored
+    before any refit, a proposed batch gets exactly the scores it was proposed with; after a
+    refit, every measured config gets a finite score of the new model. None before a model."""
+    _, (wl, target, _, _, _) = main_data()
+    sp = config_space(wl, target)
+    ex = SyntheticExecutor()
+    tuner = XGBTuner(sp, seed=0, task=TuningTask(wl, target), min_records=8, workers=0, **FAST)
+
+    def measure(batch):
+        inputs = [MeasureInput(wl, target, c) for c in batch]
+        tuner.update(inputs, ex.submit(inputs))
+
+    first = tuner.next_batch(8)
+    assert tuner.model_scores(first) is None  # random initial design: no model yet
+    measure(first)
+    batch = tuner.next_batch(16)
+    proposed = [c for c in batch if tuner.predicted(c) is not None]
+    assert len(proposed) >= 12
+    now = tuner.model_scores(proposed)
+    assert now == pytest.approx([tuner.predicted(c) for c in proposed], rel=1e-6)
+    order = np.argsort(now, kind="stable")
+    assert list(order) == list(np.argsort([tuner.predicted(c) for c in proposed], kind="stable"))
+    measure(batch)
+    scores = tuner.model_scores(first + batch)
+    assert scores is not None and len(scores) == 24 and np.isfinite(scores).all()
+    assert len(set(scores)) > 1

@@ -329,6 +329,9 @@ def test_writes_under_a_lost_lease_are_refused(db: Database, make) -> None:
         old.update_job_progress(job.id, trials_done=7, best_gflops=9.0)
     with pytest.raises(LeaseLost):
         old.update_trial_costs(w, t, 1, costs=[5e-3], extra={})
+    with pytest.raises(LeaseLost):
+        old.set_job_model_scores(job.id, batch=0, trials=1, scores={"1": 0.5})
+    assert db.job_model_scores(job.id) is None
     assert [r.config_index for r in db.trials_for(w, t)] == [1]
     assert db.get_job(job.id).trials_done == 1
     assert db.trials_for(w, t)[0].cost == pytest.approx(1e-3)

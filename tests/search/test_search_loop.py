@@ -276,3 +276,88 @@ def test_retiming_measures_on_one_device_when_the_executor_can_pin(wl, target, s
     assert result.retimed and executor.pinned_batches  # every re-timing went through it
     assert sum(executor.pinned_batches) == len(result.retimed)
     assert executor.batches[:2] == [8, 8]
+
+
+XGB_FAST = {"min_records": 8, "workers": 0, "n_estimators": 30, "n_chains": 16, "sa_steps": 6,
+            "transfer": False}
+
+
+@pytest.mark.parametrize("tuner", ["xgb", "random", "ga"])
+def test_the_current_models_scores_of_the_jobs_trials_are_kept(tuner, wl, target, db):
+    """After each refit the model scores every valid trial of the job, the job's earlier
+    runs' included, and those scores replace the last ones on the job; tuners without a
+    model store nothing."""
+    import autotune
+
+    sp = autotune.config_space(wl, target)
+    objective = SyntheticObjective(sp, seed=1, fail_rate=0.2)
+    opts = XGB_FAST if tuner == "xgb" else {}
+    job = db.create_job(workload=wl, target=target, tuner=tuner, trials=24, options={})
+    seen = []
+
+    def after_batch(progress):
+        seen.append(db.job_model_scores(job.id))
+        return progress.trials_done < 16  # stop, then resume as a restarted job would
+
+    run = dict(trials=24, tuner=tuner, tuner_options=opts, db=db, job_id=job.id, batch_size=8,
+               retime=0)
+    tune_loop(wl, target, sp, SyntheticExecutor(objective), callbacks=[after_batch], **run)
+    tune_loop(wl, target, sp, SyntheticExecutor(objective), **run)
+    stored = db.job_model_scores(job.id)
+    if tuner != "xgb":
+        assert stored is None and seen == [None, None]
+        return
+    # Fit after each batch (the model needs min_records = 8), scoring the trials so far;
+    # after the resumed run's batch, all 24 (the first run's 16 included).
+    assert [(s["batch"], s["trials"]) for s in seen] == [(0, 8), (8, 16)]
+    assert (stored["batch"], stored["trials"]) == (16, 24)
+    records = db.trials_for(wl, target)
+    valid = {str(r.config_index) for r in records if r.ok}
+    assert len(valid) < 24 and set(stored["scores"]) == valid  # failed trials: no score
+    for n, scores in ((8, seen[0]["scores"]), (16, seen[1]["scores"])):
+        assert set(scores) == {str(r.config_index) for r in records[:n] if r.ok}
+    # each refit's scores replace the last: another model, other scores
+    assert any(stored["scores"][k] != v for k, v in seen[1]["scores"].items())
+
+
+def test_at_most_the_cap_of_trials_is_scored(wl, target, db, monkeypatch):
+    """Past MODEL_SCORES_CAP valid trials: the fastest half and the most recent of the rest."""
+    import autotune
+    from autotune.search import loop
+
+    monkeypatch.setattr(loop, "MODEL_SCORES_CAP", 6)
+    sp = autotune.config_space(wl, target)
+    objective = SyntheticObjective(sp, seed=2)
+    job = db.create_job(workload=wl, target=target, tuner="xgb", trials=24, options={})
+    tune_loop(wl, target, sp, SyntheticExecutor(objective), trials=24, tuner="xgb",
+              tuner_options=XGB_FAST, db=db, job_id=job.id, batch_size=8, retime=0)
+    records = db.trials_for(wl, target)
+    fastest = sorted(records, key=lambda r: r.cost)[:3]
+    rest = [r for r in records if r not in fastest][-3:]
+    assert set(db.job_model_scores(job.id)["scores"]) == {
+        str(r.config_index) for r in fastest + rest}
+
+
+def test_scoring_is_best_effort_and_needs_a_job(wl, target, db):
+    """Without a job (or a database) nothing is scored; a tuner failing to score logs it and
+    the job goes on."""
+    import autotune
+    from autotune.search.xgb_tuner import XGBTuner
+
+    calls = []
+
+    class Failing(XGBTuner):
+        def model_scores(self, configs):
+            calls.append(len(configs))
+            raise RuntimeError("the model broke")
+
+    sp = autotune.config_space(wl, target)
+    objective = SyntheticObjective(sp, seed=3)
+    run = dict(trials=16, tuner=Failing, tuner_options=XGB_FAST, batch_size=8, retime=0)
+    assert tune_loop(wl, target, sp, SyntheticExecutor(objective), **run).trials == 16
+    assert tune_loop(wl, target, sp, SyntheticExecutor(objective), db=db, **run).trials == 16
+    assert calls == []
+    job = db.create_job(workload=wl, target=target, tuner="xgb", trials=16, options={})
+    result = tune_loop(wl, target, sp, SyntheticExecutor(objective), db=db, job_id=job.id, **run)
+    assert result.trials == 16 and calls == [8, 16]
+    assert db.job_model_scores(job.id) is None

@@ -341,6 +341,42 @@ def test_curves_report_the_rank_correlation_of_each_scored_batch(serve) -> None:
                                         {"batch": 4, "pairs": 4, "rho": pytest.approx(-1.0)}]
 
 
+def synthetic_tune(workload: Workload, target: Target, **kwargs: Any) -> Any:
+    """The real `autotune.tune` (loop, tuner, lease-checked writes) over a synthetic
+    objective instead of the service's executor."""
+    from autotune.api import tune
+    from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+
+    objective = SyntheticObjective(driver.config_space(workload, target), seed=5, fail_rate=0.2)
+    return tune(workload, target, **{**kwargs, "executor": SyntheticExecutor(objective)})
+
+
+def test_curves_carry_the_current_models_scores_of_a_finished_xgb_job(serve) -> None:
+    client = serve(synthetic_tune)
+    headers = _key(client)
+    fast = {"min_records": 8, "workers": 0, "n_estimators": 30, "n_chains": 16, "sa_steps": 6}
+    job = _job(client, headers, tuner="xgb", trials=16, tuner_options=fast)
+    plain = _job(client, headers, tuner="random", trials=8)
+    for done in (job, plain):
+        assert _wait_state(client, done["id"], "done", "failed")["state"] == "done"
+
+    page = client.get(f"/api/v1/jobs/{job['id']}/curves").json()
+    model = page["current_model"]
+    assert model is not None and (model["batch"], model["trials"]) == (8, 16)
+    trials = client.get(f"/api/v1/jobs/{job['id']}/trials", params={"limit": 100}).json()
+    valid = [t["gflops"] for t in trials["items"] if t["gflops"] is not None]
+    assert trials["total"] == 16 and 0 < len(valid) < 16  # some failed: no score, no point
+    # one point per valid trial, in trial order, on one model's scale
+    assert [g for _, g in model["points"]] == pytest.approx(valid)
+    assert len({score for score, _ in model["points"]}) > 1
+    assert model["rho"] is None or -1 <= model["rho"] <= 1
+    assert client.get(f"/api/v1/jobs/{plain['id']}/curves").json()["current_model"] is None
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["CurvesPage"]["properties"]["current_model"]["anyOf"][0] == {
+        "$ref": "#/components/schemas/CurrentModel"}
+    assert set(schemas["CurrentModel"]["required"]) == {"batch", "trials", "points", "rho"}
+
+
 def test_job_settings_round_trip_and_old_rows_read(serve, tmp_path) -> None:
     client = serve(FakeTune(batch=4))
     headers = _key(client)

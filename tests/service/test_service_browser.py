@@ -241,3 +241,46 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
     assert not browser.find_element(By.ID, "waiting").is_displayed()
     logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert not logs, logs
+
+
+def test_job_page_plots_the_current_models_scores_of_an_xgb_job(make_server, browser) -> None:
+    """An xgb job's page draws one dot per valid trial scored by its latest model, titled
+    with the batch that model was fit after; a tuner without a model says so instead."""
+    from selenium.webdriver.common.by import By
+
+    server = make_server()
+    key = create_key(server.db_url)
+    server.start()
+    fast = {"min_records": 8, "workers": 0, "n_estimators": 30, "n_chains": 16, "sa_steps": 6}
+    with server.client(key) as c:
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 16,
+                                           "tuner": "xgb", "seed": 7,
+                                           "tuner_options": fast}).json()
+        wait_for(lambda: c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "done", 240,
+                 what=f"xgb job {job['id']} to finish")
+        model = c.get(f"/api/v1/jobs/{job['id']}/curves").json()["current_model"]
+        plain = _finished_job(c, seed=8)
+    assert model is not None and model["batch"] == 8 and model["points"]
+
+    def dots(chart: str) -> int:  # one "M x y h0" per dot in the chart's dots path
+        return browser.execute_script(
+            "const p = document.querySelector(arguments[0] + ' path.dots');"
+            "return p ? (p.getAttribute('d').match(/M/g) || []).length : 0", chart)
+
+    browser.get(f"{server.url}/jobs/{job['id']}")
+    assert wait_for(lambda: dots("#chart-model"), 20, what="the model's scatter") == \
+        len(model["points"])
+    assert browser.find_element(By.ID, "model-title").text == \
+        "Current model (fit after batch 8): score vs measured GFLOP/s"
+    assert "Spearman" in browser.find_element(By.ID, "model-note").text or model["rho"] is None
+    assert dots("#chart-rank") > 0  # the rank correlation per batch is still drawn
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-job-model.png"))
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs
+
+    browser.get(f"{server.url}/jobs/{plain['id']}")
+    empty = wait_for(lambda: browser.execute_script(
+        "const e = document.querySelector('#chart-model .empty'); return e && e.textContent"),
+        20, what="the scatter's note for a tuner without a model")
+    assert "no cost model" in empty and not dots("#chart-model")

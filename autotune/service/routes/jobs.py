@@ -25,6 +25,7 @@ from autotune.service.events import StreamLimits, StreamsFull, StreamSlot, job_e
 from autotune.service.manager import QueueFull
 from autotune.service.schemas import (
     BatchRankCorrelation,
+    CurrentModel,
     CurvePublic,
     CurvesPage,
     ErrorKindName,
@@ -181,15 +182,19 @@ def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2
                siblings: bool = False) -> CurvesPage:
     """Best GFLOP/s against trials; with ``siblings``, also of the other jobs (other tuners,
     seeds) on the same workload and target. ``rank_correlation``: how well the job's cost
-    model ranked each batch it scored."""
+    model ranked each batch it scored; ``current_model``: its latest model's score of each
+    of the job's valid trials against the measured GFLOP/s."""
     job = _job(db, job_id)
     jobs = queries.sibling_jobs(db, job=job) if siblings else [job]
+    scatter = queries.model_scatter(db, job_id=job_id)
     return CurvesPage(items=[
         CurvePublic(job_id=j.id, tuner=j.tuner, state=j.state, trials=j.trials,  # type: ignore[arg-type]
                     points=queries.best_curve(db, job_id=j.id, points=points))
         for j in jobs], rank_correlation=[
         BatchRankCorrelation(batch=batch, pairs=pairs, rho=rho)
-        for batch, pairs, rho in queries.rank_correlation(db, job_id=job_id)])
+        for batch, pairs, rho in queries.rank_correlation(db, job_id=job_id)],
+        current_model=None if scatter is None else CurrentModel(
+            batch=scatter.batch, trials=scatter.trials, points=scatter.points, rho=scatter.rho))
 
 
 @router.get("/{job_id}/events", dependencies=[ReadAccess], responses={

@@ -1,4 +1,4 @@
-// Small SVG charts for the dashboard: line/step series with dots, sparkline.
+// Small SVG charts for the dashboard: line/step series with dots, scatter, sparkline.
 // No dependencies; each call redraws the whole chart into its container element.
 "use strict";
 
@@ -62,7 +62,7 @@ const Charts = (() => {
     if (!points.length) return;
     let d = "";
     for (const [px, py] of points) d += `M${x(px).toFixed(1)} ${y(py).toFixed(1)}h0`;
-    el("path", { d, stroke: color, "stroke-width": size, "stroke-linecap": "round", opacity }, parent);
+    el("path", { class: "dots", d, stroke: color, "stroke-width": size, "stroke-linecap": "round", opacity }, parent);
   }
 
   // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...];
@@ -90,6 +90,18 @@ const Charts = (() => {
     });
   }
 
+  // points: [[x, y], ...] on an x axis fitted to the data (scores of any sign and scale),
+  // a y axis from 0 (GFLOP/s).
+  function scatter(container, opts) {
+    const pts = opts.points || [];
+    if (!pts.length) { container.innerHTML = `<div class="empty">${opts.empty || "no data yet"}</div>`; return; }
+    const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+    const xmin = Math.min(...xs), xmax = Math.max(...xs), ymax = Math.max(...ys) * 1.08 || 1;
+    const pad = (xmax - xmin) * 0.05 || Math.abs(xmin) * 0.05 || 1;
+    const { svg, x, y } = frame(container, opts, xmin - pad, xmax + pad, 0, ymax);
+    dots(svg, pts, x, y, opts.color || PALETTE[0], 6, 0.6);
+  }
+
   // A tiny best-so-far line for the job list.
   function sparkline(container, points, color) {
     container.textContent = "";
@@ -104,5 +116,5 @@ const Charts = (() => {
     el("path", { d, fill: "none", stroke: color || PALETTE[0], "stroke-width": 1.5 }, svg);
   }
 
-  return { line, sparkline, PALETTE };
+  return { line, scatter, sparkline, PALETTE };
 })();

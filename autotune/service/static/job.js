@@ -5,7 +5,8 @@
   const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
   const TRIALS_PAGE = 50;
   const S = {
-    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], es: null, ended: false,
+    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], currentModel: null,
+    es: null, ended: false,
     sort: "id", desc: false, offset: 0, error: "", total: 0,
     drawQueued: false, timers: {},
   };
@@ -49,6 +50,7 @@
       renderHeader();
       drawBest();
       drawRankCorrelation();
+      drawCurrentModel();
     });
   }
 
@@ -90,6 +92,26 @@
       empty: tuner === "xgb" ? "no scored batch yet" : `the ${tuner || "selected"} tuner has no cost model; the xgb tuner has one` });
     const last = rows[rows.length - 1];
     $("#rank-note").textContent = last ? `${rows.length} batches; last ρ = ${last.rho.toFixed(2)} over ${last.pairs} valid trials (1: the model ordered its batch exactly)` : "";
+  }
+
+  // One model version (the latest refit) scoring every valid trial of the job (at most 2000:
+  // the fastest half and the most recent), so all the scores share its scale: how well the
+  // model ranks the job's configs now, which pooled per-trial predictions cannot show.
+  function drawCurrentModel() {
+    const m = S.currentModel;
+    const tuner = S.job ? S.job.tuner : "";
+    $("#model-title").textContent = m
+      ? `Current model (fit after batch ${m.batch}): score vs measured GFLOP/s`
+      : "Current model: score vs measured GFLOP/s";
+    Charts.scatter($("#chart-model"), { points: m ? m.points : [], xLabel: "model score (higher: predicted faster)", yLabel: "measured GFLOP/s",
+      empty: tuner === "xgb" ? "no model fit yet" : `the ${tuner || "selected"} tuner has no cost model; the xgb tuner has one` });
+    // The model was fit on these trials: this is how well it learnt the job's ranking; how
+    // well it ranked configs before they were measured is the per-batch chart's ρ.
+    $("#model-note").textContent = m && m.points.length
+      ? `${m.points.length} valid trials, each scored by the model refit after batch ${m.batch} (${m.trials} trials of this job measured, these among them)` +
+        (m.rho === null ? "" : `; Spearman ρ = ${m.rho.toFixed(2)} (1: it ranks them exactly)`) +
+        ". Its ranking before measuring a batch is the rank correlation chart's."
+      : "";
   }
 
   // --- top configs --------------------------------------------------------------------------
@@ -169,6 +191,7 @@
       if (!page) return;
       S.siblings = page.items;
       S.rankCorrelation = page.rank_correlation || [];
+      S.currentModel = page.current_model || null;
       draw();
     } catch (err) { /* optional */ }
   }
