@@ -169,5 +169,13 @@ def test_migration_0004_adds_model_scores_to_existing_jobs(db_url: str, tmp_path
             c["name"] for c in sa.inspect(db.engine).get_columns("jobs")}
         with db.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT job_id FROM trials")).scalar_one() == job_id
+        with db.engine.begin() as conn:  # and 0003's own downgrade keeps them too
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0002")
+        assert "model_run_id" not in {
+            c["name"] for c in sa.inspect(db.engine).get_columns("jobs")}
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT job_id FROM trials")).scalar_one() == job_id
     finally:
         db.dispose()

@@ -51,8 +51,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_jobs_model_run_id", "jobs")
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("model_run_id")
+    # In place (SQLite >= 3.35 drops a plain column itself): a batch rebuild of jobs would
+    # drop the old table, and ON DELETE SET NULL would clear every trials.job_id.
+    op.drop_column("jobs", "model_run_id")
     op.drop_index("ix_model_runs_state", "model_runs")
     op.drop_index("ix_model_runs_target_id", "model_runs")
     op.drop_index("ix_model_runs_fingerprint", "model_runs")

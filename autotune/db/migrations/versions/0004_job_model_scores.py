@@ -2,7 +2,7 @@
 
 Revision ID: 0004
 Revises: 0003
-Create Date: 2025-03-01
+Create Date: 2026-11-25
 """
 from __future__ import annotations
 
