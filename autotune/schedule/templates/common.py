@@ -24,31 +24,46 @@ def nearest_split(knob: Split, inner: Sequence[int]) -> tuple[int, ...]:
     return min(exact, key=dist)
 
 
-def innermost_factors(knob: Split) -> list[int]:
+def innermost_factors(knob: Split, tail_multiple: int = 0) -> list[int]:
     """The innermost factors ``knob`` allows that divide its extent, ascending (all of them
     when only 1 does): a register tile with a tail runs guarded, masked code, which made the
-    depthwise 56x56 default 3.5x slower with a 16-wide tile than with an exact 8)."""
+    depthwise 56x56 default 3.5x slower with a 16-wide tile than with an exact 8 on AVX2.
+    With ``tail_multiple`` (the lanes, where stores mask natively: AVX-512), multiples of
+    it that leave a tail are allowed too: there a masked edge tile costs less than a partial
+    vector in every step (depthwise 56x56: 8 x 32 with a tail ran 158 GFLOP/s, 8 x 28 110)."""
     allowed = sorted({c[-1] for c in knob.candidates})
     exact = [f for f in allowed if knob.extent % f == 0]
-    return exact if len(exact) > 1 else allowed
+    if len(exact) <= 1:
+        return allowed
+    return sorted(set(exact) | {f for f in allowed if tail_multiple and f % tail_multiple == 0})
 
 
-def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int]]) -> T:
-    """BLIS-style micro-tile: of ``(value, rows, columns)`` options (an accumulator of rows x
-    ceil(columns/lanes) vector registers, reloading one row of vectors and broadcasting one
-    operand per step), the one with the most accumulators within 3/4 of the registers and no
-    spill, then with the fewest idle lanes (a partial vector is masked code: depthwise 56x56
-    ran 17 GFLOP/s with 4 x 14 and 21 with 8 x 8 on AVX2), then closest in shape to
+def tail_use(extent: int, factor: int) -> float:
+    """The share of a loop tiled by ``factor`` that is real work (1.0 without a tail)."""
+    return extent / (-(-extent // factor) * factor)
+
+
+def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int, float]]) -> T:
+    """BLIS-style micro-tile: of ``(value, rows, columns, used)`` options (an accumulator of
+    rows x ceil(columns/lanes) vector registers, reloading one row of vectors and
+    broadcasting one operand per step; ``used``: the share of the tiled loops that is real
+    work, below 1 with a tail) the one with the most useful vectors (rows x columns / lanes
+    x used) within 3/4 of the registers and no spill, then with the least wasted load work (a
+    partial vector loads in power-of-two pieces: 28 floats are 16 + 8 + 4 on AVX-512; 4 x 14
+    ran 17 GFLOP/s and 8 x 8 21 in depthwise 56x56 on AVX2), then closest in shape to
     (budget/2 rows x 2 vectors): 6 x 16 floats on AVX2 (16 registers), 12 x 32 on AVX-512."""
     budget = 3 * facts.vector_registers // 4
     ratio = budget / 4  # rows per vector of the ideal (budget/2) x 2 tile
+    lanes = facts.lanes
 
-    def score(option: tuple[T, int, int]) -> tuple[bool, int, float, float]:
-        _, rows, columns = option
-        vectors = -(-columns // facts.lanes)
+    def score(option: tuple[T, int, int, float]) -> tuple[bool, float, float, float]:
+        _, rows, columns, used = option
+        vectors = -(-columns // lanes)
         acc = rows * vectors
         fits = acc <= budget and acc + vectors + 1 <= facts.vector_registers
-        return (fits, acc if fits else -acc, columns / (vectors * facts.lanes),
+        pieces = columns // lanes + bin(columns % lanes).count("1")
+        useful = rows * columns / lanes * used
+        return (fits, useful if fits else -acc, columns * used / (pieces * lanes),
                 -abs(math.log2(rows / vectors / ratio)))
     return max(options, key=score)[0]
 

@@ -22,6 +22,7 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     register_tile_limit,
+    tail_use,
     vector_width,
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
@@ -62,7 +63,8 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     every core has 4+ tasks."""
     C, R, S = wl.dim("C"), wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
-    k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k)
+    k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k, tail_use(tile_k.extent, k)
+                                        * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
                                        for k in innermost_factors(tile_k)
                                        for y in innermost_factors(tile_y)
                                        for x in innermost_factors(tile_x)])

@@ -20,6 +20,7 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     register_tile_limit,
+    tail_use,
     vector_width,
 )
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
@@ -52,13 +53,16 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
     """Default from the CPU's facts: register tile of y2 rows x x2 columns (one channel:
-    channels share nothing) by `register_tile`; y1 row tiles whose input rows fit half of
-    L1 (rows are reused across the R taps); whole rows per tile; outer loops fused until
-    every core has 4+ tasks."""
+    channels share nothing) by `register_tile`, full vectors with a tail where stores mask
+    natively (AVX-512); y1 row tiles whose input rows fit half of L1 (rows are reused
+    across the R taps); whole rows per tile; outer loops fused until every core has 4+
+    tasks. Padding is inlined (a guarded load) rather than materialised: the extra pass
+    over the input cost more than the guards (56x56 on AVX-512: 67 -> 103 GFLOP/s)."""
     tile_c, tile_y, tile_x = knobs[0], knobs[1], knobs[2]
-    y2, x2 = register_tile(facts, [((y, x), y, x)
+    tail = facts.lanes if facts.vector_bits >= 512 else 0
+    y2, x2 = register_tile(facts, [((y, x), y, x, tail_use(wl.out_h, y) * tail_use(wl.out_w, x))
                                    for y in innermost_factors(tile_y)
-                                   for x in innermost_factors(tile_x)])
+                                   for x in innermost_factors(tile_x, tail)])
     sy, sx = wl.pair("stride")
     in_w = wl.out_w * sx + wl.dim("S")  # input row width, about (a dilated window is wider)
     y1 = fit_count(facts.l1d // 2, (y2 * sy + wl.dim("R")) * in_w * 4, wl.out_h // y2)
@@ -69,7 +73,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         "tile_y": ty,
         "tile_x": nearest_split(tile_x, (-(-wl.out_w // x2), x2)),
         "order": ORDERS[0],
-        "pad": "buffer",
+        "pad": "inline",
         "unroll_rs": "unroll",
         "rs_inner": False,
         "parallel": parallel_levels([wl.dim("N") * tc[0], ty[0], 1], facts, 3),

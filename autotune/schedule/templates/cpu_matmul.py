@@ -21,6 +21,7 @@ from autotune.schedule.templates.common import (
     parallel_levels,
     parallel_outer,
     register_tile,
+    tail_use,
     vector_width,
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
@@ -60,7 +61,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     overflows L1; k unrolled to about 64 FMAs per step (enough to hide FMA latency)."""
     M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
     tile_i, tile_j, tile_k = knobs[0], knobs[1], knobs[2]
-    mr, nr = register_tile(facts, [((r, c), r, c)
+    mr, nr = register_tile(facts, [((r, c), r, c, tail_use(M, r) * tail_use(N, c))
                                    for r in innermost_factors(tile_i)
                                    for c in innermost_factors(tile_j)])
     mc_rows = fit_count(facts.l2 // 2, K * 4, M)
