@@ -48,10 +48,10 @@ def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int, float]])
     rows x ceil(columns/lanes) vector registers, reloading one row of vectors and
     broadcasting one operand per step; ``used``: the share of the tiled loops that is real
     work, below 1 with a tail) the one with the most useful vectors (rows x columns / lanes
-    x used) within 3/4 of the registers and no spill, then with the least wasted load work (a
-    partial vector loads in power-of-two pieces: 28 floats are 16 + 8 + 4 on AVX-512; 4 x 14
-    ran 17 GFLOP/s and 8 x 8 21 in depthwise 56x56 on AVX2), then closest in shape to
-    (budget/2 rows x 2 vectors): 6 x 16 floats on AVX2 (16 registers), 12 x 32 on AVX-512."""
+    x used) within 3/4 of the registers, with no spill and rows of whole vectors (or of one
+    partial vector); then with the least wasted load work (a partial vector loads in
+    power-of-two pieces: 12 floats are 8 + 4); then closest in shape to (budget/2 rows x 2
+    vectors): 6 x 16 floats on AVX2 (16 registers), 12 x 32 on AVX-512."""
     budget = 3 * facts.vector_registers // 4
     ratio = budget / 4  # rows per vector of the ideal (budget/2) x 2 tile
     lanes = facts.lanes
@@ -60,7 +60,10 @@ def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int, float]])
         _, rows, columns, used = option
         vectors = -(-columns // lanes)
         acc = rows * vectors
-        fits = acc <= budget and acc + vectors + 1 <= facts.vector_registers
+        # A row wider than one vector but not a whole number of them is legalised into
+        # slow code: conv2d 320->1280 1x1 ran 8 GFLOP/s with 40 channels (16 lanes), 223 with 32.
+        whole = columns <= lanes or columns % lanes == 0
+        fits = whole and acc <= budget and acc + vectors + 1 <= facts.vector_registers
         pieces = columns // lanes + bin(columns % lanes).count("1")
         useful = rows * columns / lanes * used
         return (fits, useful if fits else -acc, columns * used / (pieces * lanes),
