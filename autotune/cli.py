@@ -53,7 +53,8 @@ def _add_task(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="operator parameter, repeatable: -p M=1024; pairs as -p stride=2,2")
     p.add_argument("--epilogue", default="", metavar="STAGES",
-                   help="fused epilogue stages, comma-separated: bias,relu")
+                   help="fused epilogue stages, comma-separated, e.g. bias,relu "
+                        "(stages: bias, scale_shift, relu, relu6)")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     _add_db(p)
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 class KernelModule(nn.Module):
-    """One matched group (conv+BN+ReLU, linear+ReLU, matmul) run by an autotune kernel."""
+    """One matched group (conv+BN+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) run by an autotune
+    kernel."""
 
     def __init__(self, match: Match, kernel: "Kernel", in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
@@ -31,7 +32,7 @@ class KernelModule(nn.Module):
         self.out_shape = tuple(out_shape)
         self.params = match.params  # numpy, 64-byte aligned: passed to the kernel as they are
         self.conv_args = conv_args
-        self.relu = "relu" in match.workload.epilogue
+        self.activation = match.workload.epilogue[-1] if match.workload.epilogue else None
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
@@ -61,7 +62,9 @@ class KernelModule(nn.Module):
             y = F.linear(xs[0], p[0].t(), bias)
         else:
             y = torch.matmul(xs[0], xs[1])
-        return torch.relu(y) if self.relu else y
+        if self.activation == "relu":
+            return torch.relu(y)
+        return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
 
     def extra_repr(self) -> str:
         return f"{self.place}: {self.workload}"

@@ -1,5 +1,6 @@
 """Extraction from PyTorch: trace a module with torch.fx, find the operators autotune has
-kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU as epilogue.
+kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU / ReLU6 as
+epilogue.
 
 `match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
 from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
@@ -23,6 +24,7 @@ from autotune.frontend.tasks import ModelTasks, Task, Unsupported
 from autotune.ops import Workload, workload
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
+_RELU6_FUNCS = (F.relu6,)
 _MATMUL_FUNCS = (torch.matmul, torch.bmm, operator.matmul)
 _OTHER_CONVS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
@@ -31,7 +33,7 @@ _FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
 @dataclass(frozen=True)
 class Match:
     """A group of graph nodes one kernel replaces: ``nodes`` (fx node names: main op, then a
-    BatchNorm and a ReLU when fused), the nodes feeding its activation ``inputs``, and its
+    BatchNorm and a ReLU or ReLU6 when fused), the nodes feeding its activation ``inputs``, and its
     constant ``params`` in kernel order (folded weight, then epilogue vectors; none for
     matmuls of two activations). ``place`` names the main op (its module's path)."""
 
@@ -148,14 +150,28 @@ def _user(node: fx.Node) -> Optional[fx.Node]:
     return users[0] if len(users) == 1 else None
 
 
-def _is_relu(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> bool:
+def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[str]:
+    """The epilogue stage ``node`` computes ("relu" or "relu6"), if it is one."""
     if node is None:
-        return False
+        return None
     if node.op == "call_module":
-        return type(modules[str(node.target)]) is nn.ReLU
+        mod = modules[str(node.target)]
+        if type(mod) is nn.ReLU:
+            return "relu"
+        if isinstance(mod, nn.Hardtanh) and (mod.min_val, mod.max_val) == (0.0, 6.0):
+            return "relu6"  # nn.ReLU6 is a Hardtanh(0, 6)
+        return None
     if node.op == "call_function":
-        return node.target in _RELU_FUNCS
-    return node.op == "call_method" and node.target in ("relu", "relu_")
+        if node.target in _RELU_FUNCS:
+            return "relu"
+        if node.target is F.hardtanh:
+            lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
+            hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", 1.0)
+            return "relu6" if (lo, hi) == (0.0, 6.0) else None
+        return "relu6" if node.target in _RELU6_FUNCS else None
+    if node.op == "call_method" and node.target in ("relu", "relu_"):
+        return "relu"
+    return None
 
 
 def _batchnorm(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[nn.BatchNorm2d]:
@@ -193,17 +209,17 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module]) -> Matc
     else:
         raise _Unsupported("conv2d", f"groups={conv.groups} is neither 1 nor the channel "
                            f"count {c}")
-    nodes, relu = [node], False
+    nodes = [node]
     after = _user(node)
     bn = _batchnorm(after, modules)
     if bn is not None and after is not None:
         nodes.append(after)
     after = _user(nodes[-1])
-    if after is not None and _is_relu(after, modules):
+    act = _activation(after, modules)
+    if after is not None and act is not None:
         nodes.append(after)
-        relu = True
     weight, bias = _folded(conv, bn)
-    epilogue = (["bias"] if bias is not None else []) + (["relu"] if relu else [])
+    epilogue = (["bias"] if bias is not None else []) + ([act] if act else [])
     wl = _workload(op, epilogue, params)
     consts = (weight,) + ((bias,) if bias is not None else ())
     return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "conv2d").name,), consts,
@@ -255,13 +271,13 @@ def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Mat
     if shape is None or len(shape) < 1:
         raise _Unsupported("linear", f"input shape {shape}")
     _check_fp32(node, "linear")
-    nodes, relu = [node], False
+    nodes = [node]
     after = _user(node)
-    if after is not None and _is_relu(after, modules):
+    act = _activation(after, modules)
+    if after is not None and act is not None:
         nodes.append(after)
-        relu = True
     bias = lin.bias is not None
-    epilogue = (["bias"] if bias else []) + (["relu"] if relu else [])
+    epilogue = (["bias"] if bias else []) + ([act] if act else [])
     wl = _workload("matmul", epilogue, dict(M=prod(shape[:-1]), N=lin.out_features,
                                              K=lin.in_features))
     consts = (_f32(lin.weight.detach().t()),) + ((_f32(lin.bias.detach()),) if bias else ())

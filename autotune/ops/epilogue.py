@@ -1,7 +1,8 @@
 """Fused epilogues: per-output-channel stages applied to an operator's result.
 
-Valid chains are at most one of `bias` / `scale_shift`, then optionally `relu`;
-the canonical order puts the affine stage first and `relu` last.
+Valid chains are at most one of `bias` / `scale_shift`, then optionally one activation,
+`relu` or `relu6` (min(max(x, 0), 6), MobileNet's); the canonical order puts the affine
+stage first and the activation last.
 """
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
-EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "relu")
+EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "relu", "relu6")
 
 # Kernel arguments each stage adds (each of shape (channels,)), in argument order.
 STAGE_ARGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"bias": ("bias",), "scale_shift": ("scale", "shift"), "relu": ()}
+    {"bias": ("bias",), "scale_shift": ("scale", "shift"), "relu": (), "relu6": ()}
 )
 
-# Flops per output element: an add, a multiply-add (counted as 2), a max.
-STAGE_FLOPS: Mapping[str, int] = MappingProxyType({"bias": 1, "scale_shift": 2, "relu": 1})
+# Flops per output element: an add, a multiply-add (counted as 2), a max, a max and a min.
+STAGE_FLOPS: Mapping[str, int] = MappingProxyType(
+    {"bias": 1, "scale_shift": 2, "relu": 1, "relu6": 2})
 
 _AFFINE = ("bias", "scale_shift")
+_ACTIVATIONS = ("relu", "relu6")
 
 
 def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str, ...]:
@@ -35,6 +38,8 @@ def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str,
         raise ValueError(f"{op}: epilogue {list(chain)} repeats a stage")
     if all(stage in chain for stage in _AFFINE):
         raise ValueError(f"{op}: epilogue may hold only one of bias and scale_shift, got both")
+    if all(stage in chain for stage in _ACTIVATIONS):
+        raise ValueError(f"{op}: epilogue may hold only one of relu and relu6, got both")
     return tuple(stage for stage in EPILOGUE_STAGES if stage in chain)
 
 
@@ -71,4 +76,6 @@ def apply_epilogue(
             result = result * per_channel("scale") + per_channel("shift")
         elif stage == "relu":
             np.maximum(result, 0.0, out=result)
+        elif stage == "relu6":
+            np.clip(result, 0.0, 6.0, out=result)
     return result

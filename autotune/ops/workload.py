@@ -140,7 +140,7 @@ class Workload:
 
     def flops(self) -> int:
         """2 per multiply-accumulate of the main op (padding taps included), plus the
-        epilogue's per-output-element flops: bias 1, scale_shift 2, relu 1."""
+        epilogue's per-output-element flops: bias 1, scale_shift 2, relu 1, relu6 2."""
         outputs = int(np.prod(self.output_shape))
         return 2 * self.spec.macs(self.params) + outputs * epilogue_flops(self.epilogue)
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from math import ceil
 
-from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum
+from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum, minimum
 from autotune.ops import Workload
 from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule, topo_order
 
 ZERO = Const(0.0, FLOAT)
+SIX = Const(6.0, FLOAT)
 
 
 GRAPHS = 64  # graphs each builder keeps (one per workload and packing)
@@ -57,6 +58,8 @@ def _epilogue(wl: Workload, channel_axis: int):
                 out = out * vecs["scale"][c] + vecs["shift"][c]
             elif stage == "relu":
                 out = maximum(out, ZERO)
+            elif stage == "relu6":
+                out = minimum(maximum(out, ZERO), SIX)
         return out
 
     return list(vecs.values()), post

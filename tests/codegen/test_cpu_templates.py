@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 CONFIGS_PER_OP = 200
-EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu")]
+EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
+             ("bias", "relu6")]
 SHAPES = {
     "matmul": [dict(M=97, N=31, K=13), dict(M=16, N=48, K=33), dict(M=5, N=7, K=64)],
     "batch_matmul": [dict(B=3, M=17, N=31, K=9), dict(B=2, M=8, N=32, K=16)],
@@ -91,3 +92,15 @@ def test_default_config_matches_numpy(op):
             args = wl.random_args(0)
             autotune.compile(wl, "llvm")(*args)
             np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_relu6_epilogue_clips_both_ends(op):
+    import autotune
+
+    wl = autotune.workload(op, epilogue=("bias", "relu6"), **SHAPES[op][0])
+    args = [a * 10 for a in wl.random_args(0)[:-1]] + [wl.random_args(0)[-1]]
+    ref = wl.reference(args)
+    assert (ref == 6).any() and (ref == 0).any() and ((ref > 0) & (ref < 6)).any()
+    autotune.compile(wl, "llvm")(*args)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))

@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.api import NoTunedScheduleWarning  # noqa: E402
@@ -55,15 +56,33 @@ def test_mobilenet_tasks_and_counts():
     found = autotune.extract(TinyMobileNet(), torch.randn(X))
     assert counts(found) == {
         conv(3, 32, 16, 3, 2, 1, ["bias", "relu"]): 1,
-        conv(16, 16, 32, 1, 1, 0, ["bias"]): 3,   # expansions: ReLU6 stays in torch
-        dw(32, 16, 1, ["bias"]): 2,
-        dw(32, 16, 2, ["bias"]): 1,
+        conv(16, 16, 32, 1, 1, 0, ["bias", "relu6"]): 3,   # expansions, ReLU6 fused
+        dw(32, 16, 1, ["bias", "relu6"]): 2,
+        dw(32, 16, 2, ["bias", "relu6"]): 1,
         conv(32, 16, 16, 1, 1, 0, ["bias"]): 2,   # projections
         conv(32, 8, 24, 1, 1, 0, ["bias"]): 1,
         conv(24, 8, 64, 1, 1, 0, ["bias", "relu"]): 1,
         workload("matmul", M=1, N=10, K=64, epilogue=["bias"]): 1,
     }
     assert {n for t in found.tasks for n in t.nodes} >= {"blocks.0.block.3", "fc.1"}
+
+
+class Clamps(nn.Module):
+    """Activations written as functions: relu6 and hardtanh(0, 6) fuse, hardtanh(-1, 1) not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = F.hardtanh(self.b(F.relu6(self.a(x))), min_val=0.0, max_val=6.0)
+        return F.hardtanh(self.c(x))
+
+
+def test_functional_relu6_and_hardtanh_fuse():
+    found = autotune.extract(Clamps(), torch.randn(2, 8))
+    epilogues = {t.nodes: t.workload.epilogue for t in found.tasks}
+    assert epilogues == {("a", "b"): ("bias", "relu6"), ("c",): ("bias",)}
 
 
 class Odd(nn.Module):

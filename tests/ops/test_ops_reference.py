@@ -58,10 +58,13 @@ def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
                 moved[ch] = moved[ch] * vectors["scale"][ch] + vectors["shift"][ch]
             elif stage == "relu":
                 moved[ch] = np.where(moved[ch] > 0, moved[ch], 0.0)
+            elif stage == "relu6":
+                moved[ch] = np.where(moved[ch] > 6, 6.0, np.where(moved[ch] > 0, moved[ch], 0.0))
     return out
 
 
-EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu")]
+EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
+             ("bias", "relu6")]
 
 SMALL = {
     "matmul": dict(M=7, N=5, K=3),

@@ -182,6 +182,7 @@ BAD = [
      "float32", "'S'"),
     ("duplicate stage", "matmul", dict(M=1, N=1, K=1), ("relu", "relu"), "float32", "epilogue"),
     ("both affine", "matmul", dict(M=1, N=1, K=1), ("bias", "scale_shift"), "float32", "epilogue"),
+    ("two activations", "matmul", dict(M=1, N=1, K=1), ("relu6", "relu"), "float32", "relu6"),
     ("unknown stage", "matmul", dict(M=1, N=1, K=1), ("gelu",), "float32", "epilogue stage 'gelu'"),
 ]
 
@@ -285,7 +286,7 @@ def test_ops_table_describe():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
-        assert d["epilogue"] == ["bias", "scale_shift", "relu"]
+        assert d["epilogue"] == ["bias", "scale_shift", "relu", "relu6"]
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}
     assert conv["dilation"] == {**conv["dilation"], "default": 1, "required": False, "pair": True}
