@@ -360,16 +360,7 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
     kernel is cached in-process by (workload, target, config index), so repeats do not compile.
     """
     wl, tgt = as_workload(workload), as_target(target)
-    found = best(wl, tgt, db=db, url=url)
-    if found is not None:
-        config = found.config
-    else:
-        from autotune.driver import config_space
-
-        config = config_space(wl, tgt).default()
-        warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "
-                      f"default config (index {config.index})", NoTunedScheduleWarning,
-                      stacklevel=2)
+    config = chosen_config(wl, tgt, db=db, url=url)
 
     def make() -> "Kernel":
         from autotune.driver import compile as compile_kernel
@@ -377,3 +368,20 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
         return compile_kernel(wl, tgt, config)
 
     return _kernel_cache().get((wl.key, tgt.key, config.index), make)
+
+
+def chosen_config(workload: WorkloadArg, target: TargetArg = "llvm", *,
+                  db: DbArg = SETTINGS_DB, url: Optional[str] = None) -> Config:
+    """The config `build` compiles: the best record's, else the default (with a
+    `NoTunedScheduleWarning`)."""
+    wl, tgt = as_workload(workload), as_target(target)
+    found = best(wl, tgt, db=db, url=url)
+    if found is not None:
+        return found.config
+    from autotune.driver import config_space
+
+    config = config_space(wl, tgt).default()
+    warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "
+                  f"default config (index {config.index})", NoTunedScheduleWarning,
+                  stacklevel=3)
+    return config

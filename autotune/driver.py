@@ -15,6 +15,8 @@ from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload
 from autotune.schedule.lower import LoweringError, lower_schedule
+from autotune.schedule.prepack import split_packing
+from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates import get_template
 from autotune.space import Config, ConfigSpace
 from autotune.target import Target
@@ -47,15 +49,26 @@ def lower(workload: Workload, target: Target | str, config: Config | int | dict 
           ) -> PrimFunc:
     """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
     target = Target(target) if isinstance(target, str) else target
+    sch, cfg = _schedule(workload, target, config)
+    return _lower(sch, workload, cfg)
+
+
+def _schedule(workload: Workload, target: Target, config: Config | int | dict | None
+              ) -> tuple[Schedule, Config]:
     sp = config_space(workload, target)
     cfg = _as_config(sp, config)
     reason = sp.invalid_reason(cfg)
     if reason:
         raise InvalidConfig(reason)
-    tmpl = get_template(workload.op, target.kind)
     try:
-        sch = tmpl.schedule(workload, target, cfg)
-        func = lower_schedule(sch, name=f"at_{workload.op}")
+        return get_template(workload.op, target.kind).schedule(workload, target, cfg), cfg
+    except LoweringError as e:
+        raise InvalidConfig(str(e)) from e
+
+
+def _lower(sch: Schedule, workload: Workload, cfg: Config, name: str = "") -> PrimFunc:
+    try:
+        func = lower_schedule(sch, name=name or f"at_{workload.op}")
     except LoweringError as e:
         raise InvalidConfig(str(e)) from e
     func.attrs.update(workload=workload.key, config_index=cfg.index)
@@ -89,3 +102,20 @@ def compile(workload: Workload, target: Target | str,  # noqa: A001
     """Compile ``workload`` with ``config`` (default config when None) into a callable kernel."""
     target = Target(target) if isinstance(target, str) else target
     return load(build(workload, target, config), target)
+
+
+def compile_prepacked(workload: Workload, target: Target,
+                      config: Config | int | dict | None = None
+                      ) -> tuple["Kernel", "Kernel | None"]:
+    """``(kernel, pack)`` for a constant operand (a conv's weight, matmul's B): ``kernel``
+    takes the operand packed, as ``pack(operand, packed)`` writes it (run it once; see
+    `autotune.schedule.prepack`). ``pack`` is None, and ``kernel`` the usual one, when the
+    config packs no constant operand."""
+    sch, cfg = _schedule(workload, target, config)
+    pack_sch = split_packing(sch, workload.op)
+    backend = backend_for(target)
+    kernel = backend.load(backend.compile(_lower(sch, workload, cfg), target), target)
+    if pack_sch is None:
+        return kernel, None
+    pack = _lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack")
+    return kernel, backend.load(backend.compile(pack, target), target)

@@ -2,7 +2,9 @@
 autotune's kernel on the tensors' own memory (numpy views, no copies), the rest on torch.
 
 A kernel is specialised to the shapes it was extracted at; calls with other shapes, other
-dtypes or that need gradients run the same (folded) computation on torch instead.
+dtypes or that need gradients run the same (folded) computation on torch instead. A conv's
+or linear layer's weight that the schedule packs into panels is packed once, here
+(`autotune.schedule.prepack`), not on every call.
 """
 from __future__ import annotations
 
@@ -12,25 +14,35 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, build, open_database
+from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
+from autotune.driver import compile as compile_kernel
+from autotune.driver import compile_prepacked
 from autotune.frontend.torch import Match, _as_tuple, match_model, trace
+from autotune.ops import aligned_empty
 
 if TYPE_CHECKING:
     from autotune.codegen.kernel import Kernel
+    from autotune.space import Config
 
 
 class KernelModule(nn.Module):
     """One matched group (conv+BN+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) run by an autotune
     kernel."""
 
-    def __init__(self, match: Match, kernel: "Kernel", in_shapes: Sequence[tuple[int, ...]],
-                 out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
+    def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
+                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+                 conv_args: dict[str, Any]) -> None:
         super().__init__()
         self.workload, self.kind, self.place = match.workload, match.kind, match.place
         self.kernel = kernel
         self.in_shapes = tuple(tuple(s) for s in in_shapes)
         self.out_shape = tuple(out_shape)
-        self.params = match.params  # numpy, 64-byte aligned: passed to the kernel as they are
+        self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
+        self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
+        if pack is not None:
+            packed = aligned_empty(pack.arg_buffers[-1].shape)
+            pack(match.params[0], packed)
+            self.kernel_params = (packed, *match.params[1:])
         self.conv_args = conv_args
         self.activation = match.workload.epilogue[-1] if match.workload.epilogue else None
 
@@ -43,7 +55,8 @@ class KernelModule(nn.Module):
         elif self.kind == "matmul":
             arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
         out = torch.empty(self.out_shape, dtype=torch.float32)
-        self.kernel(*arrays, *self.params, out.numpy().reshape(self.workload.output_shape))
+        self.kernel(*arrays, *self.kernel_params,
+                    out.numpy().reshape(self.workload.output_shape))
         return out
 
     def _fits(self, xs: Sequence[torch.Tensor]) -> bool:
@@ -73,24 +86,31 @@ class KernelModule(nn.Module):
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
                   db: DbArg = SETTINGS_DB) -> fx.GraphModule:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
-    best records in ``db``, else the default schedules (`autotune.build` warns, once per
-    workload). The result is called like the model; the rest of it runs on torch."""
+    best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
+    per workload). The result is called like the model; the rest of it runs on torch."""
     tgt = as_target(target)
     if tgt.kind != "llvm":
         raise ValueError(f"compile_model: runs kernels on this CPU only (target kind llvm), "
                          f"not {tgt.kind}")
     gm = trace(model, _as_tuple(example_inputs))
     matches, _ = match_model(gm)
-    kernels: dict[Any, Kernel] = {}
+    configs: dict[Any, Config] = {}
+    kernels: dict[tuple[Any, bool], tuple[Kernel, Kernel | None]] = {}
     with open_database(db, create=False) as database:
         for m in matches:
-            if m.workload not in kernels:
-                kernels[m.workload] = build(m.workload, tgt, db=database)
+            if m.workload not in configs:  # one lookup (and warning) per workload
+                configs[m.workload] = chosen_config(m.workload, tgt, db=database)
+            key = (m.workload, m.kind != "matmul")  # a matmul of activations: nothing constant
+            if key not in kernels:
+                config = configs[m.workload]
+                kernels[key] = compile_prepacked(m.workload, tgt, config) if key[1] else (
+                    compile_kernel(m.workload, tgt, config), None)
     _rewrite(gm, matches, kernels)
     return gm
 
 
-def _rewrite(gm: fx.GraphModule, matches: Sequence[Match], kernels: dict[Any, "Kernel"]) -> None:
+def _rewrite(gm: fx.GraphModule, matches: Sequence[Match],
+             kernels: dict[tuple[Any, bool], tuple["Kernel", "Kernel | None"]]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     modules = dict(gm.named_modules())
     for k, m in enumerate(matches):
@@ -99,7 +119,8 @@ def _rewrite(gm: fx.GraphModule, matches: Sequence[Match], kernels: dict[Any, "K
         first, last = group[0], group[-1]
         name = f"autotune_{k}"
         gm.add_submodule(name, KernelModule(
-            m, kernels[m.workload], [tuple(n.meta["tensor_meta"].shape) for n in inputs],
+            m, *kernels[m.workload, m.kind != "matmul"],
+            [tuple(n.meta["tensor_meta"].shape) for n in inputs],
             tuple(last.meta["tensor_meta"].shape), _conv_args(first, modules)))
         with gm.graph.inserting_after(last):
             new = gm.graph.call_module(name, tuple(inputs))

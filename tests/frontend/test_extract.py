@@ -134,6 +134,8 @@ def test_compile_model_matches_torch(net):
     tasks = autotune.extract(model, (x,)).tasks
     assert sum(issubclass(w.category, NoTunedScheduleWarning) for w in caught) == len(tasks)
     assert len(kernel_modules(compiled)) == sum(t.weight for t in tasks)
+    # conv weights the default schedules pack are packed once, at compile time
+    assert any(m.kernel_params[0].shape != m.params[0].shape for m in kernel_modules(compiled))
     with torch.no_grad():
         want, got = model(x), compiled(x)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
