@@ -255,6 +255,8 @@ def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(f"target: {error}")
         isa_diff = found.diff(base)
         probed_bits = 512 if "avx512f" in found.isa else 256 if "avx" in found.isa else 128
+        if mcpu == host_name and isa_diff == probe_trusted(mcpu, host_features).diff(base):
+            features = host_features  # this host's own key (a VM's CPU beyond its name)
     elif mcpu == host_name:
         features = host_features
         # The host's features may differ from LLVM's defaults for its name (a VM that hides
