@@ -113,9 +113,12 @@ def compile_prepacked(workload: Workload, target: Target,
     config packs no constant operand."""
     sch, cfg = _schedule(workload, target, config)
     pack_sch = split_packing(sch, workload.op)
-    backend = backend_for(target)
-    kernel = backend.load(backend.compile(_lower(sch, workload, cfg), target), target)
+    kernel = _compile_func(_lower(sch, workload, cfg), target)
     if pack_sch is None:
         return kernel, None
-    pack = _lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack")
-    return kernel, backend.load(backend.compile(pack, target), target)
+    return kernel, _compile_func(_lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack"),
+                                 target)
+
+
+def _compile_func(func: PrimFunc, target: Target) -> "Kernel":
+    return load(backend_for(target).compile(func, target), target)

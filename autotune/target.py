@@ -238,6 +238,16 @@ class Target:
         return f"Target({self.key!r})"
 
 
+def _host_isa_diff() -> str:
+    """How the host's ISA differs from LLVM's defaults for its CPU name (a VM that hides
+    AVX-512, or one that adds AVX512-FP16): the host's key names it. Both strings come from
+    LLVM, so they are safe to probe in this process."""
+    from autotune.target_isa import probe_trusted
+
+    name, features = host_cpu()
+    return probe_trusted(name, features).diff(probe_trusted(name, ""))
+
+
 def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
     """CPU fields from host detection, overridden by the spec's options."""
     from autotune.target_isa import probe, probe_trusted
@@ -255,13 +265,11 @@ def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(f"target: {error}")
         isa_diff = found.diff(base)
         probed_bits = 512 if "avx512f" in found.isa else 256 if "avx" in found.isa else 128
-        if mcpu == host_name and isa_diff == probe_trusted(mcpu, host_features).diff(base):
+        if mcpu == host_name and isa_diff == _host_isa_diff():
             features = host_features  # this host's own key (a VM's CPU beyond its name)
     elif mcpu == host_name:
         features = host_features
-        # The host's features may differ from LLVM's defaults for its name (a VM that hides
-        # AVX-512): the key says so. Both strings come from LLVM: safe to probe here.
-        isa_diff = probe_trusted(mcpu, features).diff(probe_trusted(mcpu, ""))
+        isa_diff = _host_isa_diff()
     else:
         # Another CPU's features are unknown here: leave them to LLVM's defaults for mcpu.
         features = ""

@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> None:
                 if args.random else (None, None)
             tuned_cfg, tuned_min = tune_best(wl, target, args.tuned, args.tuner, executor) \
                 if args.tuned else (None, None)
-            default = autotune.config_space(wl, target).default()
-            found = [c for c in (rand_cfg, tuned_cfg) if c is not None]
-            default_g, *found_g = best_of_rounds(executor, wl, target, [default, *found])
-            rand_g = found_g.pop(0) if rand_cfg is not None else None
-            tuned_g = found_g.pop(0) if tuned_cfg is not None else None
+            configs = {"default": autotune.config_space(wl, target).default(),
+                       "random": rand_cfg, "tuned": tuned_cfg}
+            configs = {k: c for k, c in configs.items() if c is not None}
+            g = dict(zip(configs, best_of_rounds(executor, wl, target, list(configs.values()))))
+            default_g, rand_g, tuned_g = g["default"], g.get("random"), g.get("tuned")
             rows.append((name, default_g, rand_g, tuned_g, tuned_min, label, np_g, torch_g))
             print(f"# {name}: done", file=sys.stderr, flush=True)
     print_table(rows, target, args)

@@ -44,7 +44,8 @@ class KernelModule(nn.Module):
             pack(match.params[0], packed)
             self.kernel_params = (packed, *match.params[1:])
         self.conv_args = conv_args
-        self.activation = match.workload.epilogue[-1] if match.workload.epilogue else None
+        self.activation = next((s for s in match.workload.epilogue if s in ("relu", "relu6")),
+                               None)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
@@ -100,13 +101,19 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
         for m in matches:
             if m.workload not in configs:  # one lookup (and warning) per workload
                 configs[m.workload] = chosen_config(m.workload, tgt, db=database)
-            key = (m.workload, m.kind != "matmul")  # a matmul of activations: nothing constant
+            key = _kernel_key(m)
             if key not in kernels:
                 config = configs[m.workload]
                 kernels[key] = compile_prepacked(m.workload, tgt, config) if key[1] else (
                     compile_kernel(m.workload, tgt, config), None)
     _rewrite(gm, matches, kernels)
     return gm
+
+
+def _kernel_key(m: Match) -> tuple[Any, bool]:
+    """A match's kernel: its workload, and whether it has a constant operand to prepack (a
+    matmul of two activations has none: its params are empty)."""
+    return m.workload, bool(m.params)
 
 
 def _rewrite(gm: fx.GraphModule, matches: Sequence[Match],
@@ -119,7 +126,7 @@ def _rewrite(gm: fx.GraphModule, matches: Sequence[Match],
         first, last = group[0], group[-1]
         name = f"autotune_{k}"
         gm.add_submodule(name, KernelModule(
-            m, *kernels[m.workload, m.kind != "matmul"],
+            m, *kernels[_kernel_key(m)],
             [tuple(n.meta["tensor_meta"].shape) for n in inputs],
             tuple(last.meta["tensor_meta"].shape), _conv_args(first, modules)))
         with gm.graph.inserting_after(last):
