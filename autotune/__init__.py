@@ -22,6 +22,8 @@ _EXPORTS = {
     "config_space": "autotune.driver",
     "lower": "autotune.driver",
     "compile": "autotune.driver",
+    "simulate_cuda": "autotune.driver",
+    "CudaExecutionError": "autotune.codegen.cuda.simulate",
     "Kernel": "autotune.codegen.kernel",
     "tune": "autotune.api",
     "best": "autotune.api",
@@ -42,10 +44,12 @@ if TYPE_CHECKING:  # what `__getattr__` returns, for type checkers (imported laz
     from autotune.api import best as best
     from autotune.api import build as build
     from autotune.api import tune as tune
+    from autotune.codegen.cuda.simulate import CudaExecutionError as CudaExecutionError
     from autotune.codegen.kernel import Kernel as Kernel
     from autotune.driver import compile as compile  # noqa: A004
     from autotune.driver import config_space as config_space
     from autotune.driver import lower as lower
+    from autotune.driver import simulate_cuda as simulate_cuda
     from autotune.frontend.runtime import compile_model as compile_model
     from autotune.frontend.torch import extract as extract
     from autotune.frontend.tuning import tune_model as tune_model

@@ -122,3 +122,34 @@ def compile_prepacked(workload: Workload, target: Target,
 
 def _compile_func(func: PrimFunc, target: Target) -> "Kernel":
     return load(backend_for(target).compile(func, target), target)
+
+
+def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
+                  target: Target | str = "cuda -arch=sm_90", seed: int = 0) -> float:
+    """Run the kernel ``compile`` would build for a CUDA target in the execution model
+    (``autotune.codegen.cuda.simulate``: no GPU needed) on random inputs; return its largest
+    error relative to the output's scale, ``max|out - ref| / max|ref|``. Raises
+    ``CudaExecutionError`` on a race, a read of unwritten memory, an out-of-bounds access or
+    a barrier that only some threads reach."""
+    import numpy as np
+
+    from autotune.codegen.cuda.compiler import prepare_kernel
+    from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+
+    target = Target(target) if isinstance(target, str) else target
+    if target.kind != "cuda":
+        raise ValueError(f"target {target} is not a CUDA target")
+    func = lower(workload, target, config)
+    body, launch = prepare_kernel(func, target)
+    args = workload.random_args(seed)
+    ref = np.asarray(workload.reference(args[:-1]), dtype=np.float64)
+    run_kernel(func, body, launch, args)
+    out = np.asarray(args[-1], dtype=np.float64)
+    nan = np.isnan(out)
+    if nan.any():
+        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(nan)), out.shape))
+        raise CudaExecutionError("unwritten_output", f"{int(nan.sum())} of {out.size} output "
+                                 f"elements were never written (the first at {at})",
+                                 buffer=func.args[-1].name)
+    scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
+    return float(np.max(np.abs(out - ref), initial=0.0)) / scale

@@ -1,8 +1,9 @@
 """A reference interpreter of the loop AST: translates it to plain Python and runs it.
 
-Slow but simple; it checks indexing of any schedule (CPU or GPU) on small shapes without a
-GPU. Thread-bound loops run sequentially: a cooperative fill of a shared tile nested in a
-thread loop then fills the whole tile for each thread, which gives the same values.
+Slow but simple; it checks the indexing of a schedule's loop AST on small shapes.
+Thread-bound loops run sequentially, so it says nothing of how a CUDA kernel's threads
+share memory: the CUDA execution model (``autotune.codegen.cuda.simulate``) runs the
+kernel as nvcc gets it, after the CUDA passes.
 """
 from __future__ import annotations
 

@@ -79,12 +79,3 @@ def spread(op: str, total: int, seed: int = 0) -> list[tuple[Workload, Config]]:
                 out.append(pool.pop(0))
     return out
 
-
-def check_interp(wl: Workload, cfg: Config | None, seed: int = 0) -> float:
-    """Max abs error of the interpreted loop AST of ``cfg`` (None: the default) against
-    numpy."""
-    from autotune.ir.interp import interpret
-    args = wl.random_args(seed)
-    ref = wl.reference(args)
-    interpret(driver.lower(wl, target(), cfg), args)
-    return float(np.abs(args[-1] - ref).max())

@@ -22,7 +22,7 @@ from autotune.codegen.cuda.nvcc import (
     parse_ptxas,
 )
 from autotune.codegen.cuda.passes import CudaCodegenError, Launch, launch_of, prepare
-from autotune.ir.stmt import PrimFunc
+from autotune.ir.stmt import PrimFunc, Stmt
 from autotune.target import CudaLimits, Target
 
 __all__ = ["CudaBinary", "CudaCodegenError", "CudaCompileError", "CudaResourceError",
@@ -56,13 +56,18 @@ def generate_cuda(func: PrimFunc, target: Target, name: str | None = None
                   ) -> tuple[str, Launch]:
     """CUDA C (prelude + one kernel) and its launch config; raises CudaCodegenError when the
     launch breaks the target's limits or the AST has no correct CUDA form."""
-    lim = _limits(target)
+    body, launch = prepare_kernel(func, target)
+    return PRELUDE + "\n" + emit_kernel(func, body, launch, name or kernel_name(func)), launch
+
+
+def prepare_kernel(func: PrimFunc, target: Target) -> tuple[Stmt, Launch]:
+    """The kernel body after every CUDA pass (what the emitter prints, statement for
+    statement) and its launch; raises CudaCodegenError as ``generate_cuda`` does."""
     launch = launch_of(func)
-    reason = launch_reason(launch, lim)
+    reason = launch_reason(launch, _limits(target))
     if reason:
         raise CudaCodegenError(f"{func.name}: {reason}")
-    body = prepare(func, launch)
-    return PRELUDE + "\n" + emit_kernel(func, body, launch, name or kernel_name(func)), launch
+    return prepare(func, launch), launch
 
 
 def launch_reason(launch: Launch, lim: CudaLimits) -> str | None:

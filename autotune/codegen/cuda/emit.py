@@ -86,8 +86,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.ext = loop_extents(body)
         self.ranges: dict[Var, Interval] = {}
-        big = max([b.size for b in (*func.args, *func.workspaces)] or [0]) > _INT_LIMIT
-        self.itype = "long long" if big else "int"
+        self.itype = "long long" if index_bits(func) == 64 else "int"
 
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
@@ -160,10 +159,7 @@ class _Emitter:
 
     # ------------------------------------------------------------------ expressions
     def _ref(self, b: Buffer, indices: tuple[Expr, ...]) -> str:
-        flat: Expr = Const(0)
-        for i, stride in zip(indices, b.strides):
-            flat = add(flat, mul(i, stride))
-        return f"{self.names(b)}[{self.expr(simplify(flat, self.ext))}]"
+        return f"{self.names(b)}[{self.expr(flat_index(b, indices, self.ext))}]"
 
     def expr(self, e: Expr) -> str:
         return self._expr(e)[0]
@@ -193,9 +189,7 @@ class _Emitter:
             fn = ("fminf" if e.op == "min" else "fmaxf") if e.dtype == FLOAT else e.op
             return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
         if e.op in ("//", "%"):
-            lo = interval(e.a, self.ranges)
-            div = interval(e.b, self.ranges)
-            if lo is None or lo[0] < 0 or div is None or div[0] <= 0:
+            if not c_division(e, self.ranges):
                 fn = "at_floordiv" if e.op == "//" else "at_floormod"
                 return f"{fn}<{self.itype}>({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
             op = "/" if e.op == "//" else "%"
@@ -207,6 +201,28 @@ class _Emitter:
     def _sub(self, e: Expr, min_prec: int) -> str:
         text, p = self._expr(e)
         return text if p >= min_prec else f"({text})"
+
+
+def index_bits(func: PrimFunc) -> int:
+    """Width of the kernel's index arithmetic: 64 bits once a buffer is large enough that
+    an overhanging tile's index may overflow a 32-bit ``int``."""
+    big = max([b.size for b in (*func.args, *func.workspaces)] or [0]) > _INT_LIMIT
+    return 64 if big else 32
+
+
+def flat_index(b: Buffer, indices: tuple[Expr, ...], extents: dict[Var, int]) -> Expr:
+    """The one-dimensional index the kernel computes for ``b[indices]``."""
+    flat: Expr = Const(0)
+    for i, stride in zip(indices, b.strides):
+        flat = add(flat, mul(i, stride))
+    return simplify(flat, extents)
+
+
+def c_division(e: BinOp, ranges: dict[Var, Interval]) -> bool:
+    """Whether ``//`` or ``%`` is printed as C's ``/`` or ``%`` (which round toward zero):
+    only where both operands are proven non-negative, the divisor positive."""
+    lo, div = interval(e.a, ranges), interval(e.b, ranges)
+    return lo is not None and lo[0] >= 0 and div is not None and div[0] > 0
 
 
 def _const(e: Const) -> str:

@@ -3,8 +3,9 @@ buffers, guards normalised and kept away from barriers.
 
 After ``prepare`` every blockIdx/threadIdx loop spans its full launch dimension (a narrower
 one gets an explicit ``idx < extent`` guard), no ``Sync`` sits under a guard that depends on
-a thread index (such guards are pushed inside, around the statements between barriers), and
-guards proven true by interval bounds are gone.
+a thread index (such guards are pushed inside, around the statements between barriers, but
+never around a cooperative fill of shared memory), and guards proven true by interval
+bounds are gone.
 """
 from __future__ import annotations
 
@@ -177,26 +178,45 @@ def _fix_barriers(s: Stmt, thread_vars: set[Var]) -> Stmt:
             return IfThenElse(s.cond, then, els)
         if els is not None or any(isinstance(x, Load) for x in walk(s.cond)):
             raise CudaCodegenError("a barrier sits under a thread-dependent if/else")
-        return _push_guard(s.cond, then)
+        tested = frozenset(x for x in walk(s.cond) if isinstance(x, Var) and x in thread_vars)
+        return _push_guard(s.cond, then, tested)
     return s
 
 
-def _push_guard(c: Expr, s: Stmt) -> Stmt:
+def _push_guard(c: Expr, s: Stmt, threads: frozenset[Var]) -> Stmt:
     """``if (c) s`` with the guard moved inside so that every thread reaches each barrier;
-    ``c`` depends only on enclosing loop indices, so it is the same wherever it is tested."""
+    ``c`` depends only on enclosing loop indices, so it is the same wherever it is tested.
+
+    A cooperative fill of shared memory between the barriers (a statement that writes
+    shared memory only, spread over the block by thread loops of its own, so that it reads
+    none of ``threads``, the thread indices ``c`` tests) is left unguarded: ``c`` bounds the
+    computation around it (a tile's tail, a narrower thread loop), and the threads that
+    ``c`` keeps read what the others fill. A fill's loads carry their own bounds."""
     if not contains_sync(s):
+        if is_shared_fill(s) and not threads & _vars_of(s):
+            return s
         return IfThenElse(c, s)
     if isinstance(s, Sync):
         return s
     if isinstance(s, Seq):
-        return Seq([_push_guard(c, x) for x in s.stmts])
+        return Seq([_push_guard(c, x, threads) for x in s.stmts])
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _push_guard(c, s.body))
+        return For(s.var, s.extent, s.kind, _push_guard(c, s.body, threads))
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, _push_guard(c, s.body))
+        return Allocate(s.buffer, _push_guard(c, s.body, threads))
     if isinstance(s, IfThenElse) and s.else_ is None:
-        return IfThenElse(s.cond, _push_guard(c, s.then))
+        return IfThenElse(s.cond, _push_guard(c, s.then, threads))
     raise CudaCodegenError(f"cannot move a guard past {type(s).__name__}")
+
+
+def _vars_of(s: Stmt) -> set[Var]:
+    return {x for top in stmt_exprs(s) for x in walk(top) if isinstance(x, Var)}
+
+
+def is_shared_fill(s: Stmt) -> bool:
+    """Whether ``s`` writes shared memory and nothing else (a cooperative fill)."""
+    stores = [x for x in walk_stmts(s) if isinstance(x, Store)]
+    return bool(stores) and all(x.buffer.scope is Scope.SHARED for x in stores)
 
 
 def _dedupe_syncs(s: Stmt) -> Stmt:

@@ -1,11 +1,12 @@
-"""The loop AST of sampled CUDA configs, run by the reference interpreter (thread loops
-sequential), matches numpy: indexing, tails, padding, strides and epilogues without a GPU."""
+"""Sampled CUDA configs, run in the execution model (``autotune.simulate_cuda``: the kernel
+nvcc gets, every thread, barrier phases, poisoned shared memory), match numpy: indexing,
+tails, padding, strides and epilogues without a GPU."""
 from __future__ import annotations
 
 import pytest
 
 import autotune
-from tests.cuda.cuda_cases import EPILOGUES, SHAPES, check_interp, sample_valid
+from tests.cuda.cuda_cases import EPILOGUES, SHAPES, sample_valid
 
 CASES = [(op, i) for op, shapes in SHAPES.items() for i in range(len(shapes))]
 PER_EPILOGUE = 3
@@ -17,7 +18,7 @@ def test_sampled_configs_match_numpy(op, shape):
     for k, epi in enumerate(EPILOGUES):
         wl = autotune.workload(op, epilogue=epi, **SHAPES[op][shape])
         for cfg in sample_valid(wl, PER_EPILOGUE, seed=100 * shape + k):
-            err = check_interp(wl, cfg, seed=k)
+            err = autotune.simulate_cuda(wl, cfg, seed=k)
             assert err < 1e-4, f"{wl} {dict(cfg)}: max error {err}"
             checked += 1
     assert checked >= PER_EPILOGUE * len(EPILOGUES) - 2
@@ -27,7 +28,7 @@ def test_sampled_configs_match_numpy(op, shape):
 def test_default_config_matches_numpy(op):
     for shape in SHAPES[op]:
         wl = autotune.workload(op, epilogue=("scale_shift", "relu"), **shape)
-        assert check_interp(wl, None) < 1e-4, wl
+        assert autotune.simulate_cuda(wl) < 1e-4, wl
 
 
 def test_conv2d_reduction_tiles_need_not_divide():
@@ -41,4 +42,4 @@ def test_conv2d_reduction_tiles_need_not_divide():
     values.update(tile_rc=(2, 4), tile_ry=(2, 2))
     cfg = sp.config(values)
     assert sp.invalid_reason(cfg) is None
-    assert check_interp(wl, cfg) < 1e-4
+    assert autotune.simulate_cuda(wl, cfg) < 1e-4

@@ -1,0 +1,500 @@
+"""An execution model of the CUDA kernels we generate, for machines without a GPU.
+
+It runs the kernel body after every CUDA pass (``compiler.prepare_kernel``: the statements
+the emitter prints one for one, with the emitter's own index flattening, C division and
+index width) for every thread of the grid, in lockstep on numpy arrays: a lane per thread,
+an ``if`` a mask, a block's threads one barrier phase at a time. Where a GPU would silently
+compute garbage it raises ``CudaExecutionError``:
+
+- ``uninitialized``: a read of shared memory, a register array, or the output that no
+  thread wrote (shared memory and registers start as poison);
+- ``race``: an element written by one thread and read or written by another in the same
+  barrier phase (shared memory), or anywhere in the launch (global memory: our kernels
+  never communicate through it);
+- ``out_of_bounds``: an index outside its buffer;
+- ``divergent_barrier``: a ``__syncthreads()`` that only some threads of a block reach;
+- ``int_overflow`` / ``division_by_zero``: index arithmetic a 32-bit ``int`` cannot hold,
+  or a division by zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Callable, Sequence, Union
+
+import numpy as np
+
+from autotune.codegen.cuda.emit import c_division, flat_index, index_bits
+from autotune.codegen.cuda.passes import Launch, shared_buffers
+from autotune.ir.analysis import Interval, loop_extents
+from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var
+from autotune.ir.printer import format_stmt
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Scope,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+)
+
+Value = Union[int, float, np.ndarray]  # a uniform value, or one per lane
+_Env = dict[Var, Value]
+_ExprFn = Callable[["_Grid", _Env, np.ndarray], Value]
+_StmtFn = Callable[["_Grid", _Env, np.ndarray], None]
+
+MAX_LANES = 1 << 15  # threads simulated at once (blocks are run in chunks of this size)
+_NONE = np.iinfo(np.int64).max
+_LAUNCH = {ForKind.BLOCK_X: ("block", 0), ForKind.BLOCK_Y: ("block", 1),
+           ForKind.BLOCK_Z: ("block", 2), ForKind.THREAD_X: ("thread", 0),
+           ForKind.THREAD_Y: ("thread", 1), ForKind.THREAD_Z: ("thread", 2)}
+
+
+class CudaExecutionError(RuntimeError):
+    """A kernel did something whose result a GPU does not define (see the module docstring).
+
+    ``kind`` names the violation; ``buffer``, ``index``, ``block`` and ``thread`` (x, y, z)
+    say where, ``other_thread`` names the second party of a race, ``statement`` the loop
+    AST statement that did it."""
+
+    def __init__(self, kind: str, message: str, *, buffer: str | None = None,
+                 index: int | None = None, block: tuple[int, int, int] | None = None,
+                 thread: tuple[int, int, int] | None = None,
+                 other_thread: tuple[int, int, int] | None = None,
+                 other_block: tuple[int, int, int] | None = None,
+                 statement: str | None = None):
+        self.kind, self.buffer, self.index = kind, buffer, index
+        self.block, self.thread = block, thread
+        self.other_block, self.other_thread = other_block, other_thread
+        self.statement = statement
+        where = f"\n  in: {statement.strip()}" if statement else ""
+        super().__init__(f"{kind}: {message}{where}")
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """One buffer of the launch: values, which elements hold a written value, and who
+    touched each element in the current phase (lowest and highest thread id)."""
+
+    buffer: Buffer
+    data: np.ndarray
+    written: np.ndarray | None  # None: every element is defined (a kernel input)
+    tracked: bool               # race tracking (shared and global; registers are private)
+    wmin: np.ndarray
+    wmax: np.ndarray
+    rmin: np.ndarray
+    rmax: np.ndarray
+
+    @staticmethod
+    def new(buffer: Buffer, data: np.ndarray, defined: bool, tracked: bool) -> "_Memory":
+        n = data.size if tracked else 0
+        lo: np.ndarray = np.full(n, _NONE, np.int64)
+        hi: np.ndarray = np.full(n, -1, np.int64)
+        return _Memory(buffer, data, None if defined else np.zeros(data.size, bool), tracked,
+                       lo, hi.copy(), lo.copy(), hi.copy())
+
+    def new_phase(self, rows: np.ndarray | slice) -> None:
+        """Forget who touched the elements of ``rows`` (a barrier ordered them)."""
+        size = self.buffer.size
+        for arr, fill in ((self.wmin, _NONE), (self.wmax, -1), (self.rmin, _NONE),
+                          (self.rmax, -1)):
+            arr.reshape(-1, size)[rows] = fill
+
+
+class _Grid:
+    """The lanes of one chunk of blocks and every buffer they see."""
+
+    def __init__(self, launch: Launch, first_block: int, blocks: int,
+                 globals_: dict[Buffer, _Memory], shared: Sequence[Buffer], index_bits: int):
+        gx, gy, _ = launch.grid
+        bx, by, _ = launch.block
+        self.launch = launch
+        self.threads = launch.threads
+        self.blocks = blocks
+        self.lanes = blocks * self.threads
+        lane: np.ndarray = np.arange(self.lanes, dtype=np.int64)
+        self.local_block: np.ndarray = lane // self.threads           # block within the chunk
+        self.tid: np.ndarray = lane % self.threads                     # thread id within its block
+        gblock: np.ndarray = first_block + self.local_block
+        self.gtid = gblock * self.threads + self.tid       # thread id within the grid
+        self.index: dict[tuple[str, int], np.ndarray] = {
+            ("block", 0): gblock % gx, ("block", 1): gblock // gx % gy,
+            ("block", 2): gblock // (gx * gy),
+            ("thread", 0): self.tid % bx, ("thread", 1): self.tid // bx % by,
+            ("thread", 2): self.tid // (bx * by)}
+        self.memory: dict[Buffer, _Memory] = dict(globals_)
+        for b in shared:
+            data: np.ndarray = np.zeros(blocks * b.size, np.float32)
+            self.memory[b] = _Memory.new(b, data, defined=False, tracked=True)
+        self.int_max = (1 << (index_bits - 1)) - 1
+
+    def coords(self, lane: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(blockIdx, threadIdx) of ``lane``."""
+        b = tuple(int(self.index[("block", d)][lane]) for d in range(3))
+        t = tuple(int(self.index[("thread", d)][lane]) for d in range(3))
+        return b, t  # type: ignore[return-value]
+
+    def thread_of(self, scope: Scope, owner: int, lane: int
+                  ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(blockIdx, threadIdx) of a thread id recorded by race tracking."""
+        if scope is Scope.SHARED:  # a thread of ``lane``'s block
+            lane = int(self.local_block[lane]) * self.threads + owner
+            return self.coords(lane)
+        block, tid = divmod(owner, self.threads)
+        gx, gy, _ = self.launch.grid
+        bx, by, _ = self.launch.block
+        return ((block % gx, block // gx % gy, block // (gx * gy)),
+                (tid % bx, tid // bx % by, tid // (bx * by)))
+
+
+def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.ndarray],
+               max_lanes: int = MAX_LANES) -> None:
+    """Run a prepared kernel body (``compiler.prepare_kernel``) with ``launch`` on numpy
+    arrays (``func.args`` order: inputs, then the output, which is written in place)."""
+    if len(arrays) != len(func.args):
+        raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
+    program = _Compiler(func, body).stmt(body)
+    stored = {s.buffer for s in _walk(body) if isinstance(s, Store)}
+    globals_: dict[Buffer, _Memory] = {}
+    for b, a in zip(func.args, arrays):
+        if a.size != b.size:
+            raise ValueError(f"{b.name}: {a.size} elements given, the kernel takes {b.size}")
+        data = np.array(a, dtype=np.float32).reshape(-1)
+        globals_[b] = _Memory.new(b, data, defined=b not in stored, tracked=b in stored)
+    for w in func.workspaces:
+        globals_[w] = _Memory.new(w, np.zeros(w.size, np.float32), defined=False, tracked=True)
+    shared = list(dict.fromkeys(shared_buffers(func.body)))
+    blocks = prod(launch.grid)
+    per_chunk = max(1, max_lanes // launch.threads)
+    bits = index_bits(func)
+    for first in range(0, blocks, per_chunk):
+        grid = _Grid(launch, first, min(per_chunk, blocks - first), globals_, shared, bits)
+        program(grid, {}, np.ones(grid.lanes, bool))
+    out, mem = arrays[-1], globals_[func.args[-1]]
+    out[...] = mem.data.reshape(out.shape).astype(out.dtype)
+
+
+def _walk(s: Stmt):
+    yield s
+    for c in s.children():
+        yield from _walk(c)
+
+
+class _Compiler:
+    """Turns statements and expressions into closures over (grid, env, mask), once."""
+
+    def __init__(self, func: PrimFunc, body: Stmt):
+        self.func = func
+        self.ext = loop_extents(body)
+        self.ranges: dict[Var, Interval] = {v: (0, n - 1) for v, n in self.ext.items()}
+        self.context = ""  # the statement being compiled, named in errors
+
+    def _text(self, s: Stmt) -> str:
+        return format_stmt(s)[0].strip()
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s: Stmt) -> _StmtFn:
+        if isinstance(s, Seq):
+            return self._seq([self.stmt(c) for c in s.stmts])
+        if isinstance(s, For):
+            return self._for(s)
+        if isinstance(s, Store):
+            return self._store(s)
+        if isinstance(s, Allocate):
+            return self._allocate(s)
+        if isinstance(s, IfThenElse):
+            return self._if(s)
+        if isinstance(s, Sync):
+            return self._sync(s)
+        raise TypeError(f"unknown statement {type(s).__name__}")
+
+    @staticmethod
+    def _seq(parts: list[_StmtFn]) -> _StmtFn:
+        def run(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            for p in parts:
+                p(g, env, mask)
+        return run
+
+    def _for(self, s: For) -> _StmtFn:
+        body, var, extent = self.stmt(s.body), s.var, s.extent
+        launch = _LAUNCH.get(s.kind)
+        if launch is not None:  # printed as `const int v = threadIdx.x;` whatever the extent
+            def bind(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+                env[var] = g.index[launch]
+                body(g, env, mask)
+            return bind
+
+        def loop(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            for i in range(extent):
+                env[var] = i
+                body(g, env, mask)
+        return loop
+
+    def _allocate(self, s: Allocate) -> _StmtFn:
+        body, buf = self.stmt(s.body), s.buffer
+        if buf.scope is Scope.SHARED:  # declared at function scope, one per block
+            return body
+
+        def alloc(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            # a register array declared here holds poison, whatever an earlier trip left
+            g.memory[buf] = _Memory.new(buf, np.zeros(g.lanes * buf.size, np.float32),
+                                        defined=False, tracked=False)
+            body(g, env, mask)
+        return alloc
+
+    def _if(self, s: IfThenElse) -> _StmtFn:
+        self.context = self._text(IfThenElse(s.cond, Seq([])))
+        cond = self.expr(s.cond)
+        then = self.stmt(s.then)
+        els = None if s.else_ is None else self.stmt(s.else_)
+
+        def branch(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            c: np.ndarray = _lanes(cond(g, env, mask), g.lanes).astype(bool)
+            inside = mask & c
+            if inside.any():
+                then(g, env, inside)
+            if els is not None:
+                outside = mask & ~c
+                if outside.any():
+                    els(g, env, outside)
+        return branch
+
+    def _sync(self, s: Sync) -> _StmtFn:
+        def sync(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            reached = mask.reshape(g.blocks, g.threads)
+            count = reached.sum(axis=1)
+            partial = np.nonzero((count > 0) & (count < g.threads))[0]
+            if partial.size:
+                blk = int(partial[0])
+                lanes: np.ndarray = blk * g.threads + np.arange(g.threads)
+                b, t_in = g.coords(int(lanes[np.argmax(reached[blk])]))
+                _, t_out = g.coords(int(lanes[np.argmin(reached[blk])]))
+                raise CudaExecutionError(
+                    "divergent_barrier",
+                    f"__syncthreads() reached by {int(count[blk])} of {g.threads} threads "
+                    f"of block {b}: thread {t_in} waits there, thread {t_out} never comes",
+                    block=b, thread=t_out, other_thread=t_in, statement="__syncthreads();")
+            full = count == g.threads
+            for m in g.memory.values():
+                if m.buffer.scope is Scope.SHARED:
+                    m.new_phase(full)
+        return sync
+
+    def _store(self, s: Store) -> _StmtFn:
+        buf = s.buffer
+        text = self.context = self._text(s)
+        index = self.expr(flat_index(buf, s.indices, self.ext))
+        value = self.expr(s.value)
+
+        def store(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+            v = _lanes(value(g, env, mask), g.lanes)
+            lanes: np.ndarray = np.nonzero(mask)[0]
+            mem = g.memory[buf]
+            keys = _access(g, mem, _lanes(index(g, env, mask), g.lanes)[lanes], lanes,
+                           True, text)
+            mem.data[keys] = v[lanes]
+            if mem.written is not None:
+                mem.written[keys] = True
+        return store
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: Expr) -> _ExprFn:
+        if isinstance(e, Var):
+            var = e
+            return lambda g, env, mask: env[var]
+        if isinstance(e, Const):
+            c: Value = float(np.float32(e.value)) if e.dtype == FLOAT else int(e.value)
+            return lambda g, env, mask: c
+        if isinstance(e, Load):
+            return self._load(e)
+        if isinstance(e, Select):
+            return self._select(e)
+        if isinstance(e, And):  # && evaluates its right side only where the left holds
+            a, b = self.expr(e.a), self.expr(e.b)
+
+            def both(g: _Grid, env: _Env, mask: np.ndarray) -> Value:
+                left: np.ndarray = _lanes(a(g, env, mask), g.lanes).astype(bool)
+                sub = mask & left
+                if not sub.any():
+                    return left & False
+                return left & _lanes(b(g, env, sub), g.lanes).astype(bool)
+            return both
+        if isinstance(e, Cmp):
+            return self._cmp(e)
+        if isinstance(e, BinOp):
+            return self._binop(e)
+        raise TypeError(f"unknown expression {type(e).__name__}")
+
+    def _load(self, e: Load) -> _ExprFn:
+        buf = e.buffer
+        index = self.expr(flat_index(buf, e.indices, self.ext))
+        text = self.context
+
+        def load(g: _Grid, env: _Env, mask: np.ndarray) -> Value:
+            lanes = np.nonzero(mask)[0]
+            out: np.ndarray = np.zeros(g.lanes, np.float32)
+            if lanes.size:
+                mem = g.memory[buf]
+                keys = _access(g, mem, _lanes(index(g, env, mask), g.lanes)[lanes], lanes,
+                               False, text)
+                out[lanes] = mem.data[keys]
+            return out
+        return load
+
+    def _select(self, e: Select) -> _ExprFn:
+        cond, t, f = self.expr(e.cond), self.expr(e.t), self.expr(e.f)
+
+        def select(g: _Grid, env: _Env, mask: np.ndarray) -> Value:
+            c: np.ndarray = _lanes(cond(g, env, mask), g.lanes).astype(bool)
+            yes, no = mask & c, mask & ~c
+            tv = t(g, env, yes) if yes.any() else 0
+            fv = f(g, env, no) if no.any() else 0
+            return np.where(c, tv, fv)
+        return select
+
+    def _cmp(self, e: Cmp) -> _ExprFn:
+        a, b, op = self.expr(e.a), self.expr(e.b), _CMP[e.op]
+        return lambda g, env, mask: op(a(g, env, mask), b(g, env, mask))
+
+    def _binop(self, e: BinOp) -> _ExprFn:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.dtype == FLOAT:
+            op = _FLOAT_OPS[e.op]
+            return lambda g, env, mask: op(a(g, env, mask), b(g, env, mask))
+        if e.op in ("//", "%"):
+            div = _divide(e.op, c_division(e, self.ranges))
+        else:
+            div = _INT_OPS[e.op]
+        text = f"integer {e.op}"
+
+        def arith(g: _Grid, env: _Env, mask: np.ndarray) -> Value:
+            x, y = a(g, env, mask), b(g, env, mask)
+            if e.op in ("//", "%"):
+                zero = np.asarray(y == 0) & mask if np.ndim(y) else bool(y == 0)
+                if np.any(zero):
+                    lane = int(np.argmax(np.broadcast_to(zero, (g.lanes,))))
+                    blk, thr = g.coords(lane)
+                    raise CudaExecutionError("division_by_zero", f"{text} by zero",
+                                             block=blk, thread=thr)
+                y = np.where(y == 0, 1, y) if np.ndim(y) else y
+            r = div(x, y)
+            _check_int(g, r, mask, text)
+            return r
+        return arith
+
+
+def _lanes(v: Value, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(v), (n,))
+
+
+def _check_int(g: _Grid, r: Value, mask: np.ndarray, what: str) -> None:
+    if np.ndim(r) == 0:
+        bad = not -g.int_max - 1 <= int(r) <= g.int_max  # type: ignore[arg-type]
+        lane = int(np.argmax(mask)) if bad else 0
+    else:
+        arr = np.asarray(r)
+        over = ((arr > g.int_max) | (arr < -g.int_max - 1)) & mask
+        bad = bool(over.any())
+        lane = int(np.argmax(over)) if bad else 0
+    if bad:
+        blk, thr = g.coords(lane)
+        width = "int" if g.int_max < 2**31 else "long long"
+        raise CudaExecutionError("int_overflow", f"{what} overflows {width} "
+                                 f"(index arithmetic of the kernel)", block=blk, thread=thr)
+
+
+def _access(g: _Grid, mem: _Memory, index: np.ndarray, lanes: np.ndarray, write: bool,
+            text: str) -> np.ndarray:
+    """Check one access of ``mem`` by ``lanes`` at ``index`` (bounds, poison, races) and
+    return the elements' positions in ``mem.data``."""
+    buf = mem.buffer
+    index = index.astype(np.int64, copy=False)
+    out = (index < 0) | (index >= buf.size)
+    if out.any():
+        k = int(np.argmax(out))
+        blk, thr = g.coords(int(lanes[k]))
+        verb = "writes" if write else "reads"
+        raise CudaExecutionError(
+            "out_of_bounds", f"thread {thr} of block {blk} {verb} {buf.name}[{int(index[k])}] "
+            f"outside its {buf.size} elements", buffer=buf.name, index=int(index[k]),
+            block=blk, thread=thr, statement=text)
+    if buf.scope is Scope.SHARED:
+        keys, owner = g.local_block[lanes] * buf.size + index, g.tid[lanes]
+    elif buf.scope is Scope.LOCAL:
+        keys, owner = lanes * buf.size + index, lanes
+    else:
+        keys, owner = index, g.gtid[lanes]
+    if not write and mem.written is not None:
+        unset = ~mem.written[keys]
+        if unset.any():
+            k = int(np.argmax(unset))
+            blk, thr = g.coords(int(lanes[k]))
+            place = {Scope.SHARED: "shared memory", Scope.LOCAL: "a register array"}.get(
+                buf.scope, "global memory")
+            raise CudaExecutionError(
+                "uninitialized", f"thread {thr} of block {blk} reads {buf.name}[{int(index[k])}] "
+                f"({place}), which no thread wrote", buffer=buf.name, index=int(index[k]),
+                block=blk, thread=thr, statement=text)
+    if mem.tracked:
+        _track(g, mem, keys, owner, lanes, index, write, text)
+    return keys
+
+
+def _track(g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray, lanes: np.ndarray,
+           index: np.ndarray, write: bool, text: str) -> None:
+    """Record who touched ``keys`` in this phase; raise when two threads met on an element
+    that one of them wrote."""
+    lo, hi = (mem.wmin, mem.wmax) if write else (mem.rmin, mem.rmax)
+    np.minimum.at(lo, keys, owner)
+    np.maximum.at(hi, keys, owner)
+    wlo, whi = mem.wmin[keys], mem.wmax[keys]
+    first = np.minimum(wlo, mem.rmin[keys])
+    last = np.maximum(whi, mem.rmax[keys])
+    racy = (wlo <= whi) & (first != last)
+    if not racy.any():
+        return
+    k = int(np.argmax(racy))
+    lane = int(lanes[k])
+    mine = int(owner[k])
+    other = int(last[k]) if int(first[k]) == mine else int(first[k])
+    blk, thr = g.coords(lane)
+    oblk, othr = g.thread_of(mem.buffer.scope, other, lane)
+    who = f"thread {othr}" + (f" of block {oblk}" if oblk != blk else "")
+    phase = ("in the same barrier phase" if mem.buffer.scope is Scope.SHARED
+             else "in one launch (no barrier orders global memory across blocks)")
+    verb = "writes" if write else "reads"
+    raise CudaExecutionError(
+        "race", f"thread {thr} of block {blk} {verb} {mem.buffer.name}[{int(index[k])}], "
+        f"which {who} also touched, one of them writing, {phase}",
+        buffer=mem.buffer.name, index=int(index[k]), block=blk, thread=thr,
+        other_thread=othr, other_block=oblk, statement=text)
+
+
+def _trunc_div(x: Value, y: Value) -> Value:
+    q = np.abs(x) // np.abs(y)
+    return np.where((np.asarray(x) < 0) != (np.asarray(y) < 0), -q, q) if np.ndim(q) else \
+        (-q if (x < 0) != (y < 0) else q)  # type: ignore[operator]
+
+
+def _divide(op: str, c_style: bool) -> Callable[[Value, Value], Value]:
+    """``//`` or ``%`` as the emitter prints it: C's (toward zero) or at_floordiv's."""
+    if not c_style:
+        return (lambda x, y: x // y) if op == "//" else (lambda x, y: x % y)  # type: ignore
+    if op == "//":
+        return _trunc_div
+    return lambda x, y: x - y * _trunc_div(x, y)  # type: ignore[operator]
+
+
+_CMP: dict[str, Callable[[Value, Value], Value]] = {
+    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+    "==": np.equal, "!=": np.not_equal}
+_INT_OPS: dict[str, Callable[[Value, Value], Value]] = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum}
+# fminf/fmaxf return the other operand for a NaN, as np.fmin/np.fmax do
+_FLOAT_OPS: dict[str, Callable[[Value, Value], Value]] = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.fmin, "max": np.fmax}
