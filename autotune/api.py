@@ -27,9 +27,9 @@ from typing import (
 )
 
 from autotune.db import Database, TrialRecord
-from autotune.db.export_import import record_from_json
 from autotune.db.lease import LeaseKeeper, OwnedStore, new_owner
 from autotune.ops import Workload
+from autotune.records import record_from_json
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
 from autotune.search.registry import tuner_options as options_table
 from autotune.settings import Settings
@@ -148,11 +148,12 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     if any(opt.name == "transfer" for opt in options_table(name)):
         opts.setdefault("transfer", transfer)
     from autotune.driver import config_space  # codegen loads only when tuning
+    from autotune.measure.options import MeasureOptions
 
     space = config_space(wl, tgt)
     pool = _replay_pool(executor, wl)
     if executor is None:
-        measure_options = measure_options or Settings().measure_options()
+        measure_options = measure_options or MeasureOptions.from_settings(Settings())
     with open_database(db) as database:
         lease: Optional[_JobLease] = None
         if database is not None and job_id is None:
@@ -233,18 +234,12 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
     """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
     cluster of ``settings.ray_address`` when set, else on this host. ``settings`` default to
     ``Settings()``, read now."""
-    settings = settings or Settings()
-    options = measure_options or settings.measure_options()
-    if settings.ray_address:
-        try:
-            from autotune.cluster.executor import RayExecutor
-        except ImportError as exc:
-            raise ImportError(f"measuring on the Ray cluster at {settings.ray_address} needs "
-                              f"pip install 'autotune[cluster]' ({exc})") from exc
-        return RayExecutor(target, address=settings.ray_address, options=options)
-    from autotune.measure import LocalExecutor
+    from autotune.cluster.factory import make_executor
+    from autotune.measure.options import MeasureOptions
 
-    return LocalExecutor(target, options=options)
+    settings = settings or Settings()
+    options = measure_options or MeasureOptions.from_settings(settings)
+    return make_executor(target, options, ray_address=settings.ray_address)
 
 
 # --- best ------------------------------------------------------------------------------

@@ -217,12 +217,13 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
                      **kwargs: Any) -> int:
     from autotune import config_space
     from autotune.api import default_executor, tune
+    from autotune.measure.options import MeasureOptions
 
     try:
         config_space(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
-    options = settings.measure_options()
+    options = MeasureOptions.from_settings(settings)
     try:
         executor = default_executor(target, options, settings=settings)
     except ImportError as exc:  # Ray asked for, not installed
@@ -455,9 +456,10 @@ def _run_worker(args: argparse.Namespace) -> int:
         from autotune.cluster.actor import SleepDevice
     except ImportError as exc:
         raise CliError(f"'autotune worker' needs Ray: pip install 'autotune[cluster]' ({exc})")
+    from autotune.measure.options import MeasureOptions
     from autotune.target import Target, host_cores
 
-    options = _settings().measure_options()
+    options = MeasureOptions.from_settings(_settings())
     if args.synthetic is not None:
         if not 0 <= args.synthetic <= 3600 or not 1 <= args.count <= 64:
             raise usage_error("--synthetic must be within 0..3600 s and --count within 1..64")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
-from autotune.codegen.llvm.runtime import CpuKernel
+from autotune.codegen.llvm.compiler import compile_llvm_object
+from autotune.codegen.llvm.runtime import CpuKernel, compile_llvm
 from autotune.ir.expr import Var
 from autotune.ir.stmt import Buffer, For, ForKind, PrimFunc, Store
 from autotune.ops import aligned_empty
@@ -142,8 +142,8 @@ def test_process_with_parallel_kernel_exits_cleanly(tmp_path):
         import numpy as np
         sys.path.insert(0, %r)
         from tests.codegen.test_llvm_runtime import axpy_func, host_target, inputs
-        from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
-        from autotune.codegen.llvm.runtime import load_cpu_kernel
+        from autotune.codegen.llvm.compiler import compile_llvm_object
+        from autotune.codegen.llvm.runtime import compile_llvm, load_cpu_kernel
         source, binary = pickle.loads(open(%r, "rb").read())
         k = load_cpu_kernel(axpy_func(), host_target(), source, binary)
         x, y = inputs()

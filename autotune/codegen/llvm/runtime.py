@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm.compiler import entry_name
+from autotune.codegen.llvm.compiler import compile_llvm_object, entry_name
 from autotune.codegen.llvm.jit import load_object
 from autotune.ir.stmt import PrimFunc, Store, walk_stmts
 from autotune.ops.workload import aligned_empty
@@ -95,3 +95,8 @@ def load_cpu_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> 
     if not address:
         raise RuntimeError(f"object code has no entry symbol {name!r}")
     return CpuKernel(func, source, target, engine, address, binary)
+
+
+def compile_llvm(func: PrimFunc, target: Any) -> CpuKernel:
+    """Generate, optimize (O3) and JIT-load ``func`` for the host CPU."""
+    return load_cpu_kernel(func, target, *compile_llvm_object(func, target))

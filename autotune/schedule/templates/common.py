@@ -5,9 +5,9 @@ import math
 from functools import partial
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from autotune.cpu_facts import CpuFacts
 from autotune.schedule.schedule import Axis, Stage
 from autotune.space import Config, Split
+from autotune.target.cpu_facts import CpuFacts
 
 T = TypeVar("T")
 

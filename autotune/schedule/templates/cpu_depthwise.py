@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
@@ -26,6 +25,7 @@ from autotune.schedule.templates.common import (
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
           ("c0", "y0", "c1", "x0", "y1", "x1"), ("y0", "c0", "x0", "c1", "y1", "x1")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
@@ -26,6 +25,7 @@ from autotune.schedule.templates.common import (
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
           ("j0", "i0", "i1", "j1"), ("j0", "i0", "j1", "i1")]
