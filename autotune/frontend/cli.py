@@ -70,6 +70,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import extract, tune_tasks
+    from autotune.measure import MeasureUnavailable
 
     with torch.no_grad():
         tasks = extract(model, inputs)
@@ -78,10 +79,13 @@ def run_tune_model(args: argparse.Namespace) -> int:
           f"{args.target}, database {shown(db_url(args))}", file=sys.stderr)
     for u in tasks.unsupported:
         print(f"  left to torch: {u.node} ({u.op}): {u.reason}", file=sys.stderr)
-    result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
-                        tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
-                        transfer=not args.no_transfer, options=Settings().measure_options(),
-                        progress=sys.stderr)
+    try:
+        result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
+                            tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
+                            transfer=not args.no_transfer,
+                            measure_options=Settings().measure_options(), progress=sys.stderr)
+    except MeasureUnavailable as exc:  # e.g. a CUDA target on a host without that GPU
+        raise CliError(str(exc)) from None
     for name, why in result.failed.items():
         print(f"task {name} failed: {why}", file=sys.stderr)
     est = result.estimated_latency_s
