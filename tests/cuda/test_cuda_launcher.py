@@ -3,6 +3,7 @@ with the C compiler) that records what it is given: this host has no GPU driver.
 driver runs them in the GPU tests (test_cuda_model.py)."""
 from __future__ import annotations
 
+import copy
 import ctypes
 import shutil
 import subprocess
@@ -104,8 +105,11 @@ def test_workspaces_are_zeroed_once_and_passed_after_the_arguments(stub):
     dk.launch([0x10, 0x30])
     assert list((ctypes.c_uint64 * 3).in_dll(stub, "args")) == [0x10, 0x30, 0x50000 + 40]
     assert ctypes.c_uint64.in_dll(stub, "memset_words").value == 10
-    del dk  # the module and the workspace go with the kernel
-    assert (_int(stub, "unloads"), _int(stub, "frees")) == (1, 1)
+    copied = copy.deepcopy(dk)  # as deepcopy(compiled model) does: loads its own module
+    copied.launch([0x10, 0x40])
+    assert ctypes.c_uint64.in_dll(stub, "args").value == 0x10
+    del dk, copied  # the modules and the workspaces go with the kernels
+    assert (_int(stub, "unloads"), _int(stub, "frees")) == (2, 2)
 
 
 def test_driver_errors_name_the_call_and_code(stub):

@@ -3,6 +3,7 @@ nvcc, the errors of a host without a GPU; on a GPU host (marker ``cuda_device``)
 model against torch on torch's CUDA tensors."""
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -69,10 +70,11 @@ def test_compile_model_builds_every_kernel_with_nvcc(name, nvcc):
         assert "void __launch_bounds__" in m.kernel.source and m.kernel.entry in m.kernel.source
         assert m.kernel.func.attrs["config_index"] == plan[m.workload].index
         assert all(p.device.type == "cpu" for p in m.torch_params())  # example inputs' device
-    # CPU tensors run the folded groups on torch: the same model
+    # CPU tensors run the folded groups on torch: the same model, in a copy too
     with torch.no_grad():
         want = model(x)
         torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(copy.deepcopy(compiled)(x), want, rtol=1e-4, atol=1e-4)
 
 
 def test_launching_without_a_gpu_says_why(nvcc):

@@ -97,6 +97,13 @@ class DeviceKernel:
         self._lock = threading.Lock()
         self._loaded: tuple[ctypes.CDLL, int, int, tuple[int, ...]] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (deepcopy of a compiled model, pickling) loads its own module when launched
+        return {**self.__dict__, "_lock": None, "_loaded": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
     def launch(self, pointers: Sequence[int], stream: int = 0) -> None:
         """Launch asynchronously on ``stream``; CudaDriverError when the driver refuses it."""
         if len(pointers) != self.n_args:
