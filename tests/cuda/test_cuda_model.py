@@ -104,6 +104,16 @@ def test_tune_model_on_a_host_without_the_gpu_fails_before_measuring(tmp_path: P
     assert not db.exists()
 
 
+def test_bench_model_on_a_cuda_target_needs_the_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    code = cli.main(["bench-model", "tests.cuda.test_cuda_model:tiny_net", "--target",
+                     "cuda -arch=sm_90", "--db", "sqlite://"])
+    assert code != 0
+    assert "bench-model on cuda -arch=sm_90 needs a CUDA GPU; torch finds none" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.cuda_device
 @pytest.mark.parametrize("name", list(NETS))
 def test_compiled_model_matches_torch_on_the_gpu(name, nvcc, monkeypatch):
