@@ -64,10 +64,19 @@ if [ ${#wheels[@]} -gt 0 ]; then
   # the distribution names; pip picks each one's wheel for this Python from the folder
   names=$(for w in "${wheels[@]}"; do basename "$w" | cut -d- -f1; done | sort -u)
   echo "gpu-check: installing from $WHEEL_DIR into $SITE:" $names
+  pip_install() {
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+        --find-links "$WHEEL_DIR" --target "$SITE" "$@"
+  }
   # shellcheck disable=SC2086  # one argument per name
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
-      --find-links "$WHEEL_DIR" --target "$SITE" $names \
-    || die 1 "pip could not install the wheels of $WHEEL_DIR"
+  if ! pip_install $names; then
+    # one at a time: a wheel for another Python or platform must not stop the others
+    # (what the checks need and did not get is named by the import check below)
+    "$PYTHON" -m pip --version >/dev/null 2>&1 || die 1 "$PYTHON has no pip"
+    for name in $names; do
+      pip_install "$name" || echo "gpu-check: no wheel of $name installs here; skipped" >&2
+    done
+  fi
 fi
 export PYTHONPATH="$REPO${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 cd "$REPO" || die 1 "cannot enter $REPO"

@@ -83,9 +83,12 @@ def test_wheels_go_to_a_folder_of_their_own_on_the_path(tmp_path: Path):
     wheels.mkdir()
     # a pycuda without its driver module: found first on the path, so the check names it
     wheel(wheels, "pycuda", {"pycuda/__init__.py": "STANDIN = True\n"})
+    # a wheel for another platform is skipped, not the end of the install
+    (wheels / "otherpkg-1.0-cp27-cp27mu-linux_armv7l.whl").write_text("never read")
     out = run(str(wheels), smi='echo "0, NVIDIA H100 80GB HBM3, 9.0"\n', tmp=tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "target cuda -arch=sm_90" in out.stdout and "installing from" in out.stdout
+    assert "no wheel of otherpkg installs here; skipped" in out.stderr
     assert "missing modules: pycuda.driver (ModuleNotFoundError: No module named " \
            "'pycuda.driver')" in out.stderr
     site = out.stdout.split(" into ")[1].split(":")[0]
