@@ -88,8 +88,12 @@ def gpu_description() -> str:
     from autotune.codegen.cuda.runtime import cuda_device
     cuda = cuda_device(0)
     dev, attr = cuda.Device(0), cuda.device_attribute
-    return (f"{dev.name()}: SM clock {dev.get_attribute(attr.CLOCK_RATE) // 1000} MHz, "
-            f"memory clock {dev.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000} MHz (max)")
+    try:
+        return (f"{dev.name()}: SM clock {dev.get_attribute(attr.CLOCK_RATE) // 1000} MHz, "
+                f"memory clock {dev.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000} MHz "
+                f"(max)")
+    except Exception as exc:  # pycuda's own error types: clocks unknown to this driver
+        return f"{dev.name()}: clocks unknown (no nvidia-smi; pycuda: {exc})"
 
 
 # --- torch, in a process of its own ---------------------------------------------------
