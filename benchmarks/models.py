@@ -3,9 +3,11 @@ torch.compile (inductor), and autotune after whole-model budgets of trials.
 
     python benchmarks/models.py --trials 1000,3000 --models resnet18,mobilenetv2
     python benchmarks/models.py --trials 64 --models resnet18      # a short smoke run
+    python benchmarks/models.py --target "cuda -arch=sm_90" --trials 128 --models resnet18
 
-Budgets are totals: a later one continues the run in --db. The models are also CLI
-model specs: `autotune tune-model benchmarks.models:resnet18`.
+On a CUDA target the model, its inputs and autotune's kernels run on the GPU, and torch's
+columns are fp32 (TF32 off). Budgets are totals: a later one continues the run in --db.
+The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
 from __future__ import annotations
 
@@ -130,11 +132,15 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor]]]] = {
 # --- timing -----------------------------------------------------------------------------
 
 def latency(call: Callable[[], Any], repeat: int) -> float:
-    """Median seconds per call after warm-up."""
+    """Median seconds per call after warm-up (a GPU's work included: each call is synced)."""
     from autotune.frontend.cli import median_time
 
+    def synced() -> None:
+        call()
+        torch.cuda.synchronize()
+
     with torch.no_grad():
-        return median_time(call, repeat, warmup=5)
+        return median_time(synced if torch.cuda.is_initialized() else call, repeat, warmup=5)
 
 
 def inductor(model: nn.Module, inputs: tuple[torch.Tensor, ...], repeat: int) -> str:
@@ -182,7 +188,8 @@ def main() -> None:
     parser.add_argument("--trials", default="1000,3000",
                         help="total budgets, comma-separated, each continuing the last")
     parser.add_argument("--db", default="sqlite:///benchmarks/data/models.db")
-    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--target", default="llvm",
+                        help='target spec: llvm (this CPU) or e.g. "cuda -arch=sm_90"')
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--no-breakdown", action="store_true")
     args = parser.parse_args()
@@ -190,10 +197,21 @@ def main() -> None:
     import autotune
 
     target = autotune.Target(args.target)
-    print(f"target {target.key}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    if target.kind == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit(f"benchmarks/models.py: target {target.key} needs a CUDA GPU; torch "
+                     f"finds none")
+        torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 baseline
+        torch.backends.cudnn.allow_tf32 = False
+        where = f"{torch.cuda.get_device_name()}, fp32 (TF32 off)"
+    else:
+        where = f"{torch.get_num_threads()} threads"
+    print(f"target {target.key}; torch {torch.__version__}, {where}")
     budgets = [int(b) for b in args.trials.split(",") if b.strip()]
     for name in args.models.split(","):
         model, inputs = MODELS[name]()
+        model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
         tasks = autotune.extract(model, inputs)
         print(f"\n{name}: {len(tasks.tasks)} tasks, {sum(t.weight for t in tasks.tasks)} "
               f"kernels, {len(tasks.unsupported)} unsupported, "
