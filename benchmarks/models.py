@@ -198,19 +198,36 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
-        times = interleaved({"ours": lambda: mods[0](*args),
-                             "torch": lambda: mods[0].forward_torch(*args)}, rounds, repeat)
+        calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*args)}
+        kernel_only = bare_kernel(mods[0], args)
+        if kernel_only is not None:
+            calls["kernel"] = kernel_only
+        times = interleaved(calls, rounds, repeat)
         ours = statistics.median(times["ours"])
+        call_us = (ours - statistics.median(times["kernel"])) * 1e6 if "kernel" in times \
+            else float("nan")
         rows.append((len(mods) * ours, len(mods), ours, ratio(times, "torch", "ours"),
-                     statistics.median(times["torch"]), str(wl), mods[0].place))
-    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7}  layer")
-    for total, n, ours, speedup, theirs, name, place in sorted(rows, reverse=True):
-        print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x  "
-              f"{place}: {name}")
+                     statistics.median(times["torch"]), call_us, str(wl), mods[0].place))
+    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7}  "
+          f"layer")
+    for total, n, ours, speedup, theirs, call_us, name, place in sorted(rows, reverse=True):
+        print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x "
+              f"{call_us:7.1f}  {place}: {name}")
     in_kernels = sum(r[0] for r in rows)
     print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms, torch "
           f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the model outside autotune's "
           f"kernels: {(model_s - in_kernels) * 1e3:.3f} ms of {model_s * 1e3:.3f}")
+
+
+def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], None] | None:
+    """The module's CPU kernel alone on these arguments (bound once, no per-call work), to
+    tell the kernel's time from the module's call overhead; None on other targets."""
+    call = getattr(module, "_call", None)
+    if call is None or any(not x.is_contiguous() for x in args):
+        return None
+    out = torch.empty(module.out_shape, dtype=torch.float32)
+    ptrs = [x.data_ptr() for x in args] + [out.data_ptr()]
+    return lambda: call(*ptrs)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
+from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
 from autotune.driver import compile_prepacked
 from autotune.frontend.torch import Match, _as_tuple, match_model, trace
@@ -83,16 +84,26 @@ class KernelModule(KernelGroup):
             packed = aligned_empty(pack.arg_buffers[-1].shape)
             pack(match.params[0], packed)
             self.kernel_params = (packed, *match.params[1:])
+        # the weights bound once: a call passes only the activations' and output's pointers
+        n = len(in_shapes)
+        self._call = kernel.partial({n + j: p for j, p in enumerate(self.kernel_params)}) \
+            if isinstance(kernel, CpuKernel) else None
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
             return self.forward_torch(*xs)
+        out = torch.empty(self.out_shape, dtype=torch.float32)
+        if self._call is not None:
+            ptrs = [x.data_ptr() for x in xs]
+            ptrs.append(out.data_ptr())
+            if all(p % ALIGN == 0 for p in ptrs) and all(x.is_contiguous() for x in xs):
+                self._call(*ptrs)
+                return out
         arrays = [x.contiguous().numpy() for x in xs]  # views: contiguous() is x itself here
         if self.kind == "linear":
             arrays[0] = arrays[0].reshape(self.workload.arg_specs[0].shape)
         elif self.kind == "matmul":
             arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
-        out = torch.empty(self.out_shape, dtype=torch.float32)
         self.kernel(*arrays, *self.kernel_params,
                     out.numpy().reshape(self.workload.output_shape))
         return out

@@ -172,3 +172,32 @@ def test_inputs_may_share_memory(kernel):
     z = np.zeros_like(x)
     kernel(x, x, z)  # only written arrays must not overlap others
     np.testing.assert_allclose(z, 3 * x, rtol=1e-6)
+
+
+def test_partial_binds_weights_once_and_takes_pointers(kernel):
+    x, y = inputs(3)
+    ya = aligned_empty(y.shape)
+    ya[...] = y
+    call = kernel.partial({1: ya})
+    assert call.free == (0, 2)
+    xa, z = aligned_empty(x.shape), aligned_empty(x.shape)
+    xa[...] = x
+    call(xa.ctypes.data, z.ctypes.data)
+    np.testing.assert_allclose(z, 2 * x + y, rtol=1e-6)
+    ya[...] = 0  # the fixed argument is read where it lies, at each call
+    call(xa.ctypes.data, z.ctypes.data)
+    np.testing.assert_allclose(z, 2 * x, rtol=1e-6)
+    with pytest.raises(TypeError, match="2 pointers expected"):
+        call(xa.ctypes.data)
+
+
+def test_partial_refuses_what_cannot_be_fixed(kernel):
+    x, y = inputs()
+    with pytest.raises(ValueError, match="cannot be fixed"):
+        kernel.partial({2: aligned_empty((8, 64))})  # the output
+    with pytest.raises(ValueError, match="shape"):
+        kernel.partial({1: aligned_empty((8, 63))})
+    raw = np.empty(8 * 64 + 1, dtype=np.float32)
+    offset = 0 if raw.ctypes.data % 64 else 1  # a view that starts off the 64-byte grid
+    with pytest.raises(ValueError, match="aligned"):
+        kernel.partial({1: raw[offset:offset + 8 * 64].reshape(8, 64)})
