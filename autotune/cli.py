@@ -10,14 +10,14 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence
 
 from autotune.cli_common import CliError, db_url, shown, usage_error
 from autotune.frontend import cli as _models  # tune-model, bench-model (torch loaded lazily)
 
 if TYPE_CHECKING:
     from autotune.ops import Workload
-    from autotune.search import Progress, TuneResult
+    from autotune.search import TuneResult
     from autotune.settings import Settings
     from autotune.target import Target
 
@@ -103,48 +103,6 @@ def _task(args: argparse.Namespace) -> tuple["Workload", "Target"]:
 
 # --- tune --------------------------------------------------------------------------------
 
-class ProgressDisplay:
-    """An ``on_batch`` callback: a rich progress bar on a terminal, one plain line per batch
-    otherwise (logs and pipes want lines, not redraws)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        from rich.console import Console
-
-        self.stream = stream
-        self.console = Console(file=stream)
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __call__(self, p: "Progress") -> None:
-        if not self.console.is_terminal:
-            self.stream.write(f"{PROG}: {p.trials_done}/{p.budget} trials  best "
-                              f"{p.best_gflops:.2f} GFLOP/s  errors {p.errors}\n")
-            self.stream.flush()
-            return
-        if self._bar is None:
-            self._start(p.budget)
-        self._bar.update(self._task, total=p.budget, completed=min(p.trials_done, p.budget),
-                         best=p.best_gflops, errors=p.errors)
-        self._bar.refresh()
-
-    def _start(self, budget: int) -> None:
-        from rich import progress as rp
-
-        self._bar = rp.Progress(rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("trials"),
-                                rp.TextColumn("best {task.fields[best]:.2f} GFLOP/s"),
-                                rp.TextColumn("errors {task.fields[errors]}"),
-                                rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
-                                console=self.console, auto_refresh=False)
-        self._task = self._bar.add_task("tune", total=budget, best=0.0, errors=0)
-        self._bar.start()
-
-    def finish(self) -> None:
-        """Leave the final bar on screen (a no-op when nothing was drawn)."""
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
-
-
 def _parse_tuner_options(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -217,6 +175,7 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
                      **kwargs: Any) -> int:
     from autotune import config_space
     from autotune.api import default_executor, tune
+    from autotune.progress import ProgressDisplay
 
     try:
         config_space(wl, target)
@@ -227,13 +186,13 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
         executor = default_executor(target, options, settings=settings)
     except ImportError as exc:  # Ray asked for, not installed
         raise CliError(str(exc)) from None
-    bar = ProgressDisplay(sys.stderr)
+    bar = ProgressDisplay(sys.stderr, PROG)
     where = f"the Ray cluster at {settings.ray_address}" if settings.ray_address else "this host"
     print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
           f"{kwargs['tuner']}, database {shown(kwargs['db'])}", file=sys.stderr)
     try:
-        result = tune(wl, target, callbacks=[bar], measure_options=options, executor=executor,
-                      **kwargs)
+        result = tune(wl, target, callbacks=[bar], progress=False, measure_options=options,
+                      executor=executor, **kwargs)
     finally:
         bar.finish()
         executor.close()
