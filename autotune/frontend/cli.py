@@ -80,7 +80,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
         print(f"  left to torch: {u.node} ({u.op}): {u.reason}", file=sys.stderr)
     result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
                         tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
-                        transfer=not args.no_transfer, options=Settings().measure_options(),
+                        transfer=not args.no_transfer, measure_options=Settings().measure_options(),
                         progress=sys.stderr)
     for name, why in result.failed.items():
         print(f"task {name} failed: {why}", file=sys.stderr)
