@@ -367,23 +367,34 @@ def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 # --- service ---------------------------------------------------------------------------------
 
 def _configure_serve(p: argparse.ArgumentParser) -> None:
+    from autotune.service.demo import DEMO_TRIALS
+
     _add_db(p)
     p.add_argument("--host", default=None,
                    help="bind address (default: $AUTOTUNE_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default: $AUTOTUNE_PORT or 8000)")
     p.add_argument("--demo", action="store_true",
-                   help="queue a demo job (matmul 512^3) when the database has no jobs")
+                   help="tune a small CNN beside the service (a model run of 7 tasks, a few "
+                        "minutes; unless the database holds it done) to watch on the dashboard")
+    p.add_argument("--demo-trials", type=int, default=None, metavar="N",
+                   help=f"trials of the demo's model run (default {DEMO_TRIALS})")
     _add_ray_address(p)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from autotune.service import run_local_demo, serve
+    from autotune.service.demo import DEMO_TRIALS
     from autotune.service.serve import UnsafeBind
 
+    if args.demo_trials is not None and (not args.demo or args.demo_trials < 1):
+        raise usage_error("--demo-trials needs --demo and a count >= 1")
     settings = _settings(db_url=args.db, host=args.host, port=args.port,
                          ray_address=args.ray_address)
     try:
-        (run_local_demo if args.demo else serve)(settings)
+        if args.demo:
+            run_local_demo(settings, trials=args.demo_trials or DEMO_TRIALS)
+        else:
+            serve(settings)
     except UnsafeBind as exc:
         raise usage_error(str(exc)) from None
     return 0
