@@ -75,6 +75,8 @@ class DemoRun:
         # The database URL goes by the environment, not the command line (which `ps` shows).
         # Unbuffered: forked measurement processes must not inherit (and write again) lines.
         env = {**os.environ, "AUTOTUNE_DB_URL": settings.db_url, "PYTHONUNBUFFERED": "1"}
+        if settings.ray_address:  # measured where the service's jobs are
+            env["AUTOTUNE_RAY_ADDRESS"] = settings.ray_address
         self._log: IO[str] = open(log, "a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.cli", "tune-model", DEMO_MODEL,
