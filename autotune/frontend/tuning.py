@@ -237,7 +237,7 @@ class _ModelRun:
             tuner=self.tuner, db=self.db, batch_size=self.batch, seed=self.seed + i,
             executor=executor, transfer=self.transfer, job_id=job_id,
             owner=self.owner if job_id is not None else None,
-            tuner_options=self.tuner_options), must_stop)
+            tuner_options=self.tuner_options, progress=False), must_stop)
         self.runners[i] = runner
         return runner
 
@@ -275,7 +275,7 @@ class _ModelRun:
                 result = tune(self.model.tasks[i].workload, self.target, trials=0,
                               tuner="random", db=self.db,
                               seed=self.seed + i, executor=executor, job_id=self.jobs.get(i),
-                              owner=self.owner if i in self.jobs else None)
+                              owner=self.owner if i in self.jobs else None, progress=False)
             if result.ok:
                 self.scheduler.tasks[i].best = result.best_cost
 

@@ -21,6 +21,8 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     tail_use,
+    unroll_limit,
+    vector_registers,
     vector_width,
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
@@ -47,8 +49,17 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
                                      reverse=True)),
         Choice("parallel", [1, 2]),
     ]
-    default = default_values(wl, facts_of(target), knobs)
-    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}")
+    facts = facts_of(target)
+    default = default_values(wl, facts, knobs)
+    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}",
+                       validity=unroll_limit(unrolled_step, facts.vector_registers))
+
+
+def unrolled_step(cfg: Config) -> tuple[int, int]:
+    """(accumulator registers, unrolled k steps): rows x the register tile's vectors of the
+    chosen width, and the k1 steps when they are unrolled."""
+    acc = cfg["tile_i"][2] * vector_registers(cfg["tile_j"][2], cfg["vector_bits"] // 32)
+    return acc, cfg["tile_k"][1] if cfg["unroll_k"] == "unroll" else 1
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
