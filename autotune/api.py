@@ -156,6 +156,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     space = config_space(wl, tgt)
     pool = _replay_pool(executor, wl)
     if executor is None:
+        check_measurable(tgt)
         measure_options = measure_options or MeasureOptions.from_settings(Settings())
     with open_database(db) as database:
         lease: Optional[_JobLease] = None
@@ -233,6 +234,21 @@ def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
     from autotune.measure.replay import ReplayExecutor
 
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
+
+
+def check_measurable(target: Target) -> None:
+    """Fail now, with `MeasureUnavailable`, on a CUDA target this host cannot time (no GPU of
+    its arch, no nvcc): every trial would be recorded as failed. A Ray cluster (the
+    settings' ``ray_address``) measures elsewhere, and CPU targets are checked by the
+    executor itself."""
+    if target.kind != "cuda" or Settings().ray_address:
+        return
+    from autotune.measure.capability import why_not_measurable
+    from autotune.measure.result import MeasureUnavailable
+
+    reason = why_not_measurable(target)
+    if reason:
+        raise MeasureUnavailable(f"cannot measure {target.key} on this host: {reason}")
 
 
 def default_executor(target: Target, measure_options: Optional["MeasureOptions"] = None, *,

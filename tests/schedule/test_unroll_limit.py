@@ -11,10 +11,10 @@ import pytest
 
 import autotune
 from autotune import driver
-from autotune.cpu_facts import facts_of
 from autotune.measure import MeasureOptions
 from autotune.schedule.templates.common import MAX_UNROLLED, vector_registers
 from autotune.target import Target
+from autotune.target.cpu_facts import facts_of
 
 TARGET = Target("llvm")
 # The README's CLI examples.
