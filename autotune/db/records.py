@@ -17,12 +17,6 @@ class WorkloadLike(Protocol):
     def op(self) -> str: ...
 
 
-class WorkloadWithFlops(WorkloadLike, Protocol):
-    """A `WorkloadLike` that also knows its floating-point operation count."""
-
-    def flops(self) -> int: ...
-
-
 class TargetLike(Protocol):
     """What the database needs of a target: its stable key and kind ("llvm", "cuda")."""
 
@@ -53,6 +47,23 @@ def key_of(obj: KeyOrObject) -> str:
     return obj if isinstance(obj, str) else obj.key
 
 
+class RetimedLike(Protocol):
+    """One member of a re-timing window, as the database records it
+    (`autotune.search.result.Retimed`)."""
+
+    @property
+    def config_index(self) -> int: ...
+    @property
+    def retimed_cost(self) -> Optional[float]: ...
+    @property
+    def disqualified(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def error_msg(self) -> str: ...
+    def record(self) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One measured config of a workload on a target (cost and gflops None when it failed)."""
@@ -73,10 +84,26 @@ class TrialRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     id: Optional[int] = None
     worker: Optional[str] = None  # who measured it (a worker id), when known
+    # Its figure in the latest accepted re-timing window of its workload and target, when it
+    # was one of that window's members (``cost`` stays the first measurement's).
+    retimed_cost: Optional[float] = None
 
     @property
     def ok(self) -> bool:
         return self.error == "none" and self.cost is not None
+
+    @property
+    def ranked_cost(self) -> Optional[float]:
+        """The figure it is ranked by (`autotune.db.trials.top`): the re-timed one when it
+        has one, else its first measurement's."""
+        return self.retimed_cost if self.retimed_cost is not None else self.cost
+
+    @property
+    def ranked_gflops(self) -> Optional[float]:
+        """GFLOP/s at `ranked_cost` (None when failed)."""
+        if self.gflops is None or not self.cost or not self.ranked_cost:
+            return None
+        return self.gflops * self.cost / self.ranked_cost  # gflops = flops / cost / 1e9
 
 
 @dataclass(frozen=True)
@@ -140,6 +167,7 @@ def trial_record(row: TrialRow, workload_key: str, target_key: str) -> TrialReco
         extra=dict(row.extra or {}),
         id=row.id,
         worker=row.worker,
+        retimed_cost=row.retimed_cost,
     )
 
 

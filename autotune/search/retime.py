@@ -1,0 +1,151 @@
+"""The final re-timing: the best config so far and the top candidates timed again, together.
+
+One *window* measures its members interleaved, ``RETIME_ROUNDS`` rounds of all of them in
+one batch (A B C D A B C D ...), so a slow moment of the machine falls on every member
+alike, and ranks them by the median of their repeats in the window (their *re-timed*
+figure). A re-timed figure is never pooled with, nor ranked against, a first measurement.
+
+The members are the incumbent (the latest accepted window's winner, when an earlier run
+left one, so a new window's winner has beaten it on the same footing) and the ``k`` fastest
+other valid configs by first measurement.
+
+A window whose median slowdown (re-timed / first cost over its members) exceeds
+``NOISE_RATIO`` ran in a slow moment: it is measured again, after a pause, up to
+``RETIME_ATTEMPTS`` times, and set aside (``status="noisy"``, no figure changes) if every
+attempt was noisy. A window where no member has a valid round is set aside too
+(``status="failed"``). A round that crashes or answers wrong disqualifies its config.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional, Sequence
+
+from autotune.measure.executor import Executor
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.search.result import Retimed
+from autotune.space import Config
+
+# Challengers in the window (the incumbent joins them).
+DEFAULT_RETIME = 3
+# Interleaved rounds: each member's figure is the median of its repeats over all rounds,
+# each round measuring every member once.
+RETIME_ROUNDS = 3
+# A window is noise when its members ran this many times slower than their first
+# measurements (median over the members). Re-timing the top configs of a search tends to
+# come out a little slower than their first (lucky) measurements, 1.0-1.15x on a quiet host;
+# the slow moment of issue 29 was 2x. 1.5x tells them apart.
+NOISE_RATIO = 1.5
+# Attempts at a noisy window before it is set aside, and the pause before attempt n
+# (n - 1 times this): a slow moment (another process, a frequency drop) often passes.
+RETIME_ATTEMPTS = 3
+RETIME_PAUSE_S = 1.0
+
+# Re-run failures that mean the kernel itself is broken, not the moment it ran in.
+DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
+
+Record = Callable[[Sequence[Retimed], bool], Any]  # (members, accepted): writes a window
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid config and its first measurement's repeats."""
+
+    config: Config
+    first: tuple[float, ...]
+
+    @property
+    def first_cost(self) -> float:
+        return statistics.median(self.first)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """The best config by the one ranking: ``retimed`` says whether ``cost`` is a
+    re-timed figure (a window's winner) or a first measurement."""
+
+    config: Optional[Config]
+    cost: float
+    retimed: bool
+
+
+def run_window(workload: Any, target: Any, executor: Executor, candidates: Sequence[Candidate],
+               incumbent: Optional[tuple[Candidate, float]], k: int,
+               record: Optional[Record] = None) -> tuple[tuple[Retimed, ...], Standing]:
+    """Re-time (see the module docstring) ``incumbent`` ((candidate, re-timed cost) of the
+    latest accepted window's winner, if any) and the ``k`` fastest other ``candidates`` by
+    first measurement; ``record`` writes the window. Returns its members and the standing
+    after it (what the database's ranking says once ``record`` wrote it)."""
+    ranked = sorted(candidates, key=lambda c: c.first_cost)  # stable: ties keep their order
+    standing = _initial(ranked, incumbent)
+    held = None if incumbent is None else incumbent[0].config.index
+    challengers = [c for c in ranked if c.config.index != held][:k]
+    if not challengers:
+        return (), standing
+    members = ([incumbent[0]] if incumbent is not None else []) + challengers
+    found = _measure_window(workload, target, executor, members)
+    accepted = found[0].status == "ok"
+    if record is not None:
+        record(found, accepted)
+    figures = [(r.retimed_cost, i) for i, r in enumerate(found)
+               if r.retimed_cost is not None and not r.disqualified]
+    if accepted and figures:
+        cost, i = min(figures)
+        return tuple(found), Standing(members[i].config, cost, True)
+    disqualified = {r.config_index for r in found if r.disqualified}
+    if standing.config is not None and standing.config.index in disqualified:
+        standing = _initial([c for c in ranked if c.config.index not in disqualified], None)
+    return tuple(found), standing
+
+
+def _initial(ranked: Sequence[Candidate], incumbent: Optional[tuple[Candidate, float]]
+             ) -> Standing:
+    if incumbent is not None:
+        return Standing(incumbent[0].config, incumbent[1], True)
+    if ranked:
+        return Standing(ranked[0].config, ranked[0].first_cost, False)
+    return Standing(None, float("inf"), False)
+
+
+def _measure_window(workload: Any, target: Any, executor: Executor,
+                    members: Sequence[Candidate]) -> list[Retimed]:
+    """Measure ``members`` interleaved, again while the window is noisy; one `Retimed` each."""
+    out: list[Retimed] = []
+    for attempt in range(1, RETIME_ATTEMPTS + 1):
+        if attempt > 1:
+            time.sleep(RETIME_PAUSE_S * (attempt - 1))
+        inputs = [MeasureInput(workload, target, m.config)
+                  for _ in range(RETIME_ROUNDS) for m in members]
+        results = list(executor.submit(inputs))
+        if len(results) != len(inputs):
+            raise RuntimeError(f"executor returned {len(results)} results for "
+                               f"{len(inputs)} inputs")
+        n = len(members)
+        per = [results[i::n] for i in range(n)]  # member i's rounds, in order
+        out = [_member(m, rounds, attempt) for m, rounds in zip(members, per)]
+        ratios = [r.retimed_cost / m.first_cost for m, r in zip(members, out)
+                  if r.retimed_cost is not None and not r.disqualified]
+        ratio = statistics.median(ratios) if ratios else None
+        status = "failed" if ratio is None else "noisy" if ratio > NOISE_RATIO else "ok"
+        out = [replace(r, ratio=ratio, status=status) for r in out]
+        if status != "noisy":
+            break
+    return out
+
+
+def _member(member: Candidate, rounds: Sequence[MeasureResult], attempt: int) -> Retimed:
+    """One member's figure from its rounds of the window."""
+    costs = tuple(c for res in rounds if res.ok for c in res.costs)
+    failed = [res for res in rounds if not res.ok]
+    worst = next((res for res in failed if res.error in DISQUALIFY),
+                 failed[0] if failed else None)
+    by = next((res.extra["measured_by"] for res in rounds if "measured_by" in res.extra), None)
+    disqualified = worst is not None and worst.error in DISQUALIFY
+    return Retimed(int(member.config.index), member.first_cost,
+                   statistics.median(costs) if costs and not disqualified else None, costs,
+                   worst.error.value if worst is not None else "none",
+                   worst.error_msg if worst is not None else "", disqualified,
+                   attempts=attempt, measured_by=by)
+
+
