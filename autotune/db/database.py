@@ -247,6 +247,12 @@ class Database:
         with self.session() as s:
             return trials.job_workers(s, job_id=job_id)
 
+    def worker_counts(self, workers: Sequence[tuple[str, str]]
+                      ) -> dict[tuple[str, str], tuple[int, int]]:
+        """(trials, failed trials) recorded per (worker, target key), over all jobs."""
+        with self.session() as s:
+            return trials.worker_counts(s, workers=workers)
+
     # -- job leases ---------------------------------------------------------------------
 
     def claim_job(self, owner: str, lease_s: float, *,

@@ -226,6 +226,22 @@ def job_workers(session: Session, *, job_id: int) -> list[tuple[str, int, int]]:
     return sorted(rows, key=lambda row: (-row[1], row[0]))
 
 
+def worker_counts(session: Session, *, workers: Sequence[tuple[str, str]]
+                  ) -> dict[tuple[str, str], tuple[int, int]]:
+    """(trials, failed trials) recorded as measured by each (worker, target key), over all
+    jobs: what `job_workers` counts per job, summed (0, 0 for a pair with none)."""
+    names = sorted({worker for worker, _ in workers})
+    if not names:
+        return {}
+    failed = func.sum(case((TrialRow.error != "none", 1), else_=0))
+    stmt = (select(TrialRow.worker, TargetRow.key, func.count(), failed)
+            .join(TargetRow, TrialRow.target_id == TargetRow.id)
+            .where(TrialRow.worker.in_(names)).group_by(TrialRow.worker, TargetRow.key))
+    found = {(worker, key): (int(count), int(bad or 0))
+             for worker, key, count, bad in session.execute(stmt)}
+    return {pair: found.get(pair, (0, 0)) for pair in workers}
+
+
 def job_trials_since(session: Session, *, job_id: int, after_id: int,
                      limit: Optional[int] = None) -> list[TrialRecord]:
     """A job's records with id greater than ``after_id``, oldest first (for event streams)."""

@@ -33,9 +33,8 @@ DEFAULT_RETIME = 3
 # each round measuring every member once.
 RETIME_ROUNDS = 3
 # A window is noise when its members ran this many times slower than their first
-# measurements (median over the members). Re-timing the top configs of a search tends to
-# come out a little slower than their first (lucky) measurements, 1.0-1.15x on a quiet host;
-# the slow moment of issue 29 was 2x. 1.5x tells them apart.
+# measurements (median over the members). The slow moment of issue 29 was 2x; accepted
+# windows of three 32-trial matmul 256^3 jobs on a shared 2-core host were 0.85-1.04x.
 NOISE_RATIO = 1.5
 # Attempts at a noisy window before it is set aside, and the pause before attempt n
 # (n - 1 times this): a slow moment (another process, a frequency drop) often passes.

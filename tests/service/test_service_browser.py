@@ -229,6 +229,9 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
     state = wait_for(lambda: cell(f'#workers tr[data-worker="{local}"] .state'), 20,
                      what="this host's row")
     assert state == "idle"
+    # its counts are the trials table's, as on the job's page (they were "–" here)
+    assert cell(f'#workers tr[data-worker="{local}"] .trials') == "8"
+    assert cell(f'#workers tr[data-worker="{local}"] .failures') == str(by[0]["failed"])
     assert cell("#summary") == "measuring on this host · 1 live worker"
     (target,) = listing["targets"]
     assert cell(f'#targets tr[data-target="{target["target"]}"] .free') == str(target["free"])
