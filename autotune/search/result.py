@@ -36,12 +36,13 @@ class Progress:
 class Retimed:
     """One member of a re-timing window (`autotune.search.retime`); costs in seconds.
 
-    ``retimed_cost`` is the median of its repeats over the window's interleaved rounds (None
-    when no round of it was valid); ``first_cost`` its first measurement's, never pooled with
-    it. ``status``: ``ok`` (the window was accepted: its figures rank its members) or
-    ``noisy`` (the window ran ``ratio`` times slower than its members' first measurements,
-    past `retime.NOISE_RATIO`, on every attempt: set aside, it changes no figure) or
-    ``failed`` (no member had a valid round: set aside too).
+    ``retimed_cost`` is the fastest of its rounds' medians in the window (None when no round
+    of it was valid; ``costs``: every repeat of its rounds); ``first_cost`` its first
+    measurement's, never pooled with it. ``status``: ``ok`` (the window was accepted: its
+    figures rank its members), ``noisy`` (on every attempt the window ran ``ratio`` times
+    slower than its members' first measurements, past `retime.NOISE_RATIO`, or one member
+    past `retime.OUTLIER_RATIO`: set aside, it changes no figure) or ``failed`` (no member
+    had a valid round: set aside too).
     """
 
     config_index: int

@@ -2,15 +2,18 @@
 
 One *window* measures its members interleaved, ``RETIME_ROUNDS`` rounds of all of them in
 one batch (A B C D A B C D ...), so a slow moment of the machine falls on every member
-alike, and ranks them by the median of their repeats in the window (their *re-timed*
-figure). A re-timed figure is never pooled with, nor ranked against, a first measurement.
+alike, and ranks them by their *re-timed* figure: the fastest of their rounds' medians in
+the window (noise only ever slows a kernel down, and a parallel kernel far more than a
+serial one: a round caught by a busy moment must not decide). A re-timed figure is never
+pooled with, nor ranked against, a first measurement.
 
 The members are the incumbent (the latest accepted window's winner, when an earlier run
 left one, so a new window's winner has beaten it on the same footing) and the ``k`` fastest
 other valid configs by first measurement.
 
 A window whose median slowdown (re-timed / first cost over its members) exceeds
-``NOISE_RATIO`` ran in a slow moment: it is measured again, after a pause, up to
+``NOISE_RATIO``, or in which one member ran ``OUTLIER_RATIO`` times slower than its first
+measurement, ran in a slow moment: it is measured again, after a pause, up to
 ``RETIME_ATTEMPTS`` times, and set aside (``status="noisy"``, no figure changes) if every
 attempt was noisy. A window where no member has a valid round is set aside too
 (``status="failed"``). A round that crashes or answers wrong disqualifies its config.
@@ -29,13 +32,19 @@ from autotune.space import Config
 
 # Challengers in the window (the incumbent joins them).
 DEFAULT_RETIME = 3
-# Interleaved rounds: each member's figure is the median of its repeats over all rounds,
-# each round measuring every member once.
+# Interleaved rounds, each measuring every member once (its repeats' median); a member's
+# figure is the fastest of its rounds.
 RETIME_ROUNDS = 3
 # A window is noise when its members ran this many times slower than their first
 # measurements (median over the members). The slow moment of issue 29 was 2x; accepted
 # windows of three 32-trial matmul 256^3 jobs on a shared 2-core host were 0.85-1.04x.
 NOISE_RATIO = 1.5
+# One member this many times slower than its first measurement is noise too: a first
+# measurement is itself a median of repeats, so it is not that lucky, while a busy host
+# slows a parallel kernel (libgomp's spinning threads losing the CPU) far more than a
+# serial one, which a median over the members hides (on a busy 2-core host a parallel
+# config first measured at 0.20 ms ran 32 ms in two of its three rounds).
+OUTLIER_RATIO = 3.0
 # Attempts at a noisy window before it is set aside, and the pause before attempt n
 # (n - 1 times this): a slow moment (another process, a frequency drop) often passes.
 RETIME_ATTEMPTS = 3
@@ -126,7 +135,8 @@ def _measure_window(workload: Any, target: Any, executor: Executor,
         ratios = [r.retimed_cost / m.first_cost for m, r in zip(members, out)
                   if r.retimed_cost is not None and not r.disqualified]
         ratio = statistics.median(ratios) if ratios else None
-        status = "failed" if ratio is None else "noisy" if ratio > NOISE_RATIO else "ok"
+        noisy = ratio is not None and (ratio > NOISE_RATIO or max(ratios) > OUTLIER_RATIO)
+        status = "failed" if ratio is None else "noisy" if noisy else "ok"
         out = [replace(r, ratio=ratio, status=status) for r in out]
         if status != "noisy":
             break
@@ -134,15 +144,16 @@ def _measure_window(workload: Any, target: Any, executor: Executor,
 
 
 def _member(member: Candidate, rounds: Sequence[MeasureResult], attempt: int) -> Retimed:
-    """One member's figure from its rounds of the window."""
+    """One member's figure (the fastest of its valid rounds' medians) from its rounds."""
     costs = tuple(c for res in rounds if res.ok for c in res.costs)
+    fastest = min((res.cost for res in rounds if res.ok), default=None)
     failed = [res for res in rounds if not res.ok]
     worst = next((res for res in failed if res.error in DISQUALIFY),
                  failed[0] if failed else None)
     by = next((res.extra["measured_by"] for res in rounds if "measured_by" in res.extra), None)
     disqualified = worst is not None and worst.error in DISQUALIFY
     return Retimed(int(member.config.index), member.first_cost,
-                   statistics.median(costs) if costs and not disqualified else None, costs,
+                   fastest if not disqualified else None, costs,
                    worst.error.value if worst is not None else "none",
                    worst.error_msg if worst is not None else "", disqualified,
                    attempts=attempt, measured_by=by)

@@ -116,6 +116,51 @@ def test_the_window_ranks_by_re_timed_figures_only(wl, target, space, objective,
     assert db.best(wl, target).config_index == second.config_index
 
 
+class Busy(SlowRetiming):
+    """A busy host slows the window's first member (a parallel kernel, say) ``factor`` times
+    in the given rounds of the first ``slow`` late batches; the others run as they did."""
+
+    def __init__(self, objective, *, rounds, factor, **kwargs):
+        super().__init__(objective, factor=1.0, **kwargs)  # nothing else slowed
+        self.rounds, self.busy = rounds, factor
+
+    def submit(self, inputs):
+        results = super().submit(inputs)
+        if not self.late_batches or len(self.late_batches) > self.slow:
+            return results
+        first = inputs[0].config.index
+        picks = [k for k, i in enumerate(inputs) if i.config.index == first]
+        for r in self.rounds:
+            k = picks[r]
+            results[k] = dataclasses.replace(
+                results[k], costs=tuple(self.busy * c for c in results[k].costs))
+        return results
+
+
+def test_a_round_caught_by_a_busy_moment_does_not_decide(wl, target, space, objective, db):
+    executor = Busy(objective, rounds=(1, 2), factor=5.0, after=TRIALS, slow=1)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=TRIALS, db=db)
+    head = result.retimed[0]
+    assert (head.status, head.attempts) == ("ok", 1)
+    # two of its three rounds ran 5x slow: the median of its repeats would say so
+    assert sorted(head.costs)[len(head.costs) // 2] == pytest.approx(5 * head.first_cost,
+                                                                     rel=0.02)
+    assert head.retimed_cost == pytest.approx(head.first_cost, rel=0.02)  # its fast round
+    assert result.best_config.index == head.config_index
+
+
+def test_one_member_far_slower_than_its_first_measurement_is_noise(wl, target, space,
+                                                                   objective, db):
+    # every round of one member 4x slow: the median over the members (1.0x) hides it
+    executor = Busy(objective, rounds=(0, 1, 2), factor=4.0, after=TRIALS, slow=1)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=TRIALS, db=db)
+    assert len(executor.late_batches) == 2  # measured again
+    assert {(r.status, r.attempts) for r in result.retimed} == {("ok", 2)}
+    fastest, index = _fastest(db, wl, target)
+    assert result.best_config.index == index
+    assert result.best_cost == pytest.approx(fastest, rel=0.02)
+
+
 def test_a_wrong_answer_on_re_timing_disqualifies(wl, target, space, objective, db):
     class Flaky(SlowRetiming):
         def submit(self, inputs):
