@@ -36,8 +36,9 @@ DEFAULT_RETIME = 3
 # figure is the fastest of its rounds.
 RETIME_ROUNDS = 3
 # A window is noise when its members ran this many times slower than their first
-# measurements (median over the members). The slow moment of issue 29 was 2x; accepted
-# windows of three 32-trial matmul 256^3 jobs on a shared 2-core host were 0.85-1.04x.
+# measurements (median over the members). The slow moment of issue 29 was 2x; of four
+# 32-trial matmul 256^3 jobs on a shared 2-core host, three windows were 0.98-1.01x (the
+# fourth, 91x on every attempt, was set aside).
 NOISE_RATIO = 1.5
 # One member this many times slower than its first measurement is noise too: a first
 # measurement is itself a median of repeats, so it is not that lucky, while a busy host
