@@ -138,7 +138,7 @@ MODELS: dict[str, Callable[..., tuple[nn.Module, tuple[torch.Tensor]]]] = {
 
 def latency(call: Callable[[], Any], repeat: int) -> float:
     """Median seconds per call after warm-up (a GPU's work included: each call is synced)."""
-    from autotune.frontend.cli import median_time
+    from autotune.cli.models import median_time
 
     def synced() -> None:
         call()

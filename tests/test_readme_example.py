@@ -106,7 +106,7 @@ def test_every_autotune_command_in_the_readme_parses() -> None:
             except SystemExit:
                 pytest.fail(f"README ({heading}): autotune {shlex.join(argv)} does not parse")
             if hasattr(args, "op"):
-                cli._task(args)  # a usage error names what is wrong
+                cli.common.task_of(args)  # a usage error names what is wrong
 
 
 def readme_paths() -> set[str]:

@@ -1,9 +1,6 @@
 """The tuning service: REST API under /api/v1, job manager, live dashboard at /.
 
-`create_app(settings)` builds the FastAPI app; `serve(settings)` runs it with uvicorn;
-`run_local_demo(settings)` is what `make run` starts.
+`main.create_app(settings)` builds the FastAPI app; `serve.serve(settings)` runs it with
+uvicorn; `serve.run_local_demo(settings)` is what `make run` starts. Nothing is imported
+here, so that a module of the service imports another without running the whole package.
 """
-from autotune.service.main import API_PREFIX, create_app
-from autotune.service.serve import run_local_demo, serve
-
-__all__ = ["API_PREFIX", "create_app", "run_local_demo", "serve"]

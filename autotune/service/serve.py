@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from autotune.db.engine import masked_url
 from autotune.service.demo import DEMO_NAME, DEMO_TRIALS, DemoRun, demo_done
+from autotune.service.main import create_app
 from autotune.settings import Settings
 
 # Where the demo's model run writes its progress (the working directory, beside autotune.db).
@@ -49,8 +50,6 @@ def serve(settings: Settings, *, log_level: str = "info", access_log: bool = Fal
     `UnsafeBind` when auth is disabled and the host is not a loopback address."""
     check_bind(settings)
     import uvicorn
-
-    from autotune.service.main import create_app
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(levelname)s:     %(name)s: %(message)s")

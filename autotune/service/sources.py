@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from autotune.lru import LRU
 from autotune.process.child import ChildDied, ChildProcess, ChildTimeout
+from autotune.service import source_worker
 
 if TYPE_CHECKING:
     from autotune.ops import Workload
@@ -46,7 +47,6 @@ class SourceWorkers:
     first use; one that overruns ``limit_s`` or dies is replaced. Called from many threads."""
 
     def __init__(self, n: int = 1, *, limit_s: float = 120.0) -> None:
-        from autotune.service import source_worker
 
         self.limit_s = limit_s
         self._idle: "queue.SimpleQueue[ChildProcess]" = queue.SimpleQueue()

@@ -14,7 +14,7 @@ from autotune import driver
 from autotune.db import Database
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.ops import Workload
-from autotune.service import create_app
+from autotune.service.main import create_app
 from autotune.settings import Settings
 from autotune.target import Target
 from tests.service.service_helpers import SMALL_MATMUL, wait_for

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from autotune.cli_common import CliError, db_url, shown, usage_error
+from autotune.cli.common import CliError, Command, db_url, shown, usage_error
 
 
 def load_model(spec: str) -> tuple[Any, Any]:
@@ -157,3 +157,11 @@ def _torch() -> Any:
     except ImportError:
         raise CliError("models need PyTorch: pip install 'autotune[torch]'") from None
     return torch
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("tune-model", "tune every operator of a PyTorch model under one budget",
+            configure_tune_model, run_tune_model),
+    Command("bench-model", "time a PyTorch model on torch and on its tuned kernels",
+            configure_bench_model, run_bench_model),
+)
