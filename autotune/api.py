@@ -11,7 +11,7 @@ import enum
 import math
 import threading
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -28,12 +28,14 @@ from typing import (
 )
 
 from autotune.db import Database, TrialRecord
-from autotune.db.lease import LeaseKeeper, OwnedStore, new_owner
+from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
 from autotune.ops import Workload
 from autotune.records import record_from_json
-from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
+from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
 from autotune.search.display import library_progress
+from autotune.search.loop import drive
 from autotune.search.registry import tuner_options as options_table
+from autotune.search.store import TrialStore
 from autotune.settings import Settings
 from autotune.space import Config
 from autotune.target import Target
@@ -149,87 +151,79 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     """
     wl, tgt = as_workload(workload), as_target(target)
     name = tuner or DEFAULT_TUNER
-    opts = dict(tuner_options or {})
-    if any(opt.name == "transfer" for opt in options_table(name)):
-        opts.setdefault("transfer", transfer)
+    opts = tuner_options_of(name, tuner_options, transfer)
     from autotune.driver import config_space  # codegen loads only when tuning
     from autotune.measure.options import MeasureOptions
 
-    space = config_space(wl, tgt)
-    pool = _replay_pool(executor, wl)
+    config_space(wl, tgt)  # no template for this op on this target: fail before any job
     if executor is None:
         check_measurable(tgt)
         measure_options = measure_options or MeasureOptions.from_settings(Settings())
     with open_database(db) as database:
-        lease: Optional[_JobLease] = None
+        keeper: Optional[LeaseKeeper] = None
         if database is not None and job_id is None:
+            lease_s = Settings().job_lease_s  # read now: the environment may change
+            owner = new_owner()
             # The job row's options column, as the service keeps it (`JobSettings`).
-            lease = _hold_new_job(database, wl, tgt, tuner=name, trials=trials, options={
-                "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
-                "transfer": transfer, "tuner_options": opts,
-                "measure_options": {} if measure_options is None else asdict(measure_options)})
-            job_id, owner = lease.job_id, lease.owner
-            callbacks = (*callbacks, lease.callback)
-        store = database if database is None or owner is None or job_id is None else \
-            OwnedStore(database, job_id, owner)
-        exe = executor if executor is not None else default_executor(tgt, measure_options)
-        shown = library_progress(progress, str(wl))
-        callbacks = (*callbacks, shown)
+            job_id = database.create_job(
+                workload=wl, target=tgt, tuner=name, trials=trials, owner=owner,
+                lease_s=lease_s, options={
+                    "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
+                    "transfer": transfer, "tuner_options": opts,
+                    "measure_options": {} if measure_options is None else
+                    asdict(measure_options)}).id
+            keeper = LeaseKeeper(database, owner, lease_s).start()
         try:
-            try:
-                result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
-                                   tuner_options=opts, seed=seed, db=store,
-                                   batch_size=batch_size, early_stopping=early_stopping,
-                                   job_id=job_id, callbacks=callbacks, pool=pool)
-            except BaseException as exc:
-                if lease is not None:
-                    cancelled = isinstance(exc, KeyboardInterrupt)
-                    lease.release("cancelled" if cancelled else "failed",
-                                  None if cancelled else f"{type(exc).__name__}: {exc}")
-                raise
-            finally:
-                shown.finish()
-                if executor is None:
-                    exe.close()
-            if lease is not None:
-                lease.release("cancelled" if result.stopped == "callback" else "done")
-            return result
+            with held_job(keeper, job_id) if keeper is not None and job_id is not None \
+                    else nullcontext(None) as held:
+                store: Optional[TrialStore] = database
+                if held is not None:
+                    store, callbacks = held.store, (*callbacks, held.callback)
+                elif database is not None and owner is not None and job_id is not None:
+                    store = OwnedStore(database, job_id, owner)  # a job its caller holds
+                exe = executor if executor is not None else default_executor(tgt, measure_options)
+                shown = library_progress(progress, str(wl))
+                try:
+                    with tuning_session(wl, tgt, exe, trials=trials, tuner=name,
+                                        tuner_options=opts, seed=seed, db=store,
+                                        batch_size=batch_size, early_stopping=early_stopping,
+                                        job_id=job_id) as session:
+                        result = drive(session, exe, (*callbacks, shown))
+                finally:
+                    shown.finish()
+                    if executor is None:
+                        exe.close()
+                if held is not None:
+                    held.end("cancelled" if result.stopped == "callback" else "done")
+                return result
         finally:
-            if lease is not None:
-                lease.stop()
+            if keeper is not None:
+                keeper.stop()
 
 
-class _JobLease(LeaseKeeper):
-    """The lease of the one job `tune` created: stops the loop when it is cancelled or lost."""
-
-    def __init__(self, db: Database, job_id: int, owner: str, lease_s: float) -> None:
-        super().__init__(db, owner, lease_s)
-        self.job_id = job_id
-        self.add(job_id)
-
-    def callback(self, progress: Progress) -> Optional[bool]:
-        """A loop callback: False (stop now) once the job must stop."""
-        return False if self.stopping(self.job_id) else None
-
-    def release(self, state: Optional[str], error: Optional[str] = None) -> None:
-        """Release the job in ``state`` (an ended job keeps its own); after a lost or expired
-        lease, as it is, for another process to resume."""
-        if self.stopping(self.job_id) in ("lost", "expired"):
-            state, error = None, None
-        self.discard(self.job_id)
-        self.db.release_job(self.job_id, self.owner, state=state, error=error)
+def tuner_options_of(tuner: str, options: Optional[Mapping[str, Any]],
+                     transfer: bool) -> dict[str, Any]:
+    """``options`` of ``tuner``, with ``transfer`` for a tuner that has that option."""
+    opts = dict(options or {})
+    if any(opt.name == "transfer" for opt in options_table(tuner)):
+        opts.setdefault("transfer", transfer)
+    return opts
 
 
-def _hold_new_job(database: Database, workload: Workload, target: Target, *, tuner: str,
-                  trials: int, options: Mapping[str, Any]) -> _JobLease:
-    """Create a job already running under a new owner, and keep its lease alive."""
-    lease_s = Settings().job_lease_s  # read now: the environment may change between calls
-    owner = new_owner()
-    job = database.create_job(workload=workload, target=target, tuner=tuner, trials=trials,
-                              options=options, owner=owner, lease_s=lease_s)
-    lease = _JobLease(database, job.id, owner, lease_s)
-    lease.start()
-    return lease
+def tuning_session(workload: Workload, target: Target, executor: "Executor", *, trials: int,
+                   tuner: str, tuner_options: Mapping[str, Any], seed: int,
+                   db: Optional[TrialStore], batch_size: int = DEFAULT_BATCH_SIZE,
+                   early_stopping: Optional[int] = None,
+                   job_id: Optional[int] = None) -> TuningSession:
+    """The `TuningSession` of one job measured on ``executor`` (whose host lock it holds
+    while it computes; a `ReplayExecutor` restricts it to its pool): `tune` drives one, and
+    a model run steps one per task."""
+    from autotune.driver import config_space  # codegen loads only when tuning
+
+    return TuningSession(workload, target, config_space(workload, target), trials=trials,
+                         tuner=tuner, tuner_options=tuner_options, seed=seed, db=db,
+                         batch_size=batch_size, early_stopping=early_stopping, job_id=job_id,
+                         pool=_replay_pool(executor, workload), host_work=executor.host_work)
 
 
 def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:

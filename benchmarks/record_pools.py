@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
-from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
+from autotune.measure import Executor, LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -63,9 +63,7 @@ OPTIONS = MeasureOptions(repeat=3, min_repeat_ms=5)
 BATCH = 32
 
 
-
-
-class GuardedExecutor:
+class GuardedExecutor(Executor):
     """An executor measuring each batch again while the machine is busy.
 
     Before and after each batch it times a sentinel (matmul 256^3, default config, ~0.1 s);

@@ -13,6 +13,7 @@ import pytest
 import autotune
 from autotune import api
 from autotune.db import Database
+from autotune.measure.executor import Executor
 from autotune.measure.replay import ReplayExecutor
 from autotune.search import DEFAULT_TUNER
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
@@ -75,7 +76,7 @@ def test_two_tune_runs_never_measure_a_config_twice(objective, url):
 
 
 def test_a_failing_executor_fails_the_job(url):
-    class Broken:
+    class Broken(Executor):
         def submit(self, inputs):
             raise RuntimeError("device lost")
 

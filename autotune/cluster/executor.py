@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Seque
 
 from autotune.cluster.dispatch import Dispatcher, OnWait, ShouldStop
 from autotune.cluster.registry import WorkerRegistry
+from autotune.measure.executor import Executor
 from autotune.measure.host_lock import HostLock
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import MeasureInput, MeasureResult
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from autotune.target import Target
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Measures ``target``'s candidates on the cluster; results in input order.
 
     Give ``registry`` to share one between executors (it is then not closed here), or
@@ -88,7 +89,7 @@ class RayExecutor:
         self.close()
 
 
-class JobExecutor:
+class JobExecutor(Executor):
     """A job's view of a shared `RayExecutor` (closing it leaves the executor running)."""
 
     def __init__(self, executor: RayExecutor, job_id: Optional[int],
@@ -117,7 +118,7 @@ class JobExecutor:
         """A no-op: the executor is shared."""
 
 
-class _Pinned:
+class _Pinned(Executor):
     """Submits to one worker (another one if it dies; waits if none is alive)."""
 
     def __init__(self, executor: RayExecutor, worker: Optional[str]) -> None:

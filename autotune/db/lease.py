@@ -13,10 +13,12 @@ import secrets
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from autotune.db.schema import TERMINAL_STATES
+from autotune.search.store import TrialStore
 
 if TYPE_CHECKING:
     from autotune.db.database import Database
@@ -135,7 +137,7 @@ class LeaseKeeper:
                     held.expires = started + self.lease_s
 
 
-class OwnedStore:
+class OwnedStore(TrialStore):
     """The database as the owner of one job writes to it: each write for the job checks, in
     its own transaction, that ``owner`` still holds the job, else raises `LeaseLost`.
 
@@ -146,6 +148,16 @@ class OwnedStore:
     def __init__(self, db: "Database", job_id: int, owner: str) -> None:
         self.db, self.lease = db, (job_id, owner)
 
+    def trials_for(self, workload: Any, target: Any) -> list[Any]:
+        return list(self.db.trials_for(workload, target))
+
+    def history(self, op: str, target_kind: str,
+                exclude_workload_key: Optional[str] = None) -> dict[str, list[Any]]:
+        return dict(self.db.history(op, target_kind, exclude_workload_key))
+
+    def best(self, workload: Any, target: Any) -> Optional[Any]:
+        return self.db.best(workload, target)
+
     def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
                    items: Sequence[tuple[Any, Any]], flops: int) -> int:
         return self.db.add_trials(workload, target, job_id, items, flops, lease=self.lease)
@@ -155,13 +167,72 @@ class OwnedStore:
         return self.db.update_job_progress(job_id, trials_done=trials_done,
                                            best_gflops=best_gflops, lease=self.lease)
 
-    def record_retiming(self, *args: Any, **kwargs: Any) -> int:
-        return self.db.record_retiming(*args, lease=self.lease, **kwargs)
+    def record_retiming(self, workload: Any, target: Any, members: Sequence[Any], *,
+                        accepted: bool) -> int:
+        return self.db.record_retiming(workload, target, members, accepted=accepted,
+                                       lease=self.lease)
 
     def set_job_model_scores(self, job_id: int, *, batch: int, trials: int,
                              scores: Mapping[str, float]) -> bool:
         return self.db.set_job_model_scores(job_id, batch=batch, trials=trials, scores=scores,
                                             lease=self.lease)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)  # reads: trials_for, history, ...
+
+# Releases a held job: (job id, final state or None to leave it as it is, error).
+Releaser = Callable[[int, Optional[str], Optional[str]], None]
+
+
+class HeldJob:
+    """A job this process holds under ``keeper``'s lease: the store its trials are written
+    through (fenced by the owner), whether it must stop, and how it ends (`end`)."""
+
+    def __init__(self, keeper: LeaseKeeper, job_id: int) -> None:
+        self.keeper, self.job_id = keeper, job_id
+        self.store = OwnedStore(keeper.db, job_id, keeper.owner)
+        self.outcome: tuple[Optional[str], Optional[str]] = (None, None)
+
+    def stopping(self) -> Optional[str]:
+        """Why the job must stop after its batch (`LeaseKeeper.stopping`); None to go on."""
+        return self.keeper.stopping(self.job_id)
+
+    def callback(self, progress: Any) -> Optional[bool]:
+        """A loop callback: False (stop now) once the job must stop."""
+        return False if self.stopping() else None
+
+    def end(self, state: Optional[str], error: Optional[str] = None) -> None:
+        """The state (and error) to release the job in when the hold ends (None: as it is)."""
+        self.outcome = (state, error)
+
+
+@contextmanager
+def held_job(keeper: LeaseKeeper, job_id: int, *,
+             release: Optional[Releaser] = None) -> Iterator[HeldJob]:
+    """Hold ``job_id`` (claimed or created by ``keeper.owner``) for the block: its lease
+    renewed by ``keeper``, released when the block ends in the state `HeldJob.end` set, or
+    ``failed`` with the error (``cancelled`` on KeyboardInterrupt) when the block raises.
+    ``release`` releases it (default: `Database.release_job`, leaving a job whose lease was
+    lost or expired as it is, for the process that resumes it). The library, the service's
+    job manager and a model run's task jobs all hold their jobs so."""
+    keeper.add(job_id)
+    held = HeldJob(keeper, job_id)
+    try:
+        yield held
+    except KeyboardInterrupt:
+        held.end("cancelled")
+        raise
+    except LeaseLost:
+        held.end(None)  # another owner runs it now: leave it alone
+        raise
+    except Exception as exc:
+        held.end("failed", f"{type(exc).__name__}: {exc}"[:4000])
+        raise
+    finally:
+        reason = keeper.stopping(job_id)
+        keeper.discard(job_id)  # off the keeper first: it must not read the release as lost
+        state, error = held.outcome
+        if release is not None:
+            release(job_id, state, error)
+        else:
+            if reason in ("lost", "expired"):
+                state, error = None, None
+            keeper.db.release_job(job_id, keeper.owner, state=state, error=error)

@@ -2,14 +2,16 @@
 
 Trials already recorded for the tasks' workloads on the target count against the budget,
 so running the same model again continues where the database left off. Each task's trials
-of this call are a job linked to the run; the scheduler (`autotune.frontend.scheduler`)
-hands out the rounds, one batch each.
+of this call are a job linked to the run, held (`autotune.db.lease.held_job`) while its
+`TuningSession` lives; the scheduler (`autotune.frontend.scheduler`) hands out the rounds,
+and each round steps one task's session by one batch.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -21,17 +23,17 @@ from autotune.api import (
     check_measurable,
     default_executor,
     open_database,
-    tune,
+    tuner_options_of,
+    tuning_session,
 )
 from autotune.db import Database
 from autotune.db import model_runs as runs
-from autotune.db.lease import LeaseKeeper, new_owner
+from autotune.db.lease import HeldJob, LeaseKeeper, held_job, new_owner
 from autotune.frontend.progress import ModelProgress, ProgressPrinter, TaskProgress
-from autotune.frontend.runner import TaskRunner, loop_call
 from autotune.frontend.scheduler import TaskScheduler
 from autotune.frontend.tasks import ModelTasks, Task
 from autotune.measure.result import MeasureUnavailable
-from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, TuneResult
+from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
 from autotune.search.registry import tuner_options as options_table
 from autotune.target import Target
 
@@ -130,7 +132,7 @@ class _ModelRun:
             if n:
                 self.scheduler.resume(i, n / self.batch, best)
         self.jobs: dict[int, int] = {}
-        self.runners: dict[int, TaskRunner] = {}
+        self.loops: dict[int, _TaskLoop] = {}
         self.failed: dict[str, str] = {}
         self.run_id: Optional[int] = None
         self.keeper: Optional[LeaseKeeper] = None
@@ -191,79 +193,101 @@ class _ModelRun:
                         estimated_latency_s=self.scheduler.estimated_latency(), elapsed_s=0.0)
 
     def _round(self, i: int, executor: "Executor") -> None:
-        """One batch of task ``i``; a task whose loop ended is retired."""
-        runner = self.runners.get(i) or self._start(i, executor)
-        before = runner.progress.trials_done if runner.progress else 0
-        if runner.round():
-            after = runner.progress.trials_done if runner.progress else 0
-            self.spent += after - before
-            self.scheduler.observe(i, self._best_cost(i, runner.progress))
+        """One batch of task ``i``; a task whose session ended is retired."""
+        loop = self.loops.get(i) or self._start(i, executor)
+        before = loop.session.trials_done
+        try:
+            inputs = loop.session.next_batch(executor.preferred_batch())
+            if inputs:
+                loop.progress = loop.session.record(executor.submit(inputs))
+                if loop.held is not None and loop.held.stopping():
+                    loop.session.stop("callback")  # cancelled, or its lease was lost
+                self.spent += loop.session.trials_done - before
+                self.scheduler.observe(i, self._best_cost(i, loop.progress))
+                if loop.session.stopped is None:
+                    return
+        except (MeasureUnavailable, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            self._fail(i, exc)
             return
-        self.scheduler.retire(i)
-        if runner.error is not None:
-            if isinstance(runner.error, (MeasureUnavailable, KeyboardInterrupt)):
-                raise runner.error
-            name = self.model.tasks[i].name
-            self.failed[name] = f"{type(runner.error).__name__}: {runner.error}"
-            log.warning("tune_model: task %s failed: %s", name, self.failed[name])
-            self._release(i, "failed", self.failed[name])
-        elif runner.result is not None:
-            self.spent += runner.result.trials - before
+        self.scheduler.retire(i)  # its space is exhausted, its budget spent, or it must stop
+        self._finish(i, executor)
 
-    def _start(self, i: int, executor: "Executor") -> TaskRunner:
+    def _start(self, i: int, executor: "Executor") -> "_TaskLoop":
         task = self.model.tasks[i]
         job_id = self._job(task)
-        if job_id is not None:
+        held = None
+        stack = ExitStack()
+        if job_id is not None and self.keeper is not None:
             self.jobs[i] = job_id
-        keeper = self.keeper
-        must_stop = (lambda: keeper.stopping(job_id) is not None) \
-            if keeper is not None and job_id is not None else (lambda: False)
-        runner = TaskRunner(task.name, loop_call(
-            tune, workload=task.workload, target=self.target, trials=self.budget - self.spent,
-            tuner=self.tuner, db=self.db, batch_size=self.batch, seed=self.seed + i,
-            executor=executor, transfer=self.transfer, job_id=job_id,
-            owner=self.owner if job_id is not None else None,
-            tuner_options=self.tuner_options, progress=False), must_stop)
-        self.runners[i] = runner
-        return runner
+            held = stack.enter_context(held_job(self.keeper, job_id))
+        try:
+            session = tuning_session(
+                task.workload, self.target, executor, trials=self.budget - self.spent,
+                tuner=self.tuner, tuner_options=tuner_options_of(self.tuner,
+                                                                 self.tuner_options,
+                                                                 self.transfer),
+                seed=self.seed + i, db=held.store if held is not None else self.db,
+                batch_size=self.batch, job_id=job_id)
+        except BaseException:
+            stack.close()
+            raise
+        self.loops[i] = _TaskLoop(session, held, stack)
+        return self.loops[i]
 
     def _job(self, task: Task) -> Optional[int]:
         if self.db is None or self.run_id is None or self.keeper is None:
             return None
-        job_id = runs.create_task_job(
+        return runs.create_task_job(
             self.db, self.run_id, workload=task.workload, target=self.target, tuner=self.tuner,
             trials=self.budget - self.spent, options={
                 "seed": self.seed, "batch_size": self.batch, "tuner_options": self.tuner_options,
                 "model_run": self.run_id, "weight": task.weight},
             owner=self.owner, lease_s=self.keeper.lease_s)
-        self.keeper.add(job_id)
-        return job_id
 
     def _best_cost(self, i: int, progress: Any) -> Optional[float]:
         if progress is None or not progress.best_gflops:
             return None
         return self.model.tasks[i].workload.flops() / (progress.best_gflops * 1e9)
 
+    def _fail(self, i: int, exc: BaseException) -> None:
+        """Task ``i`` failed: retired, its job released as failed, the run goes on."""
+        self.scheduler.retire(i)
+        name = self.model.tasks[i].name
+        self.failed[name] = f"{type(exc).__name__}: {exc}"
+        log.warning("tune_model: task %s failed: %s", name, self.failed[name])
+        loop = self.loops.get(i)
+        if loop is not None:
+            loop.error = exc
+            loop.end("failed", self.failed[name])
+
+    def _finish(self, i: int, executor: "Executor") -> None:
+        """Re-time task ``i``'s top configs (its session's final window) and end its job; the
+        scheduler's best follows the re-timed figure."""
+        loop = self.loops[i]
+        if loop.result is not None or loop.error is not None:
+            return
+        try:
+            loop.result = loop.session.finish(executor)
+        except (MeasureUnavailable, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            self._fail(i, exc)
+            return
+        if loop.result.ok:
+            self.scheduler.tasks[i].best = loop.result.best_cost
+        loop.end("done")
+
     def _close_loops(self) -> None:
-        for runner in self.runners.values():
-            runner.close()
+        for loop in self.loops.values():
+            loop.session.close()
 
     def _retime(self, executor: "Executor") -> None:
-        """Time each tuned task's top configs once more (`tune_loop`'s final re-timing),
-        which its loop skipped because the scheduler stopped it; the bests follow."""
-        for i, runner in sorted(self.runners.items()):
-            if self.db is None or runner.error is not None or runner.progress is None:
-                continue  # (without a database the loop's records are gone)
-            if runner.result is not None and runner.result.stopped != "callback":
-                result: TuneResult = runner.result  # its loop ended alone, re-timing included
-            else:
-                # trials=0: the job's records already exceed it, so nothing new is measured
-                result = tune(self.model.tasks[i].workload, self.target, trials=0,
-                              tuner="random", db=self.db,
-                              seed=self.seed + i, executor=executor, job_id=self.jobs.get(i),
-                              owner=self.owner if i in self.jobs else None, progress=False)
-            if result.ok:
-                self.scheduler.tasks[i].best = result.best_cost
+        """Finish every task the scheduler left running (re-timing its top configs); the
+        bests follow."""
+        for i in sorted(self.loops):
+            self._finish(i, executor)
 
     def _report(self, callbacks: Sequence[Callable[[ModelProgress], None]], task: Optional[int],
                 rounds: int) -> None:
@@ -280,27 +304,18 @@ class _ModelRun:
     def _task_progress(self) -> tuple[TaskProgress, ...]:
         out = []
         for i, task in enumerate(self.model.tasks):
-            runner = self.runners.get(i)
-            done = runner.progress.trials_done if runner and runner.progress else 0
-            if runner and runner.result is not None and runner.result.stopped != "callback":
-                done = max(done, runner.result.trials)
+            loop = self.loops.get(i)
+            done = loop.progress.trials_done if loop and loop.progress else 0
             best = self.scheduler.tasks[i].best
             out.append(TaskProgress(i, task.name, task.weight, self.prior[i] + done,
                                     best if math.isfinite(best) else None, self.jobs.get(i)))
         return tuple(out)
 
-    def _release(self, i: int, state: str, error: Optional[str] = None) -> None:
-        job_id = self.jobs.get(i)
-        if self.db is None or job_id is None or self.keeper is None:
-            return
-        self.keeper.discard(job_id)
-        self.db.release_job(job_id, self.owner, state=state, error=error)
-
     def _end(self, state: str, error: Optional[str]) -> None:
+        for loop in self.loops.values():  # jobs still held end with the run
+            loop.end(state, None if state == "done" else error)
         if self.db is None or self.run_id is None:
             return
-        for i in list(self.jobs):
-            self._release(i, "done" if state == "done" else state, error)
         if self.keeper is not None:
             self.keeper.stop()
         runs.finish_run(self.db, self.run_id, state=state, error=error)
@@ -310,3 +325,22 @@ class _ModelRun:
         return ModelTuneResult(self.run_id, self.model, self.budget,
                                self.spent - sum(self.prior), self.spent,
                                self.scheduler.estimated_latency(), tasks, dict(self.failed))
+
+
+class _TaskLoop:
+    """One task of a model run: its session, stepped a batch per round, and the hold of its
+    job (released, in the state `end` names, when the task ends or the run does)."""
+
+    def __init__(self, session: TuningSession, held: Optional[HeldJob],
+                 stack: ExitStack) -> None:
+        self.session, self.held, self._stack = session, held, stack
+        self.progress: Optional[Progress] = None
+        self.result: Optional[TuneResult] = None
+        self.error: Optional[BaseException] = None
+
+    def end(self, state: str, error: Optional[str] = None) -> None:
+        """Close the session and release the job as ``state`` (once)."""
+        self.session.close()
+        if self.held is not None:
+            self.held.end(state, error)
+        self._stack.close()

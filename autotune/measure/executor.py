@@ -14,8 +14,18 @@ import dataclasses
 import queue
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional, Protocol, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Iterator,
+    Optional,
+    Protocol,
+    Sequence,
+)
 
 from autotune.measure.builder import BuildOutcome, LocalBuilder
 from autotune.measure.host_lock import HostLock
@@ -31,18 +41,32 @@ if TYPE_CHECKING:
 
 class Executor(Protocol):
     """Measures batches of candidates; results come back in input order, failures as
-    results with an error kind.
-
-    An executor shared with other jobs may also have ``host_work() -> ContextManager``: the
-    search loop holds it while it computes on the host (tuner set-up, search, model updates),
-    so that no other job times a kernel on this host's cores meanwhile. One measuring on
-    several devices may have ``preferred_batch() -> int`` (batches are at least that large,
-    so that every device has work) and ``pinned() -> ContextManager`` of an executor
-    measuring on one device only (the final re-timing compares on one)."""
+    results with an error kind. ``submit`` is the seam; the other methods have defaults
+    that an executor overrides where it knows better (implementations subclass this)."""
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Let go of processes and devices (default: nothing held)."""
+
+    def host_work(self) -> ContextManager[Any]:
+        """Held by the search loop while it computes on the host (tuner set-up, search, model
+        updates), so that no other job times a kernel on this host's cores meanwhile."""
+        return nullcontext()
+
+    def preferred_batch(self) -> int:
+        """The smallest batch that keeps every device busy (0: no preference)."""
+        return 0
+
+    def pinned(self) -> ContextManager["Executor"]:
+        """An executor measuring on one device only (the final re-timing compares there)."""
+        return nullcontext(self)
+
+    def for_job(self, *, job_id: int, on_wait: Optional[Callable[[Optional[str]], None]] = None,
+                should_stop: Optional[Callable[[], bool]] = None) -> "Executor":
+        """This executor as one job sees it: one that can say why the job waits
+        (``on_wait``) and stop waiting when ``should_stop`` (default: itself)."""
+        return self
 
 
 @dataclass(frozen=True)
@@ -57,7 +81,7 @@ class BatchStats:
     total_s: float
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """Builds in a warm pool of spawned processes and times in one device-owning process.
 
     A ``builder`` or ``runner`` given is used as is (and closed with the executor); else

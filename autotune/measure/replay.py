@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
+from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import canonical_workload_key, record_from_json
 from autotune.records.files import open_text, parse_lines
@@ -23,7 +24,7 @@ def _record(record: Any) -> Any:
     return record_from_json(record) if isinstance(record, Mapping) else record
 
 
-class ReplayExecutor:
+class ReplayExecutor(Executor):
     """An `Executor` over recorded trials; a config never recorded fails with INSTANTIATION.
 
     Raises ValueError when one workload's config was recorded on two targets (ambiguous):

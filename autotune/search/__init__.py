@@ -11,6 +11,8 @@ from autotune.search.registry import (
                                       tuner_options,
 )
 from autotune.search.result import Progress, Retimed, TuneResult
+from autotune.search.session import TuningSession
+from autotune.search.store import ProgressSink, RecordStore
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -18,11 +20,14 @@ __all__ = [
     "TUNERS",
     "Executor",
     "Option",
+    "ProgressSink",
+    "RecordStore",
     "Progress",
     "Retimed",
     "TrialStore",
     "TuneResult",
     "Tuner",
+    "TuningSession",
     "TuningTask",
     "describe_tuners",
     "make_tuner",

@@ -1,148 +1,22 @@
-"""`tune_loop`: ask the tuner, measure, record, repeat; then re-time the top candidates.
-
-The loop owns batching, the trial budget, early stopping, de-duplication against the
-database, job resumption, progress callbacks and the final re-timing. Tuners only choose.
-A transient result (`ErrorKind.TRANSIENT`: the measuring process was lost, not the config's
-fault) counts as a trial of the job but teaches the tuner nothing, and a later job may
-measure that config again.
-
-After each refit, a tuner with a model (`Tuner.model_scores`) scores the job's valid trials
-(at most MODEL_SCORES_CAP of them), and a store that can (``set_job_model_scores``) keeps
-them on the job, replacing the last refit's: the dashboard plots them against the measured
-GFLOP/s, one model version on one scale.
-"""
+"""`tune_loop`: the batch after batch driver of a `TuningSession`: ask it for candidates,
+measure them on an executor, hand the results back, call the callbacks; then re-time."""
 from __future__ import annotations
 
-import dataclasses
-import heapq
-import logging
-import math
-import time
-from collections import Counter
-from contextlib import nullcontext
-from functools import partial
-from types import MappingProxyType
-from typing import (
-    TYPE_CHECKING,
-    AbstractSet,
-    Any,
-    Callable,
-    ContextManager,
-    Iterable,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Union,
-)
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Optional
 
 from autotune.measure.executor import Executor
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
-from autotune.search.base import Tuner, TuningTask
-from autotune.search.registry import DEFAULT_TUNER, make_tuner
-from autotune.search.result import Progress, Retimed, TuneResult
-from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
-from autotune.space import Config
+from autotune.search.registry import DEFAULT_TUNER
+from autotune.search.result import Progress, TuneResult
+from autotune.search.retime import DEFAULT_RETIME
+from autotune.search.session import DEFAULT_BATCH_SIZE, TunerSpec, TuningSession
+from autotune.search.store import TrialStore
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
 
-log = logging.getLogger(__name__)
-
-# Small batches mean frequent model updates: in replay over 30 seeds (benchmarks/tuning.py
-# pools), xgb needed 33/25.5/44.5 median trials to 90% on matmul/conv2d/depthwise with
-# batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
-# host with many build workers pass a larger batch_size.
-DEFAULT_BATCH_SIZE = 8
-
-# Most of a job's valid trials the current model scores after each refit: half of them the
-# fastest, the rest the most recent. Scoring cached feature rows is milliseconds per
-# thousand; the stored JSON (~40 bytes a config) stays under 100 KB.
-MODEL_SCORES_CAP = 2000
-
 Callback = Callable[[Progress], Optional[bool]]
-TunerSpec = Union[str, Callable[..., Tuner]]
 
-
-def _host_work(executor: Executor) -> ContextManager[Any]:
-    """``executor.host_work()`` when it has one, else nothing to hold."""
-    hold = getattr(executor, "host_work", None)
-    return hold() if hold is not None else nullcontext()
-
-
-class TrialStore(Protocol):
-    """The part of `autotune.db.Database` the loop uses (search sits below the db layer)."""
-
-    def trials_for(self, workload: Any, target: Any) -> list[Any]: ...
-    def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
-                   items: Sequence[tuple[Any, MeasureResult]], flops: int) -> int: ...
-    def update_job_progress(self, job_id: int, *, trials_done: int,
-                            best_gflops: Optional[float]) -> bool: ...
-    # Optional, used when present: record_retiming(workload, target, members, *, accepted)
-    # and best(workload, target) (see `_retime`), and
-    # set_job_model_scores(job_id, *, batch, trials, scores) (see `_store_model_scores`).
-
-
-class _Tally:
-    """Running totals of one loop: trials done, best valid config, errors, history."""
-
-    def __init__(self, flops: int, done: int) -> None:
-        self.flops, self.done = flops, done
-        self.first_cost = float("inf")  # the fastest first measurement (search progress)
-        self.first_config: Optional[Config] = None
-        # The latest accepted re-timing window's winner (config, re-timed cost), if any:
-        # the best by the one ranking until this loop's own window.
-        self.retimed: Optional[tuple[Config, float]] = None
-        self.valid: list[Candidate] = []  # re-timing candidates
-        self.own: list[tuple[Config, float]] = []  # the job's valid trials, measurement order
-        self.errors: Counter[str] = Counter()
-        self.history: list[tuple[int, float, float]] = []
-        self.since_best = 0
-
-    def offer(self, config: Config, cost: float) -> bool:
-        """Take ``config`` as the fastest first measurement if it is; whether it was."""
-        if cost < self.first_cost:
-            self.first_cost, self.first_config = cost, config
-            return True
-        return False
-
-    def add(self, config: Config, result: MeasureResult) -> None:
-        """Count one trial of this run."""
-        self.done += 1
-        if result.ok:
-            self.valid.append(Candidate(config, tuple(result.costs)))
-            self.own.append((config, result.cost))
-        if result.ok and self.offer(config, result.cost):
-            self.since_best = 0
-        else:
-            self.since_best += 1
-        if not result.ok:
-            self.errors[result.error.value] += 1
-        gflops = self.flops / result.cost / 1e9 if result.ok and result.cost > 0 else 0.0
-        self.history.append((self.done, gflops, self._gflops(self.first_cost)))
-
-    def set_standing(self, standing: Standing) -> None:
-        """Take the ranking's answer after re-timing."""
-        self.retimed = ((standing.config, standing.cost)
-                        if standing.retimed and standing.config is not None else None)
-        if not standing.retimed:
-            self.first_cost, self.first_config = standing.cost, standing.config
-
-    @property
-    def config(self) -> Optional[Config]:
-        """The best config by the one ranking (`autotune.db.trials.top`)."""
-        return self.retimed[0] if self.retimed is not None else self.first_config
-
-    @property
-    def cost(self) -> float:
-        return self.retimed[1] if self.retimed is not None else self.first_cost
-
-    @property
-    def gflops(self) -> float:
-        return self._gflops(self.cost)
-
-    def _gflops(self, cost: float) -> float:
-        return self.flops / cost / 1e9 if 0 < cost < float("inf") else 0.0
+__all__ = ["DEFAULT_BATCH_SIZE", "Callback", "Executor", "TrialStore", "drive", "tune_loop"]
 
 
 def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Executor, *,
@@ -152,222 +26,25 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
               early_stopping: Optional[int] = None, job_id: Optional[int] = None,
               callbacks: Iterable[Callback] = (), pool: Optional[AbstractSet[int]] = None,
               retime: int = DEFAULT_RETIME) -> TuneResult:
-    """Tune ``workload`` on ``target`` for ``trials`` measurements; see the module docstring.
-
-    With ``db``, configs recorded for this workload and target are never measured again and
-    feed the tuner first; with ``job_id`` too, the job's recorded trials count toward its
-    budget. ``early_stopping``: stop after that many trials without a new best (None: off),
-    checked after each batch. A callback returning False stops at once (no re-timing).
-    ``tuner``: a name in TUNERS or a Tuner class. ``pool``: replay mode (see `Tuner`).
-    """
-    if trials < 0 or batch_size < 1:
-        raise ValueError(f"tune: need trials >= 0 and batch_size >= 1; got {trials}, {batch_size}")
-    if early_stopping is not None and early_stopping < 1:
-        raise ValueError(f"tune: early_stopping must be >= 1 or None; got {early_stopping}")
-    prior = list(db.trials_for(workload, target)) if db is not None else []
-    factory = partial(make_tuner, tuner) if isinstance(tuner, str) else tuner
-    host_work = _host_work(executor)  # (reusable: a lock or a nullcontext)
-    # A transient record is no verdict: measured again, except by the job that wrote it
-    # (which has spent a trial on it already).
-    measured = {r.config_index for r in prior
-                if not _is_transient(r) or (job_id is not None and r.job_id == job_id)}
-    with host_work:  # (a tuner may fit a transfer model on the history here)
-        tune = factory(space, seed=seed, measured=measured, pool=pool,
-                       task=TuningTask(workload, target, db), **dict(tuner_options or {}))
-    start = sum(1 for r in prior if r.job_id == job_id) if job_id is not None else 0
-    tally = _Tally(int(workload.flops()), start)
-    stopped, callbacks = "budget", tuple(callbacks)
-    try:  # the tuner may hold worker processes: closed however the loop ends
-        with host_work:
-            _replay_history(tune, tally, workload, target, space, prior, job_id)
-        t0 = time.perf_counter()
-        preferred = getattr(executor, "preferred_batch", lambda: 0)
-        while tally.done < trials:
-            n = min(max(batch_size, preferred()), trials - tally.done)
-            with host_work:
-                configs = tune.next_batch(n) if tune.has_next() else []
-            if not configs:
-                stopped = "exhausted"
-                break
-            inputs = [MeasureInput(workload, target, c) for c in configs]
-            results = list(executor.submit(inputs))
-            if len(results) != len(inputs):
-                raise RuntimeError(f"executor returned {len(results)} results for "
-                                   f"{len(inputs)} inputs")
-            learnt = [(i, r) for i, r in zip(inputs, results) if not r.transient]
-            if learnt:
-                with host_work:
-                    tune.update([i for i, _ in learnt], [r for _, r in learnt])
-            batch = tally.done
-            results = [_with_prediction(r, tune.predicted(c), batch)
-                       for c, r in zip(configs, results)]
-            if db is not None:
-                db.add_trials(workload, target, job_id, list(zip(configs, results)), tally.flops)
-            for cfg, res in zip(configs, results):
-                tally.add(cfg, res)
-            if learnt:  # the model was refit: its scores of the job's trials replace the last
-                _store_model_scores(db, job_id, tune, tally, batch, host_work)
-            _report(db, job_id, tally)
-            progress = Progress(tally.done, trials, tally.gflops, tally.config,
-                                sum(tally.errors.values()), tuple(zip(configs, results)), job_id,
-                                time.perf_counter() - t0)
-            if any([cb(progress) is False for cb in callbacks]):  # a list: every callback runs
-                stopped = "callback"
-                break
-            if early_stopping is not None and tally.since_best >= early_stopping:
-                stopped = "early_stopping"
-                break
-    finally:
-        tune.close()
-    retimed: tuple[Retimed, ...] = ()
-    if stopped != "callback" and retime > 0:
-        retimed = _retime(workload, target, space, executor, db, tally, retime)
-        _report(db, job_id, tally)
-    return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - start,
-                      tuple(tally.history), MappingProxyType(dict(tally.errors)), stopped, job_id,
-                      retimed)
+    """Tune ``workload`` on ``target`` for ``trials`` measurements on ``executor`` (the
+    arguments are `TuningSession`'s). After each batch every callback runs; one returning
+    False stops at once, without re-timing."""
+    with TuningSession(workload, target, space, trials=trials, tuner=tuner,
+                       tuner_options=tuner_options, seed=seed, db=db, batch_size=batch_size,
+                       early_stopping=early_stopping, job_id=job_id, pool=pool,
+                       host_work=executor.host_work) as session:
+        return drive(session, executor, callbacks, retime)
 
 
-def _report(db: Optional[TrialStore], job_id: Optional[int], tally: _Tally) -> None:
-    if db is not None and job_id is not None:
-        db.update_job_progress(job_id, trials_done=tally.done, best_gflops=tally.gflops or None)
-
-
-def _store_model_scores(db: Optional[TrialStore], job_id: Optional[int], tune: Tuner,
-                        tally: _Tally, batch: int, host_work: ContextManager[Any]) -> None:
-    """Score the job's valid trials (`_to_score`) with the tuner's current model and keep
-    them on the job as {config_key: score} (the trials' ``config_key``: the config index in
-    decimal), with ``batch`` (the job's trials before the batch the model was last fit
-    after, as in ``extra["batch"]``) and ``trials`` (the job's trials by then).
-
-    Nothing happens without a job, a store that keeps scores, or a model (random, ga,
-    grid; xgb before its first fit). The scores are only a view of the model: a tuner
-    failing to score is logged, not raised (a lost lease still is, as for every write).
-    """
-    store = getattr(db, "set_job_model_scores", None)
-    if store is None or job_id is None or not tally.own:
-        return
-    configs = _to_score(tally.own, MODEL_SCORES_CAP)
-    try:
-        with host_work:
-            scores = tune.model_scores(configs)
-    except Exception:  # a view of the model must not stop the job
-        log.warning("job %s: the tuner failed to score its trials", job_id, exc_info=True)
-        return
-    if scores is None:
-        return
-    # -inf (cannot score) and NaN have no JSON form; such a config is left out
-    kept = {str(int(c.index)): float(v) for c, v in zip(configs, scores) if math.isfinite(v)}
-    store(job_id, batch=batch, trials=tally.done, scores=kept)
-
-
-def _to_score(own: Sequence[tuple[Config, float]], cap: int) -> list[Config]:
-    """The configs of ``own`` ((config, cost) in measurement order), or at most ``cap`` of
-    them: the ``cap // 2`` fastest and the most recent of the rest."""
-    if len(own) <= cap:
-        return [c for c, _ in own]
-    keep = set(heapq.nsmallest(cap // 2, range(len(own)), key=lambda i: own[i][1]))
-    i = len(own) - 1
-    while len(keep) < cap:
-        keep.add(i)
-        i -= 1
-    return [own[i][0] for i in sorted(keep)]
-
-
-def _is_transient(record: Any) -> bool:
-    return str(record.error) == ErrorKind.TRANSIENT.value
-
-
-def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
-    """The record's config in this space, or None when the space has changed since."""
-    try:
-        return Config.from_json(record.config, space)
-    except (ValueError, IndexError, TypeError):
-        return None
-
-
-def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
-                    space: "ConfigSpace", prior: Sequence[Any], job_id: Optional[int]) -> None:
-    """Tell the tuner what earlier runs measured, and start the tally from their best (and
-    its list of the job's valid trials from the job's own records)."""
-    inputs, results = [], []
-    for record in prior:
-        if _is_transient(record):  # says nothing about the config
-            continue
-        cfg = _config_of(space, record)
-        if cfg is None:
-            continue
-        res = MeasureResult.from_record(record)
-        inputs.append(MeasureInput(workload, target, cfg))
-        results.append(res)
-        if res.ok:
-            tally.offer(cfg, res.cost)
-            tally.valid.append(Candidate(cfg, tuple(res.costs)))
-            if job_id is not None and record.job_id == job_id:
-                tally.own.append((cfg, res.cost))
-            retimed = getattr(record, "retimed_cost", None)
-            if retimed is not None and (tally.retimed is None or retimed < tally.retimed[1]):
-                tally.retimed = (cfg, float(retimed))
-    if inputs:
-        tune.update(inputs, results)
-
-
-def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor,
-            db: Optional[TrialStore], tally: _Tally, k: int) -> tuple[Retimed, ...]:
-    """Re-time the best config so far with the top candidates (`autotune.search.retime`),
-    on one device when the executor can pin one. The re-runs are not trials: budget and
-    history are unchanged. A store with ``record_retiming`` keeps each window (a config
-    that crashed or answered wrong stops being valid); with ``best`` too, the tally takes
-    the store's answer afterwards, so the job's best is `best()`'s."""
-    record = getattr(db, "record_retiming", None)
-    best = getattr(db, "best", None)
-    incumbent = None
-    if tally.retimed is not None:
-        incumbent = (_candidate(tally, tally.retimed[0]), tally.retimed[1])
-    if best is not None:  # another job may have re-timed since this loop began
-        incumbent = _incumbent(best(workload, target), space, tally) or incumbent
-
-    def write(members: Sequence[Retimed], accepted: bool) -> None:
-        if record is not None:
-            record(workload, target, members, accepted=accepted)
-
-    pinned = getattr(executor, "pinned", None)
-    with pinned() if pinned is not None else nullcontext(executor) as one_device:
-        out, standing = run_window(workload, target, one_device, tally.valid, incumbent,
-                                    k, write)
-    tally.set_standing(standing)
-    if best is not None and record is not None:
-        found = best(workload, target)
-        cfg = _config_of(space, found) if found is not None else None
-        if found is not None and cfg is not None:
-            tally.set_standing(Standing(cfg, float(found.ranked_cost),
-                                        found.retimed_cost is not None))
-    return out
-
-
-def _candidate(tally: _Tally, config: Config) -> Candidate:
-    """The re-timing candidate of ``config`` (its first measurement)."""
-    return next(c for c in tally.valid if c.config.index == config.index)
-
-
-def _incumbent(record: Any, space: "ConfigSpace", tally: _Tally
-               ) -> Optional[tuple[Candidate, float]]:
-    """(candidate, re-timed cost) of the store's best record when a window ranked it."""
-    if record is None or getattr(record, "retimed_cost", None) is None:
-        return None
-    cfg = _config_of(space, record)
-    if cfg is None:
-        return None
-    known = [c for c in tally.valid if c.config.index == cfg.index]
-    first = known[0] if known else Candidate(cfg, tuple(record.costs))
-    return first, float(record.retimed_cost)
-
-
-def _with_prediction(result: MeasureResult, score: Optional[float], batch: int) -> MeasureResult:
-    """Keep the model's score with the trial, and its batch (the job's trials before it): the
-    model is refit between batches, so scores compare only within one (the dashboard's rank
-    correlation per batch)."""
-    if score is None:
-        return result
-    return dataclasses.replace(result, extra={**result.extra, "predicted": float(score),
-                                              "batch": batch})
+def drive(session: TuningSession, executor: Executor, callbacks: Iterable[Callback] = (),
+          retime: int = DEFAULT_RETIME) -> TuneResult:
+    """Step ``session`` batch after batch on ``executor`` until it stops, calling every
+    callback after each batch (one returning False stops it, without re-timing); then
+    finish it (re-timing)."""
+    callbacks = tuple(callbacks)
+    while inputs := session.next_batch(executor.preferred_batch()):
+        progress = session.record(executor.submit(inputs))
+        if any([cb(progress) is False for cb in callbacks]):  # a list: every one runs
+            session.stop("callback")
+            break
+    return session.finish(executor, retime)

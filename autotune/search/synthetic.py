@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class SyntheticObjective:
         return self.base
 
 
-class SyntheticExecutor:
+class SyntheticExecutor(Executor):
     """Executor protocol over a `SyntheticObjective`; counts what it was asked to measure."""
 
     def __init__(self, objective: SyntheticObjective, repeats: int = 3) -> None:

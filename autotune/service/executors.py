@@ -25,6 +25,8 @@ from typing import (
     Sequence,
 )
 
+from autotune.measure.executor import Executor
+
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
     from autotune.target import Target
@@ -48,7 +50,7 @@ def device_of(target: "Target") -> str:
     return "host" if target.kind == "llvm" else target.key
 
 
-class LockedExecutor:
+class LockedExecutor(Executor):
     """An executor whose ``submit`` holds its device's lock (shared between executors);
     ``host_work`` too when that device is the host (see `autotune.search.loop`)."""
 

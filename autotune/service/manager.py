@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import sqlalchemy.exc as sa_exc
 
 from autotune.db import Database, JobRecord
-from autotune.db.lease import LeaseKeeper, LeaseLost, new_owner
+from autotune.db.lease import LeaseKeeper, LeaseLost, held_job, new_owner
 from autotune.service.executors import ExecutorPool
 from autotune.service.notifier import Notifier
 
@@ -243,15 +243,11 @@ class JobManager:
     def _run_claimed(self, job: JobRecord) -> None:
         with self._lock:
             self._active.add(job.id)
-        self.leases.add(job.id)
-        self.notifier.publish(job.id)
-        state, error = None, None
         try:
-            state, error = self._run(job)
+            with held_job(self.leases, job.id, release=self._release) as held:
+                self.notifier.publish(job.id)
+                held.end(*self._run(job))
         finally:
-            # Off the keeper first, so that it never reads the release as a lost lease.
-            self.leases.discard(job.id)
-            self._release(job.id, state, error)
             with self._lock:
                 self._active.discard(job.id)
                 self._stop_jobs.discard(job.id)
@@ -312,11 +308,10 @@ class JobManager:
                 workload = Workload.from_json(job.workload_key)
                 target = Target(job.target_key)
                 with self.executors.use(target, opts.get("measure_options")) as executor:
-                    for_job = getattr(executor, "for_job", None)
-                    if for_job is not None:  # an executor that can say why the job waits
-                        executor = for_job(
-                            job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
-                            should_stop=lambda: self._stop_reason(job.id) is not None)
+                    # one that can say why the job waits (a Ray executor), else itself
+                    executor = executor.for_job(
+                        job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
+                        should_stop=lambda: self._stop_reason(job.id) is not None)
                     self._tune(workload, target, trials=job.trials, tuner=job.tuner,
                                db=self.db, early_stopping=opts.get("early_stopping"),
                                seed=int(opts.get("seed", 0)), callbacks=[on_batch],

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from autotune.driver import config_space
+from autotune.measure.executor import Executor
 from autotune.measure.replay import ReplayExecutor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.base import TuningTask
@@ -40,7 +41,7 @@ def test_replay_finds_a_top3_config_sooner_than_random():
     assert found["xgb"] >= 3 and found["xgb"] > found["random"], hits
 
 
-class SyntheticExecutor:
+class SyntheticExecutor(Executor):
     """Executor-protocol fake for the annealing path: a smooth cost over the knobs (fast with
     a 4-wide inner i tile and a 32-wide inner j tile), failing for one pack_b value."""
 

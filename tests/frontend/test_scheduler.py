@@ -10,6 +10,7 @@ from autotune.db import model_runs as runs
 from autotune.driver import config_space
 from autotune.frontend import ModelTasks, Task, tune_tasks
 from autotune.frontend.scheduler import TaskScheduler
+from autotune.measure.executor import Executor
 from autotune.ops import workload
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 from autotune.target import Target
@@ -54,7 +55,7 @@ def test_tasks_without_a_valid_config_are_retired_after_a_few_rounds():
     assert s.live() == [1] and s.estimated_latency() is None
 
 
-class PerWorkload:
+class PerWorkload(Executor):
     """A synthetic executor per workload: each task has its own objective and scale."""
 
     def __init__(self, bases: dict) -> None:

@@ -16,6 +16,7 @@ import pytest
 import autotune
 from autotune.db import Database
 from autotune.measure import LocalBuilder, LocalExecutor, LocalRunner, MeasureOptions
+from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.loop import tune_loop
 from autotune.target import Target
@@ -143,7 +144,7 @@ def test_transient_records_are_replaced_but_never_taught_or_best(tmp_path) -> No
             def _observe(self, configs: Any, scores: Any) -> None:
                 taught.extend(c.index for c in configs)
 
-        class Answer:
+        class Answer(Executor):
             def submit(self, inputs: Any) -> list[MeasureResult]:
                 return [MeasureResult(costs=(1e-3,)) for _ in inputs]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.measure.executor import Executor
 from autotune.search import Progress, tune_loop
 from autotune.search.retime import RETIME_ROUNDS
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
@@ -198,7 +199,7 @@ def test_retiming_measures_on_one_device_when_the_executor_can_pin(wl, target, s
         def pinned(self):
             outer = self
 
-            class One:
+            class One(Executor):
                 def submit(self, inputs):
                     outer.pinned_batches.append(len(inputs))
                     return outer.submit(inputs)
@@ -257,7 +258,7 @@ def test_the_current_models_scores_of_the_jobs_trials_are_kept(tuner, wl, target
 def test_at_most_the_cap_of_trials_is_scored(wl, target, db, monkeypatch):
     """Past MODEL_SCORES_CAP valid trials: the fastest half and the most recent of the rest."""
     import autotune
-    from autotune.search import loop
+    from autotune.search import session as loop
 
     monkeypatch.setattr(loop, "MODEL_SCORES_CAP", 6)
     sp = autotune.config_space(wl, target)

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from autotune.db import Database, JobRecord
+from autotune.measure.executor import Executor
 from autotune.ops import Workload
 from autotune.service.executors import ExecutorPool
 from autotune.service.manager import JobManager
@@ -180,7 +181,7 @@ def test_database_errors_do_not_end_the_workers(url, managers) -> None:
     db.dispose()
 
 
-class FakeClusterExecutor:
+class FakeClusterExecutor(Executor):
     """Stands in for the Ray executor: ``for_job`` gives a job's view, which waits for a
     device until ``arrived`` is set."""
 
@@ -191,7 +192,7 @@ class FakeClusterExecutor:
                 should_stop: Callable[[], bool]) -> Any:
         executor = self
 
-        class JobView:
+        class JobView(Executor):
             def submit(self, inputs: Any) -> list[Any]:
                 on_wait("no live worker for target llvm -mcpu=test")
                 executor.arrived.wait(20)

@@ -6,6 +6,7 @@ from pathlib import Path
 from autotune.db import Database
 from autotune.driver import config_space
 from autotune.frontend import ModelTasks, Task, tune_tasks
+from autotune.measure.executor import Executor
 from autotune.ops import workload
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 from autotune.target import Target
@@ -16,7 +17,7 @@ BIG = workload("matmul", M=128, N=128, K=128, epilogue=["bias"])
 SMALL = workload("matmul", M=16, N=16, K=16)
 
 
-class Synthetic:
+class Synthetic(Executor):
     def __init__(self) -> None:
         self.by = {wl.key: SyntheticExecutor(SyntheticObjective(config_space(wl, TARGET),
                                                                 base=base))
