@@ -9,7 +9,7 @@ import pytest
 from autotune.measure.executor import Executor
 from autotune.search import TuningSession, tune_loop
 from autotune.search.store import TrialStore
-from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+from autotune.search.synthetic import SyntheticExecutor
 
 
 def test_stepping_by_hand_is_tune_loop(wl, target, space, objective):
