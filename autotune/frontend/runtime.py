@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 class KernelModule(nn.Module):
-    """One matched group (conv+BN+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) run by an autotune
-    kernel."""
+    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) run by
+    an autotune kernel."""
 
     def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
                  in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
@@ -56,7 +56,8 @@ class KernelModule(nn.Module):
         elif self.kind == "matmul":
             arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
         out = torch.empty(self.out_shape, dtype=torch.float32)
-        self.kernel(*arrays, *self.kernel_params,
+        # arguments: the main input, the constants, the other inputs (B, a residual), out
+        self.kernel(arrays[0], *self.kernel_params, *arrays[1:],
                     out.numpy().reshape(self.workload.output_shape))
         return out
 
@@ -76,6 +77,8 @@ class KernelModule(nn.Module):
             y = F.linear(xs[0], p[0].t(), bias)
         else:
             y = torch.matmul(xs[0], xs[1])
+        if "residual" in self.workload.epilogue:
+            y = y + xs[1]
         if self.activation == "relu":
             return torch.relu(y)
         return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
