@@ -119,6 +119,31 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
     return OpGraph([A, B, *extra], C, temps, packed=packed)
 
 
+@lru_cache(maxsize=GRAPHS)
+def gemv_graph(wl: Workload, parts: int) -> OpGraph:
+    """A one-row matmul as ``parts`` partial sums over contiguous ranges of k,
+    ``C_part[p, j] = sum_kk A[0, p*chunk + kk] * B[p*chunk + kk, j]``, then
+    ``C[0, j] = sum_p C_part[p, j]`` (where the epilogue runs): each range is a parallel
+    task that streams a contiguous block of B's rows."""
+    N, K = wl.dim("N"), wl.dim("K")
+    A, B = placeholder("A", (1, K)), placeholder("B", (K, N))
+    extra, post = _epilogue(wl, 1)
+    chunk = ceil(K / parts)
+    kk = reduce_axis(chunk, "kk")
+
+    def body(p, j):
+        k = p * chunk + kk.var
+        if parts * chunk == K:
+            return A[0, k] * B[k, j]
+        return _guarded(A, (0, k), [(k, K)]) * _guarded(B, (k, j), [(k, K)])
+
+    part = compute("C_part", (parts, N), body, [kk], axis_names=["p", "j"])
+    rp = reduce_axis(parts, "rp")
+    C = compute("C", (1, N), lambda i, j: part[rp.var, j], [rp], post=post,
+                axis_names=["i", "j"])
+    return OpGraph([A, B, *extra], C, [part])
+
+
 def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:
     if ph == 0 and pw == 0:
         return None
