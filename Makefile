@@ -27,10 +27,12 @@ test: install lint
 	bash scripts/test-services.sh
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# ruff (pyflakes, imports, builtins, line length) and mypy over the whole package
+# ruff (pyflakes, imports, builtins, line length), mypy over the whole package, and the
+# layering contract (import-linter; pyproject.toml's [tool.importlinter])
 lint: install
 	$(PY) -m ruff check autotune tests benchmarks setup.py
 	$(PY) -m mypy autotune
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: install
 	$(PY) benchmarks/kernels.py

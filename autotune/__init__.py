@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from autotune.version import __version__ as __version__
 
 # name -> "module" or "module:attribute". The space of a workload is ``config_space``:
 # ``autotune.space`` is the subpackage of knobs, and a function of that name would be

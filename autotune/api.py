@@ -27,10 +27,11 @@ from typing import (
 )
 
 from autotune.db import Database, TrialRecord
-from autotune.db.export_import import record_from_json
 from autotune.db.lease import LeaseKeeper, OwnedStore, new_owner
 from autotune.ops import Workload
+from autotune.records import record_from_json
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, tune_loop
+from autotune.search.display import library_progress
 from autotune.search.registry import tuner_options as options_table
 from autotune.settings import Settings
 from autotune.space import Config
@@ -128,7 +129,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
          executor: Optional["Executor"] = None,
          callbacks: Iterable[Callable[[Progress], Optional[bool]]] = (), transfer: bool = True,
          job_id: Optional[int] = None, owner: Optional[str] = None,
-         tuner_options: Optional[Mapping[str, Any]] = None) -> TuneResult:
+         tuner_options: Optional[Mapping[str, Any]] = None, progress: bool = True) -> TuneResult:
     """Search ``workload``'s schedule space on ``target`` and record every trial in ``db``.
 
     ``tuner`` defaults to DEFAULT_TUNER; ``transfer`` goes to tuners with that option. Without
@@ -139,8 +140,10 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     (`autotune.db.lease.LeaseLost` otherwise). ``executor`` defaults to one measuring with
     ``measure_options`` (default: the settings'), on the Ray cluster of ``Settings().ray_address``
     when set, else on this host, and closed at the end; a ReplayExecutor restricts the search
-    to its pool. ``db`` defaults to `SETTINGS_DB`; ``db=None`` records nothing. See
-    `autotune.search.tune_loop` for the loop's rules.
+    to its pool. ``db`` defaults to `SETTINGS_DB`; ``db=None`` records nothing. With
+    ``progress`` on and stderr a terminal, a progress bar is drawn there; otherwise each batch
+    is an INFO line on the ``autotune`` logger. See `autotune.search.tune_loop` for the loop's
+    rules.
     """
     wl, tgt = as_workload(workload), as_target(target)
     name = tuner or DEFAULT_TUNER
@@ -148,11 +151,12 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     if any(opt.name == "transfer" for opt in options_table(name)):
         opts.setdefault("transfer", transfer)
     from autotune.driver import config_space  # codegen loads only when tuning
+    from autotune.measure.options import MeasureOptions
 
     space = config_space(wl, tgt)
     pool = _replay_pool(executor, wl)
     if executor is None:
-        measure_options = measure_options or Settings().measure_options()
+        measure_options = measure_options or MeasureOptions.from_settings(Settings())
     with open_database(db) as database:
         lease: Optional[_JobLease] = None
         if database is not None and job_id is None:
@@ -166,6 +170,8 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
         store = database if database is None or owner is None or job_id is None else \
             OwnedStore(database, job_id, owner)
         exe = executor if executor is not None else default_executor(tgt, measure_options)
+        shown = library_progress(progress, str(wl))
+        callbacks = (*callbacks, shown)
         try:
             try:
                 result = tune_loop(wl, tgt, space, exe, trials=trials, tuner=name,
@@ -179,6 +185,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                                   None if cancelled else f"{type(exc).__name__}: {exc}")
                 raise
             finally:
+                shown.finish()
                 if executor is None:
                     exe.close()
             if lease is not None:
@@ -233,18 +240,12 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
     """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
     cluster of ``settings.ray_address`` when set, else on this host. ``settings`` default to
     ``Settings()``, read now."""
-    settings = settings or Settings()
-    options = measure_options or settings.measure_options()
-    if settings.ray_address:
-        try:
-            from autotune.cluster.executor import RayExecutor
-        except ImportError as exc:
-            raise ImportError(f"measuring on the Ray cluster at {settings.ray_address} needs "
-                              f"pip install 'autotune[cluster]' ({exc})") from exc
-        return RayExecutor(target, address=settings.ray_address, options=options)
-    from autotune.measure import LocalExecutor
+    from autotune.cluster.factory import make_executor
+    from autotune.measure.options import MeasureOptions
 
-    return LocalExecutor(target, options=options)
+    settings = settings or Settings()
+    options = measure_options or MeasureOptions.from_settings(settings)
+    return make_executor(target, options, ray_address=settings.ray_address)
 
 
 # --- best ------------------------------------------------------------------------------

@@ -10,14 +10,14 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence
 
 from autotune.cli_common import CliError, db_url, shown, usage_error
 from autotune.frontend import cli as _models  # tune-model, bench-model (torch loaded lazily)
 
 if TYPE_CHECKING:
     from autotune.ops import Workload
-    from autotune.search import Progress, TuneResult
+    from autotune.search import TuneResult
     from autotune.settings import Settings
     from autotune.target import Target
 
@@ -104,48 +104,6 @@ def _task(args: argparse.Namespace) -> tuple["Workload", "Target"]:
 
 # --- tune --------------------------------------------------------------------------------
 
-class ProgressDisplay:
-    """An ``on_batch`` callback: a rich progress bar on a terminal, one plain line per batch
-    otherwise (logs and pipes want lines, not redraws)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        from rich.console import Console
-
-        self.stream = stream
-        self.console = Console(file=stream)
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __call__(self, p: "Progress") -> None:
-        if not self.console.is_terminal:
-            self.stream.write(f"{PROG}: {p.trials_done}/{p.budget} trials  best "
-                              f"{p.best_gflops:.2f} GFLOP/s  errors {p.errors}\n")
-            self.stream.flush()
-            return
-        if self._bar is None:
-            self._start(p.budget)
-        self._bar.update(self._task, total=p.budget, completed=min(p.trials_done, p.budget),
-                         best=p.best_gflops, errors=p.errors)
-        self._bar.refresh()
-
-    def _start(self, budget: int) -> None:
-        from rich import progress as rp
-
-        self._bar = rp.Progress(rp.BarColumn(), rp.MofNCompleteColumn(), rp.TextColumn("trials"),
-                                rp.TextColumn("best {task.fields[best]:.2f} GFLOP/s"),
-                                rp.TextColumn("errors {task.fields[errors]}"),
-                                rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
-                                console=self.console, auto_refresh=False)
-        self._task = self._bar.add_task("tune", total=budget, best=0.0, errors=0)
-        self._bar.start()
-
-    def finish(self) -> None:
-        """Leave the final bar on screen (a no-op when nothing was drawn)."""
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
-
-
 def _parse_tuner_options(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -218,23 +176,25 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
                      **kwargs: Any) -> int:
     from autotune import config_space
     from autotune.api import default_executor, tune
+    from autotune.measure.options import MeasureOptions
+    from autotune.search.display import ProgressDisplay
 
     try:
         config_space(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
-    options = settings.measure_options()
+    options = MeasureOptions.from_settings(settings)
     try:
         executor = default_executor(target, options, settings=settings)
     except ImportError as exc:  # Ray asked for, not installed
         raise CliError(str(exc)) from None
-    bar = ProgressDisplay(sys.stderr)
+    bar = ProgressDisplay(sys.stderr, PROG)
     where = f"the Ray cluster at {settings.ray_address}" if settings.ray_address else "this host"
     print(f"tuning {wl} on {target.key} ({where}): {kwargs['trials']} trials, tuner "
           f"{kwargs['tuner']}, database {shown(kwargs['db'])}", file=sys.stderr)
     try:
-        result = tune(wl, target, callbacks=[bar], measure_options=options, executor=executor,
-                      **kwargs)
+        result = tune(wl, target, callbacks=[bar], progress=False, measure_options=options,
+                      executor=executor, **kwargs)
     finally:
         bar.finish()
         executor.close()
@@ -409,23 +369,34 @@ def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 # --- service ---------------------------------------------------------------------------------
 
 def _configure_serve(p: argparse.ArgumentParser) -> None:
+    from autotune.service.demo import DEMO_TRIALS
+
     _add_db(p)
     p.add_argument("--host", default=None,
                    help="bind address (default: $AUTOTUNE_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default: $AUTOTUNE_PORT or 8000)")
     p.add_argument("--demo", action="store_true",
-                   help="queue a demo job (matmul 512^3) when the database has no jobs")
+                   help="tune a small CNN beside the service (a model run of 7 tasks, a few "
+                        "minutes; unless the database holds it done) to watch on the dashboard")
+    p.add_argument("--demo-trials", type=int, default=None, metavar="N",
+                   help=f"trials of the demo's model run (default {DEMO_TRIALS})")
     _add_ray_address(p)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from autotune.service import run_local_demo, serve
+    from autotune.service.demo import DEMO_TRIALS
     from autotune.service.serve import UnsafeBind
 
+    if args.demo_trials is not None and (not args.demo or args.demo_trials < 1):
+        raise usage_error("--demo-trials needs --demo and a count >= 1")
     settings = _settings(db_url=args.db, host=args.host, port=args.port,
                          ray_address=args.ray_address)
     try:
-        (run_local_demo if args.demo else serve)(settings)
+        if args.demo:
+            run_local_demo(settings, trials=args.demo_trials or DEMO_TRIALS)
+        else:
+            serve(settings)
     except UnsafeBind as exc:
         raise usage_error(str(exc)) from None
     return 0
@@ -456,9 +427,10 @@ def _run_worker(args: argparse.Namespace) -> int:
         from autotune.cluster.actor import SleepDevice
     except ImportError as exc:
         raise CliError(f"'autotune worker' needs Ray: pip install 'autotune[cluster]' ({exc})")
+    from autotune.measure.options import MeasureOptions
     from autotune.target import Target, host_cores
 
-    options = _settings().measure_options()
+    options = MeasureOptions.from_settings(_settings())
     if args.synthetic is not None:
         if not 0 <= args.synthetic <= 3600 or not 1 <= args.count <= 64:
             raise usage_error("--synthetic must be within 0..3600 s and --count within 1..64")

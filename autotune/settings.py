@@ -5,13 +5,10 @@ or in a ``.env`` file. Nothing is read at import: construct ``Settings()`` where
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-if TYPE_CHECKING:
-    from autotune.measure import MeasureOptions
 
 DEFAULT_DB_URL = "sqlite:///autotune.db"
 
@@ -123,13 +120,8 @@ class Settings(BaseSettings):
         wildcard = bind in ("0.0.0.0", "[::]", "")
         return list(dict.fromkeys([*self.allowed_hosts, *([] if wildcard else [bind.lower()])]))
 
-    def measure_options(self, **overrides: Any) -> "MeasureOptions":
-        """`MeasureOptions` from the measurement fields, then ``overrides``."""
-        from autotune.measure import MeasureOptions
-
-        values = {name: getattr(self, name) for name in MEASURE_FIELDS}
-        return MeasureOptions(**{**values, **overrides})
 
 
-# Settings fields that are MeasureOptions fields of the same name.
+# Settings fields that are MeasureOptions fields of the same name
+# (``MeasureOptions.from_settings`` reads them).
 MEASURE_FIELDS = ("repeat", "number", "min_repeat_ms", "build_timeout", "run_timeout")

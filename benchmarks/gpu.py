@@ -1,14 +1,20 @@
 """Kernel quality on a CUDA GPU: tuned GFLOP/s against torch (cuBLAS / cuDNN).
 
 Tunes each workload with the best tuner available (autotune.api.tune), re-checks the best
-kernel against numpy, and times torch's equivalent with CUDA events. Prints a table. Needs a
-GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its column shows n/a).
+kernel against numpy, and prints a table with two torch columns: fp32 with TF32 off, and
+torch's defaults (TF32 for convolutions, fp32 for matmul). torch is timed in processes of
+its own, one per column: timed in the process that runs pycuda's kernels, cuDNN ran convs
+up to 1.6x slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional
+(its columns show n/a). Without a GPU it says why and exits with status 2.
 
     .venv/bin/python benchmarks/gpu.py [--trials 500] [--arch sm_90] [--only matmul] [--db URL]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +25,13 @@ import numpy as np
 
 import autotune
 from autotune.ops import Workload
+
+# torch's columns: mode -> (header, TF32 allowed for convs and matmul; None: torch's default)
+MODES: dict[str, tuple[str, Optional[bool]]] = {
+    "fp32": ("torch fp32", False),
+    "default": ("torch default", None),
+}
+BASELINE_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,8 @@ def cases() -> list[Case]:
         Case("conv2d 64x56x56 k64 3x3",
              autotune.workload("conv2d", C=64, H=56, W=56, K=64, **conv)),
         Case("depthwise 128x56x56 3x3", autotune.workload("depthwise_conv2d", **dw)),
+        Case("depthwise 512x14x14 3x3", autotune.workload(
+            "depthwise_conv2d", N=1, C=512, H=14, W=14, R=3, S=3, stride=1, pad=1)),
         Case("depthwise 128x56x56 3x3 +scale_shift+relu",
              autotune.workload("depthwise_conv2d", epilogue=("scale_shift", "relu"), **dw)),
     ]
@@ -56,38 +71,75 @@ def gpu_missing() -> Optional[str]:
     return None
 
 
-def torch_baseline(wl: Workload, number: int = 50) -> Optional[float]:
-    """Seconds per call of torch's equivalent (epilogue included, unfused), or None."""
+def gpu_description() -> str:
+    """The GPU's name, clocks (current / max, MHz) and driver, from nvidia-smi, else pycuda."""
+    smi = shutil.which("nvidia-smi")
+    fields = "name,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,driver_version"
+    if smi is not None:
+        try:
+            out = subprocess.run([smi, "-i", "0", f"--query-gpu={fields}",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=30, check=True).stdout.strip()
+            name, sm, sm_max, mem, mem_max, driver = (x.strip() for x in out.split(","))
+            return (f"{name}: SM clock {sm}/{sm_max} MHz, memory clock {mem}/{mem_max} MHz "
+                    f"(now/max), driver {driver}")
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+    from autotune.codegen.cuda.runtime import cuda_device
+    cuda = cuda_device(0)
+    dev, attr = cuda.Device(0), cuda.device_attribute
+    try:
+        return (f"{dev.name()}: SM clock {dev.get_attribute(attr.CLOCK_RATE) // 1000} MHz, "
+                f"memory clock {dev.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000} MHz "
+                f"(max)")
+    except Exception as exc:  # pycuda's own error types: clocks unknown to this driver
+        return f"{dev.name()}: clocks unknown (no nvidia-smi; pycuda: {exc})"
+
+
+# --- torch, in a process of its own ---------------------------------------------------
+
+def torch_times(mode: str, labels: list[str], number: int = 50) -> dict[str, Optional[float]]:
+    """Seconds per call of torch's equivalent of each case (epilogue included, unfused), in
+    ``mode``; None for all when torch or its GPU is missing. Runs in the child process."""
     try:
         import torch
-        import torch.nn.functional as F
     except ImportError:
-        return None
+        return {label: None for label in labels}
     if not torch.cuda.is_available():
-        return None
+        return {label: None for label in labels}
+    tf32 = MODES[mode][1]
+    if tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True  # let cuDNN pick its best algorithm (both modes)
+    by_label = {c.label: c.workload for c in cases()}
+    return {label: _time_torch(torch, _torch_call(torch, by_label[label]), number)
+            for label in labels}
+
+
+def _torch_call(torch: Any, wl: Workload) -> Callable[[], Any]:
+    import torch.nn.functional as F
+
     dev = torch.device("cuda")
     args = [torch.from_numpy(a).to(dev) for a in wl.random_args(0)[:-1]]
     p = wl.params
     if wl.op == "matmul":
-        def run() -> Any:
-            return args[0] @ args[1]
-    else:
-        groups = p["C"] if wl.op == "depthwise_conv2d" else 1
-        dil = p["dilation"] if "dilation" in p else (1, 1)
+        return lambda: args[0] @ args[1]
+    groups = p["C"] if wl.op == "depthwise_conv2d" else 1
+    dil = p["dilation"] if "dilation" in p else (1, 1)
 
-        def run() -> Any:
-            out = F.conv2d(args[0], args[1], stride=p["stride"], padding=p["pad"],
-                           dilation=dil, groups=groups)
-            if "scale_shift" in wl.epilogue:
-                out = out * args[2].view(1, -1, 1, 1) + args[3].view(1, -1, 1, 1)
-            if "relu" in wl.epilogue:
-                out = torch.relu(out)
-            return out
-    return _time_torch(torch, run, number)
+    def run() -> Any:
+        out = F.conv2d(args[0], args[1], stride=p["stride"], padding=p["pad"], dilation=dil,
+                       groups=groups)
+        if "scale_shift" in wl.epilogue:
+            out = out * args[2].view(1, -1, 1, 1) + args[3].view(1, -1, 1, 1)
+        if "relu" in wl.epilogue:
+            out = torch.relu(out)
+        return out
+    return run
 
 
 def _time_torch(torch: Any, run: Callable[[], Any], number: int) -> float:
-    torch.backends.cudnn.benchmark = True  # let cuDNN pick its best algorithm
     for _ in range(3):
         run()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -102,43 +154,81 @@ def _time_torch(torch: Any, run: Callable[[], Any], number: int) -> float:
     return float(np.median(costs))
 
 
-def bench(case: Case, target: autotune.Target, trials: int, db: str) -> tuple[float, float]:
-    """(tuned GFLOP/s, torch GFLOP/s or 0) of one case; the best kernel is re-verified."""
+def torch_baselines(mode: str, labels: list[str]) -> dict[str, Optional[float]]:
+    """`torch_times` in a fresh process; None for each case (and the reason on stderr) when
+    that process fails."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--torch-baseline", mode,
+           "--labels", json.dumps(labels)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BASELINE_TIMEOUT_S)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    print(f"torch {mode} baseline failed: {why}", file=sys.stderr)
+    return {label: None for label in labels}
+
+
+# --- autotune ---------------------------------------------------------------------------
+
+def tuned(case: Case, target: autotune.Target, trials: int, db: str) -> Optional[float]:
+    """Seconds per call of the best tuned kernel (re-verified against numpy), or None."""
     wl = case.workload
     result = autotune.tune(wl, target, trials=trials, db=db)
     if not result.ok:
-        return 0.0, 0.0
+        return None
     kernel = autotune.compile(wl, target, result.best_config)
     args = wl.random_args(1)
     kernel(*args)
     np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-3, atol=1e-3)
-    base = torch_baseline(wl)
-    flops = wl.flops()
-    return flops / result.best_cost / 1e9, (flops / base / 1e9 if base else 0.0)
+    return result.best_cost
+
+
+def _gflops(wl: Workload, seconds: Optional[float]) -> Optional[float]:
+    return wl.flops() / seconds / 1e9 if seconds else None
+
+
+def _cols(ours: Optional[float], theirs: Optional[float]) -> str:
+    if theirs is None:
+        return f"{'n/a':>21} {'n/a':>6}"
+    ratio = f"{ours / theirs:6.2f}" if ours else f"{'-':>6}"
+    return f"{theirs:21.1f} {ratio}"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--trials", type=int, default=500, help="trials per workload")
     ap.add_argument("--arch", default="sm_90", help="CUDA arch of the GPU, e.g. sm_80")
     ap.add_argument("--only", default="", help="run the cases whose label contains this")
     ap.add_argument("--db", default="", help="database URL (default: a temporary SQLite file)")
+    ap.add_argument("--torch-baseline", choices=list(MODES), help=argparse.SUPPRESS)
+    ap.add_argument("--labels", default="[]", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.torch_baseline:  # the child process of `torch_baselines`
+        print(json.dumps(torch_times(args.torch_baseline, json.loads(args.labels))))
+        return 0
     reason = gpu_missing()
     if reason:
         print(f"benchmarks/gpu.py needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
     target = autotune.Target(f"cuda -arch={args.arch}")
+    chosen = [c for c in cases() if args.only in c.label]
+    labels = [c.label for c in chosen]
+    print(f"GPU {gpu_description()}")
+    print(f"target {target.key}; {args.trials} trials per workload; torch timed in processes "
+          f"of its own (cudnn.benchmark on)")
+    # torch first: the child processes then have the GPU to themselves
+    base = {mode: torch_baselines(mode, labels) for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or f"sqlite:///{Path(tmp) / 'gpu_bench.db'}"
-        print(f"{'workload':45} {'autotune GFLOP/s':>17} {'torch GFLOP/s':>14} {'ratio':>6}")
-        for case in cases():
-            if args.only not in case.label:
-                continue
-            ours, theirs = bench(case, target, args.trials, db)
-            ratio = f"{ours / theirs:6.2f}" if theirs else "   n/a"
-            torch_col = f"{theirs:14.1f}" if theirs else f"{'n/a':>14}"
-            print(f"{case.label:45} {ours:17.1f} {torch_col} {ratio}", flush=True)
+        heads = " ".join(f"{MODES[m][0] + ' GFLOP/s':>21} {'ratio':>6}" for m in MODES)
+        print(f"{'workload':45} {'autotune GFLOP/s':>17} {heads}")
+        for case in chosen:
+            ours = _gflops(case.workload, tuned(case, target, args.trials, db))
+            cols = " ".join(_cols(ours, _gflops(case.workload, base[m][case.label]))
+                            for m in MODES)
+            print(f"{case.label:45} {ours or 0.0:17.1f} {cols}", flush=True)
     return 0
 
 

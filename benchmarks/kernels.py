@@ -29,8 +29,8 @@ from baselines import numpy_baseline, time_call, torch_baseline  # noqa: E402
 from record_pools import GuardedExecutor  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune.cpu_facts import facts_of  # noqa: E402
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
+from autotune.target.cpu_facts import facts_of  # noqa: E402
 
 ROUNDS = 3
 WORKLOADS = {

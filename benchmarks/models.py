@@ -1,17 +1,24 @@
 """End-to-end latency of ResNet-18 and MobileNet-V2 (batch 1, fp32, eval): torch eager,
 torch.compile (inductor), and autotune after whole-model budgets of trials.
 
-    python benchmarks/models.py --trials 1000,3000 --models resnet18,mobilenetv2
-    python benchmarks/models.py --trials 64 --models resnet18      # a short smoke run
+    python benchmarks/models.py --trials 0,1000,3000 --batch 1,8 --models resnet18,mobilenetv2
+    python benchmarks/models.py --trials 0,64 --batch 1 --models resnet18   # a short smoke run
+    python benchmarks/models.py --target "cuda -arch=sm_90" --trials 128 --models resnet18
 
-Budgets are totals: a later one continues the run in --db. The models are also CLI
-model specs: `autotune tune-model benchmarks.models:resnet18`.
+Each line times torch eager, torch.compile and the compiled model in interleaved rounds and
+gives each ratio from one round's window (the median over rounds); the breakdown does the
+same per layer and shows the model's time outside autotune's kernels. On a CUDA target the
+model, its inputs and autotune's kernels run on the GPU, and torch's columns are fp32 (TF32
+off). Budgets are totals: a later one continues the run in --db; 0 is the defaults.
+The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -113,43 +120,69 @@ def _init(model: nn.Module) -> nn.Module:
     return model.eval()
 
 
-def resnet18() -> tuple[nn.Module, tuple[torch.Tensor]]:
+def resnet18(batch: int = 1) -> tuple[nn.Module, tuple[torch.Tensor]]:
     torch.manual_seed(0)
-    return _init(ResNet18()), (torch.randn(1, 3, 224, 224),)
+    return _init(ResNet18()), (torch.randn(batch, 3, 224, 224),)
 
 
-def mobilenetv2() -> tuple[nn.Module, tuple[torch.Tensor]]:
+def mobilenetv2(batch: int = 1) -> tuple[nn.Module, tuple[torch.Tensor]]:
     torch.manual_seed(0)
-    return _init(MobileNetV2()), (torch.randn(1, 3, 224, 224),)
+    return _init(MobileNetV2()), (torch.randn(batch, 3, 224, 224),)
 
 
-MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor]]]] = {
+MODELS: dict[str, Callable[..., tuple[nn.Module, tuple[torch.Tensor]]]] = {
     "resnet18": resnet18, "mobilenetv2": mobilenetv2}
 
 
 # --- timing -----------------------------------------------------------------------------
 
 def latency(call: Callable[[], Any], repeat: int) -> float:
-    """Median seconds per call after warm-up."""
+    """Median seconds per call after warm-up (a GPU's work included: each call is synced)."""
     from autotune.frontend.cli import median_time
 
+    def synced() -> None:
+        call()
+        torch.cuda.synchronize()
+
     with torch.no_grad():
-        return median_time(call, repeat, warmup=5)
+        return median_time(synced if torch.cuda.is_initialized() else call, repeat, warmup=5)
 
 
-def inductor(model: nn.Module, inputs: tuple[torch.Tensor, ...], repeat: int) -> str:
+def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int
+                ) -> dict[str, list[float]]:
+    """Each call's median latency in each of ``rounds`` rounds, the calls taking turns in
+    every round: a ratio taken within one round compares times of one window (these
+    machines drift 5-15% within minutes)."""
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            out[name].append(latency(call, repeat))
+    return out
+
+
+def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
+    """The median over rounds of ``num``'s time over ``den``'s, each pair from one round."""
+    return statistics.median(a / b for a, b in zip(times[num], times[den]))
+
+
+def torch_compiled(model: nn.Module, inputs: tuple[torch.Tensor, ...]
+                   ) -> tuple[Callable[[], Any] | None, str]:
+    """torch.compile (inductor) of ``model``, warmed up, or None and why it failed."""
     try:
         compiled = torch.compile(model)
         with torch.no_grad():
             compiled(*inputs)
-        return f"{latency(lambda: compiled(*inputs), repeat) * 1e3:8.3f} ms"
+        return (lambda: compiled(*inputs)), ""
     except Exception as exc:  # no C++ compiler, an unsupported platform, ...
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        return f"failed: {type(exc).__name__}: {first}"
+        return None, f"failed: {type(exc).__name__}: {first}"
 
 
-def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int) -> None:
-    """Per kernel group: autotune's time against torch running the same folded layer."""
+def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int,
+              rounds: int, model_s: float) -> None:
+    """Per kernel group: autotune's time against torch running the same folded layer, the
+    two interleaved; then the model's time outside autotune's kernels (torch's operators
+    between them and the calls' overhead)."""
     from autotune.frontend.runtime import kernel_modules
 
     seen: dict[Any, list[Any]] = {}
@@ -165,58 +198,123 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
-        ours = latency(lambda: mods[0](*args), repeat)
-        theirs = latency(lambda: mods[0].forward_torch(*args), repeat)
-        rows.append((len(mods) * ours, len(mods), ours, theirs, str(wl), mods[0].place))
-    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7}  layer")
-    for total, n, ours, theirs, name, place in sorted(rows, reverse=True):
-        print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {theirs / ours:6.2f}x  "
-              f"{place}: {name}")
-    print(f"    sum over layers: autotune {sum(r[0] for r in rows) * 1e3:.3f} ms, torch "
-          f"{sum(r[1] * r[3] for r in rows) * 1e3:.3f} ms")
+        calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*args)}
+        kernel_only = bare_kernel(mods[0], args)
+        if kernel_only is not None:
+            calls["kernel"] = kernel_only
+        times = interleaved(calls, rounds, repeat)
+        ours = statistics.median(times["ours"])
+        call_us = (ours - statistics.median(times["kernel"])) * 1e6 if "kernel" in times \
+            else float("nan")
+        rows.append((len(mods) * ours, len(mods), ours, ratio(times, "torch", "ours"),
+                     statistics.median(times["torch"]), call_us, str(wl), mods[0].place))
+    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7}  "
+          f"layer")
+    for total, n, ours, speedup, theirs, call_us, name, place in sorted(rows, reverse=True):
+        print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x "
+              f"{call_us:7.1f}  {place}: {name}")
+    in_kernels = sum(r[0] for r in rows)
+    print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms, torch "
+          f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the model outside autotune's "
+          f"kernels: {(model_s - in_kernels) * 1e3:.3f} ms of {model_s * 1e3:.3f}")
+
+
+def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], None] | None:
+    """The module's CPU kernel alone on these arguments (bound once, no per-call work), to
+    tell the kernel's time from the module's call overhead; None on other targets."""
+    call = getattr(module, "_call", None)
+    if call is None or any(not x.is_contiguous() for x in args):
+        return None
+    out = torch.empty(module.out_shape, dtype=torch.float32)
+    ptrs = [x.data_ptr() for x in args] + [out.data_ptr()]
+    return lambda: call(*ptrs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet18,mobilenetv2")
-    parser.add_argument("--trials", default="1000,3000",
-                        help="total budgets, comma-separated, each continuing the last")
+    parser.add_argument("--batch", default="1,8", help="batch sizes, comma-separated")
+    parser.add_argument("--trials", default="0,1000,3000",
+                        help="total budgets, comma-separated, each continuing the last "
+                             "(0: the templates' default schedules)")
     parser.add_argument("--db", default="sqlite:///benchmarks/data/models.db")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--target", default="llvm",
+                        help='target spec: llvm (this CPU) or e.g. "cuda -arch=sm_90"')
+    parser.add_argument("--repeat", type=int, default=30, help="timed calls per round")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds of eager, torch.compile and autotune")
     parser.add_argument("--no-breakdown", action="store_true")
     args = parser.parse_args()
 
     import autotune
 
     target = autotune.Target(args.target)
-    print(f"target {target.key}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    if target.kind == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit(f"benchmarks/models.py: target {target.key} needs a CUDA GPU; torch "
+                     f"finds none")
+        torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 baseline
+        torch.backends.cudnn.allow_tf32 = False
+        where = f"{torch.cuda.get_device_name()}, fp32 (TF32 off)"
+    else:
+        where = f"{torch.get_num_threads()} threads"
+    print(f"target {target.key}; torch {torch.__version__}, {where}; each line's ratios are "
+          f"medians over {args.rounds} interleaved rounds of {args.repeat} calls")
     budgets = [int(b) for b in args.trials.split(",") if b.strip()]
     for name in args.models.split(","):
-        model, inputs = MODELS[name]()
-        tasks = autotune.extract(model, inputs)
-        print(f"\n{name}: {len(tasks.tasks)} tasks, {sum(t.weight for t in tasks.tasks)} "
-              f"kernels, {len(tasks.unsupported)} unsupported, "
-              f"{tasks.flops() / 1e9:.2f} GFLOP in kernels")
-        eager = latency(lambda: model(*inputs), args.repeat)
-        print(f"  torch eager      {eager * 1e3:8.3f} ms")
-        print(f"  torch.compile    {inductor(model, inputs, args.repeat)}")
-        for budget in budgets:
-            t0 = time.monotonic()
+        for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
+            run_model(name, batch, budgets, target, device, args)
+
+
+def run_model(name: str, batch: int, budgets: list[int], target: Any, device: torch.device,
+              args: argparse.Namespace) -> None:
+    """One model at one batch size: its tasks, then a line per budget (eager, torch.compile
+    and autotune timed in the same rounds) and the layers' breakdown."""
+    import autotune
+
+    model, inputs = MODELS[name](batch)
+    model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
+    tasks = autotune.extract(model, inputs)
+    print(f"\n{name}, batch {batch}: {len(tasks.tasks)} tasks, "
+          f"{sum(t.weight for t in tasks.tasks)} kernels, {len(tasks.unsupported)} unsupported, "
+          f"{tasks.flops() / 1e9:.2f} GFLOP in kernels")
+    inductor, why = torch_compiled(model, inputs)
+    if inductor is None:
+        print(f"  torch.compile {why}")
+    print(f"  {'':14} {'eager ms':>9} {'compile ms':>10} {'autotune ms':>11} {'vs eager':>8} "
+          f"{'vs compile':>10}")
+    for budget in budgets:
+        t0 = time.monotonic()
+        result = None
+        if budget > 0:
             result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db)
-            minutes = (time.monotonic() - t0) / 60
+        minutes = (time.monotonic() - t0) / 60
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # layers without records run their defaults
             compiled = autotune.compile_model(model, inputs, target=target, db=args.db)
-            ours = latency(lambda: compiled(*inputs), args.repeat)
-            with torch.no_grad():
-                want = model(*inputs)
-                err = ((compiled(*inputs) - want).abs().max() / want.abs().max()).item()
+        calls = {"eager": lambda: model(*inputs), "ours": lambda: compiled(*inputs)}
+        if inductor is not None:
+            calls["compile"] = inductor
+        times = interleaved(calls, args.rounds, args.repeat)
+        with torch.no_grad():
+            want = model(*inputs)
+            err = ((compiled(*inputs) - want).abs().max() / want.abs().max()).item()
+        med = {k: statistics.median(v) for k, v in times.items()}
+        vs_compile = f"{ratio(times, 'compile', 'ours'):9.2f}x" if inductor else f"{'-':>10}"
+        label = "defaults" if budget == 0 else f"@{budget}"
+        print(f"  autotune {label:<5} {med['eager'] * 1e3:9.3f} "
+              f"{med.get('compile', float('nan')) * 1e3:10.3f} {med['ours'] * 1e3:11.3f} "
+              f"{ratio(times, 'eager', 'ours'):7.2f}x {vs_compile}")
+        if result is not None:
             est = result.estimated_latency_s
-            print(f"  autotune @{budget:5d} {ours * 1e3:8.3f} ms  ({eager / ours:.2f}x eager; "
-                  f"{result.trials} trials in {minutes:.1f} min this call, {result.trials_done} "
-                  f"in all; kernels' estimate {'-' if est is None else f'{est * 1e3:.3f}'} ms; "
-                  f"max rel diff {err:.1e})")
-            if not args.no_breakdown:
-                breakdown(compiled, inputs, max(5, args.repeat // 3))
+            print(f"    {result.trials} trials in {minutes:.1f} min this call, "
+                  f"{result.trials_done} in all; kernels' estimate "
+                  f"{'-' if est is None else f'{est * 1e3:.3f}'} ms; max rel diff {err:.1e}")
+        else:
+            print(f"    max rel diff {err:.1e}")
+        if not args.no_breakdown:
+            breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,3 @@ bash "$(dirname "$0")/start-postgres.sh" >/dev/null || echo "test-services: Post
 # Headless Chromium + chromedriver for tests/service/test_service_browser.py (Debian packages).
 # A failure here is not fatal: the browser test then skips, or fails when CI=true.
 bash "$(dirname "$0")/install-browser.sh" >/dev/null || echo "test-services: chromium not installed; browser tests will skip (fail under CI=true)" >&2
-
-# A Compose client for tests/test_compose.py (`docker-compose config`; no engine needed).
-# A failure here is not fatal: that test then skips, or fails when CI=true.
-bash "$(dirname "$0")/install-compose.sh" >/dev/null || echo "test-services: no compose client; the compose test will skip (fail under CI=true)" >&2

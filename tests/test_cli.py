@@ -1,9 +1,7 @@
 """The `autotune` command through cli.main([...]) and once through the installed entry point."""
 from __future__ import annotations
 
-import io
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,27 +139,6 @@ def test_help_mentions_every_command(capsys):
     assert code == 0
     for cmd in cli.COMMANDS:
         assert cmd.name in out
-
-
-def test_progress_display_draws_a_rich_bar_on_a_tty():
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-
-    from autotune.search import Progress
-    stream = Tty()
-    bar = cli.ProgressDisplay(stream)
-    bar(Progress(5, 10, 12.5, None, 1, ()))
-    first = stream.getvalue()
-    bar(Progress(10, 10, 13.0, None, 2, ()))
-    bar.finish()
-    first, text = (re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", t) for t in (first, stream.getvalue()))
-    assert "5/10 trials" in first and "best 12.50 GFLOP/s" in first and "errors 1" in first
-    assert "10/10 trials" in text and "best 13.00 GFLOP/s" in text and "errors 2" in text
-    assert "ETA" in text and text.endswith("\n")
-    drawn = stream.getvalue()
-    bar.finish()  # a second finish draws nothing
-    assert stream.getvalue() == drawn
 
 
 def test_installed_entry_point():

@@ -28,7 +28,7 @@ def test_environment_and_env_file(monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOTUNE_REQUIRE_KEY_FOR_READS", "true")
     s = Settings()
     assert s.db_url == "postgresql://db/autotune" and s.port == 9100 and s.require_key_for_reads
-    opts = s.measure_options(run_timeout=3.0)
+    opts = MeasureOptions.from_settings(s, run_timeout=3.0)
     assert isinstance(opts, MeasureOptions) and opts.repeat == 7 and opts.run_timeout == 3.0
 
 

@@ -70,7 +70,7 @@ import numpy as np
 import autotune
 from autotune.costmodel.cache import features_for
 from autotune.driver import InvalidConfig
-from autotune.ir.printer import format_func
+from autotune.ir.stmt import format_func
 from autotune.target import Target
 out, (op, params, target) = sys.argv[1], json.loads(sys.argv[2])
 wl, t = autotune.workload(op, **params), Target(target)

@@ -17,7 +17,7 @@ from autotune.target import (
     read_device_limits,
     vector_bits_of,
 )
-from autotune.target_isa import EXTENSIONS
+from autotune.target.isa import EXTENSIONS
 
 
 def test_host_detection_matches_llvmlite():
@@ -171,7 +171,7 @@ def test_key_names_features_that_differ_from_the_cpus_defaults():
 
 def test_this_host_measures_its_own_target_only():
     from autotune.measure.capability import why_not_measurable
-    from autotune.target_isa import probe, probe_trusted
+    from autotune.target.isa import probe, probe_trusted
 
     assert why_not_measurable(Target("llvm")) is None
     assert why_not_measurable(Target(Target("llvm").key)) is None

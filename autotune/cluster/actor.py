@@ -66,7 +66,7 @@ class MeasureWorker:
 
     def __init__(self, worker_id: str, device: Device, options: Optional[MeasureOptions] = None,
                  synthetic: Optional[SleepDevice] = None) -> None:
-        from autotune import __version__
+        from autotune.version import __version__
 
         self.worker_id, self.synthetic = worker_id, synthetic
         self._target: Optional["Target"] = None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from autotune.cluster.actor import Chunk
-from autotune.cluster.registry import WorkerRegistry, WorkerView, _reason
+from autotune.cluster.registry import WorkerRegistry, WorkerView, error_reason
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 
@@ -153,7 +153,7 @@ class Dispatcher:
             except Exception as err:  # a Ray call failed (head unreachable?): retry later
                 log.exception("dispatcher of %s: %s", self.target, err)
                 for batch in self._batches:
-                    batch.waiting = f"the Ray cluster is unreachable: {_reason(err)}"
+                    batch.waiting = f"the Ray cluster is unreachable: {error_reason(err)}"
                 time.sleep(1.0)
 
     def _handle(self, event: tuple[Any, ...]) -> None:
@@ -175,10 +175,10 @@ class Dispatcher:
             if _raised_inside(value):
                 # The worker's own code failed (its runner cannot start, say): not the
                 # candidates' fault. They go back unmarked and the worker sits out a while.
-                self.registry.mark_dead(flight.worker.name, _reason(value), ban_s=BAN_S)
+                self.registry.mark_dead(flight.worker.name, error_reason(value), ban_s=BAN_S)
                 flight.batch.pending.extendleft(reversed(flight.tasks))
             elif isinstance(value, BaseException):
-                self._lost(flight, _reason(value))
+                self._lost(flight, error_reason(value))
             else:
                 self._finish(flight, value)
 

@@ -193,7 +193,7 @@ class WorkerRegistry:
         try:
             status = ray.get(ref)
         except Exception as err:  # the actor died (or never started)
-            self.mark_dead(view.name, _reason(err))
+            self.mark_dead(view.name, error_reason(err))
             return False
         was_live = view.live
         view.target, view.host, view.device = status["target"], status["host"], status["device"]
@@ -211,7 +211,7 @@ class WorkerRegistry:
             listener()
 
 
-def _reason(err: BaseException) -> str:
+def error_reason(err: BaseException) -> str:
     """One line saying why an actor call failed."""
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".strip()

@@ -59,13 +59,13 @@ class FeatureCache:
             raise ValueError(f"FeatureCache holds rows of {self.owner}, not of {key}")
 
 
-def _default_lower(workload: Any, target: Any, config: Config) -> PrimFunc:
+def default_lower(workload: Any, target: Any, config: Config) -> PrimFunc:
     from autotune.driver import lower  # deferred: pulls in the templates
     return lower(workload, target, config)
 
 
 def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: FeatureCache,
-             lower: LowerFn = _default_lower, workers: FeatureWorkers | None = None
+             lower: LowerFn = default_lower, workers: FeatureWorkers | None = None
              ) -> np.ndarray:
     """Full "ast" rows of ``configs`` (NaN rows for configs that fail to lower).
 
@@ -93,7 +93,7 @@ def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: Featu
 
     local = partial(lowered_rows, lower_one=lower_one, stats=cache.stats)
     indices = [configs[i].index for i in misses]
-    if workers is not None and lower is _default_lower:
+    if workers is not None and lower is default_lower:
         out[misses] = workers.rows(workload, target, indices, local)
     else:  # in chunks: ``finish`` is cheapest on blocks that stay in the CPU's caches
         for s in range(0, len(indices), CHUNK):
@@ -106,7 +106,7 @@ def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: Featu
 
 
 def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: str = "ast",
-                 cache: FeatureCache | None = None, lower: LowerFn = _default_lower,
+                 cache: FeatureCache | None = None, lower: LowerFn = default_lower,
                  workers: FeatureWorkers | None = None) -> np.ndarray:
     """Feature matrix of ``configs``: kind "ast" (``N_AST`` columns), "curve" (its
     structure-independent block) or "knob" (``knob_features``; no lowering, no cache).

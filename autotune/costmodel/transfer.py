@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.costmodel.cache import FeatureCache, LowerFn, _default_lower, features_for
+from autotune.costmodel.cache import FeatureCache, LowerFn, default_lower, features_for
 from autotune.costmodel.features import CURVE_SLICE, N_AST
 from autotune.costmodel.model import XGBModel, rankdata
 from autotune.costmodel.workers import FeatureWorkers
@@ -35,7 +35,7 @@ class BaseModel:
     @classmethod
     def from_history(cls, history: Mapping[str, Sequence[Any]], target: Any, *,
                      exclude: str | None = None, max_records: int = 3000,
-                     max_per_workload: int = 300, lower: LowerFn = _default_lower,
+                     max_per_workload: int = 300, lower: LowerFn = default_lower,
                      workers: FeatureWorkers | None = None, seed: int = 0,
                      **model_options: Any) -> BaseModel | None:
         """Train on ``history`` (workload key -> TrialRecords, as ``Database.history``

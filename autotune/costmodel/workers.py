@@ -25,7 +25,7 @@ import numpy as np
 from autotune.costmodel.features import extract_raw, finish_rows
 from autotune.costmodel.nest import summarize
 from autotune.ir.stmt import PrimFunc
-from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
+from autotune.process.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotune import jsonl_files
 from autotune.db import apikeys, export_import, jobs, migrate, trials
 from autotune.db.engine import make_engine, normalize_url
 from autotune.db.entities import ensure_target, ensure_workload
@@ -22,6 +21,7 @@ from autotune.db.records import (
     WorkloadWithFlops,
     key_of,
 )
+from autotune.records import files as jsonl_files
 from autotune.settings import Settings
 
 if TYPE_CHECKING:

@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import IO, Any, Callable, Mapping, Optional, Union
+from typing import IO, Any, Callable, Mapping, Optional
 
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import ensure_target, ensure_workload, target_kind_of
-from autotune.db.records import HasKey, TrialRecord
 from autotune.db.schema import utcnow
 from autotune.db.trials import insert_rows, iter_trials
-from autotune.jsonl_files import parse_lines
+from autotune.records.codec import (
+    ERROR_KINDS,
+    canonical_workload_key,
+    known_workload,
+    record_to_json,
+)
+from autotune.records.files import parse_lines
 
 _BATCH = 500
-# ErrorKind's values (autotune.measure.result; the db layer does not import measure).
-ERROR_KINDS = ("none", "instantiation", "compile", "runtime", "wrong_answer", "build_timeout",
-               "run_timeout", "transient")
 
 
 class BadRecord(ValueError):
@@ -32,80 +34,6 @@ class BadRecord(ValueError):
     def __init__(self, line: int, field: str, problem: str) -> None:
         super().__init__(f"line {line}, field {field!r}: {problem}")
         self.line, self.field, self.problem = line, field, problem
-
-
-def _known_workload(obj: Mapping[str, Any]) -> Any:
-    """The `autotune.ops.Workload` of an exported workload object, or None when this
-    version does not know it."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    try:
-        from autotune.ops import Workload  # deferred: ops sits below the database layer
-
-        return Workload.from_json(text)
-    except (ImportError, AttributeError, ValueError, TypeError, KeyError, RecursionError):
-        return None
-
-
-def canonical_workload_key(obj: Union[str, Mapping[str, Any], HasKey]) -> str:
-    """The database key of a workload given as a key, an exported (wire) object or a `Workload`.
-
-    An object is read with ``autotune.ops.Workload`` when it knows the workload, so the key
-    matches what the tuner writes; otherwise it is compact JSON with sorted keys.
-    """
-    if isinstance(obj, str):
-        return obj
-    if not isinstance(obj, Mapping):
-        return obj.key
-    known = _known_workload(obj)
-    if known is not None:
-        return str(known.key)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def record_to_json(record: TrialRecord) -> dict[str, Any]:
-    """The exported form of a record (job ids and row ids are local, so not exported)."""
-    return {
-        "workload": json.loads(record.workload_key),
-        "target": record.target_key,
-        "config": record.config,
-        "costs": list(record.costs),
-        "cost": record.cost,
-        "gflops": record.gflops,
-        "error": record.error,
-        "error_msg": record.error_msg,
-        "build_s": record.build_s,
-        "run_s": record.run_s,
-        "timestamp": record.timestamp,
-        "extra": record.extra,
-        "worker": record.worker,
-    }
-
-
-def record_from_json(obj: Mapping[str, Any], *, workload_key: Optional[str] = None,
-                     target_key: Optional[str] = None) -> TrialRecord:
-    """A `TrialRecord` from a trusted JSON form: an exported line, a REST trial body or a
-    replay dict. ``workload_key`` and ``target_key`` stand in for fields the form lacks.
-
-    Lenient where `import_jsonl` is strict (it checks untrusted lines); ValueError
-    when a record has no workload or no config index.
-    """
-    config = dict(obj.get("config") or {})
-    index = obj.get("config_index", config.get("index"))
-    workload = obj.get("workload_key") or obj.get("workload") or workload_key
-    if workload is None or index is None:
-        raise ValueError(f"a record needs a workload and a config index: {dict(obj)!r:.200}")
-    cost, gflops = obj.get("cost"), obj.get("gflops")
-    return TrialRecord(
-        workload_key=canonical_workload_key(workload),
-        target_key=str(obj.get("target_key") or obj.get("target") or target_key or ""),
-        config=config, config_index=int(index),
-        costs=tuple(float(c) for c in obj.get("costs") or ()),
-        cost=None if cost is None else float(cost),
-        gflops=None if gflops is None else float(gflops),
-        error=str(obj.get("error") or "none"), error_msg=str(obj.get("error_msg") or ""),
-        build_s=float(obj.get("build_s") or 0.0), run_s=float(obj.get("run_s") or 0.0),
-        timestamp=float(obj.get("timestamp") or 0.0), job_id=obj.get("job_id"),
-        extra=dict(obj.get("extra") or {}), id=obj.get("id"), worker=obj.get("worker"))
 
 
 def export_jsonl(session: Session, fp: IO[str], *, workload_key: Optional[str] = None,
@@ -225,7 +153,7 @@ def import_jsonl(session: Session, fp: IO[str], *,
         wkey = workload_key(workload)
         if wkey not in workload_ids:
             workload_ids[wkey] = ensure_workload(session, key=wkey, op=str(workload.get("op", "")))
-            known = _known_workload(workload)
+            known = known_workload(workload)
             flops[wkey] = None if known is None else int(known.flops())
         if target not in target_ids:
             target_ids[target] = ensure_target(session, key=target, kind=target_kind_of(target))

@@ -1,11 +1,14 @@
-"""Records that leave the database layer, and the duck types it accepts from callers."""
+"""Records that leave the database layer, and the duck types it accepts from callers
+(`TrialRecord` is defined below the database, in `autotune.records`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Optional, Protocol, Union
 
 from autotune.db.schema import ApiKeyRow, JobRow, TrialRow
+from autotune.records import TrialRecord
+from autotune.records.codec import HasKey
 
 
 class WorkloadLike(Protocol):
@@ -40,43 +43,12 @@ class ConfigLike(Protocol):
     def to_dict(self) -> Mapping[str, Any]: ...
 
 
-class HasKey(Protocol):
-    @property
-    def key(self) -> str: ...
-
-
 KeyOrObject = Union[str, HasKey]
 
 
 def key_of(obj: KeyOrObject) -> str:
     """The database key of a workload/target object, or the string itself."""
     return obj if isinstance(obj, str) else obj.key
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One measured config of a workload on a target (cost and gflops None when it failed)."""
-
-    workload_key: str
-    target_key: str
-    config: dict[str, Any]
-    config_index: int
-    costs: tuple[float, ...]
-    cost: Optional[float]
-    gflops: Optional[float]
-    error: str
-    error_msg: str = ""
-    build_s: float = 0.0
-    run_s: float = 0.0
-    timestamp: float = 0.0
-    job_id: Optional[int] = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    id: Optional[int] = None
-    worker: Optional[str] = None  # who measured it (a worker id), when known
-
-    @property
-    def ok(self) -> bool:
-        return self.error == "none" and self.cost is not None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Any
 _EXPORTS = {
     "extract": "autotune.frontend.torch",
     "compile_model": "autotune.frontend.runtime",
+    "plan_model": "autotune.frontend.runtime",
+    "PlannedKernel": "autotune.frontend.runtime",
     "tune_model": "autotune.frontend.tuning",
     "tune_tasks": "autotune.frontend.tuning",
     "ModelTuneResult": "autotune.frontend.tuning",

@@ -61,6 +61,7 @@ def configure_tune_model(p: argparse.ArgumentParser) -> None:
 
 
 def run_tune_model(args: argparse.Namespace) -> int:
+    from autotune.measure.options import MeasureOptions
     from autotune.settings import Settings
 
     if args.trials < 0:
@@ -70,6 +71,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import extract, tune_tasks
+    from autotune.measure import MeasureUnavailable
 
     with torch.no_grad():
         tasks = extract(model, inputs)
@@ -78,10 +80,14 @@ def run_tune_model(args: argparse.Namespace) -> int:
           f"{args.target}, database {shown(db_url(args))}", file=sys.stderr)
     for u in tasks.unsupported:
         print(f"  left to torch: {u.node} ({u.op}): {u.reason}", file=sys.stderr)
-    result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
-                        tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
-                        transfer=not args.no_transfer, options=Settings().measure_options(),
-                        progress=sys.stderr)
+    try:
+        result = tune_tasks(tasks, trials=args.trials, target=args.target, db=db_url(args),
+                            tuner=args.tuner, batch_size=args.batch_size, seed=args.seed,
+                            transfer=not args.no_transfer,
+                            measure_options=MeasureOptions.from_settings(Settings()),
+                            progress=sys.stderr)
+    except MeasureUnavailable as exc:  # e.g. a CUDA target on a host without that GPU
+        raise CliError(str(exc)) from None
     for name, why in result.failed.items():
         print(f"task {name} failed: {why}", file=sys.stderr)
     est = result.estimated_latency_s
@@ -106,14 +112,31 @@ def run_bench_model(args: argparse.Namespace) -> int:
 
     inputs = _as_tuple(inputs)
     model.eval()
+    sync: Callable[[], Any] = lambda: None
+    if _target_kind(args.target) == "cuda":  # the model, its inputs and the kernels on the GPU
+        if not torch.cuda.is_available():
+            raise CliError(f"bench-model on {args.target} needs a CUDA GPU; torch finds none")
+        model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+        torch.backends.cuda.matmul.allow_tf32 = False  # torch in fp32, as the kernels
+        torch.backends.cudnn.allow_tf32 = False
+        sync = torch.cuda.synchronize
     compiled = compile_model(model, inputs, target=args.target, db=db_url(args))
     with torch.no_grad():
-        eager = median_time(lambda: model(*inputs), args.repeat)
-        tuned = median_time(lambda: compiled(*inputs), args.repeat)
+        eager = median_time(lambda: (model(*inputs), sync()), args.repeat)
+        tuned = median_time(lambda: (compiled(*inputs), sync()), args.repeat)
         err = (compiled(*inputs) - model(*inputs)).abs().max().item()
     print(f"torch eager {eager * 1e3:.3f} ms  autotune {tuned * 1e3:.3f} ms  "
           f"speedup {eager / tuned:.2f}x  max abs diff {err:.2e}")
     return 0
+
+
+def _target_kind(spec: str) -> str:
+    from autotune.target import Target
+
+    try:
+        return Target(spec).kind
+    except ValueError as exc:
+        raise usage_error(f"--target: {exc}") from None
 
 
 def median_time(call: Callable[[], Any], repeat: int, warmup: int = 3) -> float:

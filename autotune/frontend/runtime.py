@@ -4,77 +4,62 @@ autotune's kernel on the tensors' own memory (numpy views, no copies), the rest 
 A kernel is specialised to the shapes it was extracted at; calls with other shapes, other
 dtypes or that need gradients run the same (folded) computation on torch instead. A conv's
 or linear layer's weight that the schedule packs into panels is packed once, here
-(`autotune.schedule.prepack`), not on every call.
+(`autotune.schedule.prepack`), not on every call. On a CUDA target the kernels run on
+torch's CUDA tensors (`autotune.frontend.cuda_runtime`). `plan_model` lists the kernels a
+compiled model runs, without compiling them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
 from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
+from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
 from autotune.driver import compile_prepacked
 from autotune.frontend.torch import Match, _as_tuple, match_model, trace
-from autotune.ops import aligned_empty
+from autotune.ops import Workload, aligned_empty
+from autotune.space import Config
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.codegen.kernel import Kernel
-    from autotune.space import Config
+
+# A group's module from (its match, input shapes, output shape, conv arguments).
+ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[str, Any]],
+                       nn.Module]
 
 
-class KernelModule(nn.Module):
-    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) run by
-    an autotune kernel."""
+class KernelGroup(nn.Module):
+    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a
+    compiled model: what its kernel computes, and the same on torch (``forward_torch``)."""
 
-    def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
-                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
-                 conv_args: dict[str, Any]) -> None:
+    def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
+                 out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
         super().__init__()
         self.workload, self.kind, self.place = match.workload, match.kind, match.place
-        self.kernel = kernel
         self.in_shapes = tuple(tuple(s) for s in in_shapes)
         self.out_shape = tuple(out_shape)
-        self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
-        self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
-        if pack is not None:
-            packed = aligned_empty(pack.arg_buffers[-1].shape)
-            pack(match.params[0], packed)
-            self.kernel_params = (packed, *match.params[1:])
         self.conv_args = conv_args
         self.activation = next((s for s in match.workload.epilogue if s in ("relu", "relu6")),
                                None)
 
-    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        if not self._fits(xs):
-            return self.forward_torch(*xs)
-        arrays = [x.contiguous().numpy() for x in xs]  # views: contiguous() is x itself here
-        if self.kind == "linear":
-            arrays[0] = arrays[0].reshape(self.workload.arg_specs[0].shape)
-        elif self.kind == "matmul":
-            arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
-        out = torch.empty(self.out_shape, dtype=torch.float32)
-        # arguments: the main input, the constants, the other inputs (B, a residual), out
-        self.kernel(arrays[0], *self.kernel_params, *arrays[1:],
-                    out.numpy().reshape(self.workload.output_shape))
-        return out
-
-    def _fits(self, xs: Sequence[torch.Tensor]) -> bool:
-        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
-            return False
-        return all(x.dtype == torch.float32 and x.device.type == "cpu" and
-                   tuple(x.shape) == s for x, s in zip(xs, self.in_shapes))
+    def torch_params(self) -> list[torch.Tensor]:
+        """The folded weight (then bias) as torch tensors."""
+        raise NotImplementedError
 
     def forward_torch(self, *xs: torch.Tensor) -> torch.Tensor:
         """The same computation on torch (folded weights; any shape that torch accepts)."""
-        p = [torch.from_numpy(a) for a in self.params]
-        bias = p[1] if len(p) > 1 else None
+        params = self.torch_params()
+        bias = params[1] if len(params) > 1 else None
         if self.kind == "conv":
-            y = F.conv2d(xs[0], p[0], bias, **self.conv_args)
+            y = F.conv2d(xs[0], params[0], bias, **self.conv_args)
         elif self.kind == "linear":
-            y = F.linear(xs[0], p[0].t(), bias)
+            y = F.linear(xs[0], params[0].t(), bias)
         else:
             y = torch.matmul(xs[0], xs[1])
         if "residual" in self.workload.epilogue:
@@ -87,30 +72,123 @@ class KernelModule(nn.Module):
         return f"{self.place}: {self.workload}"
 
 
+class KernelModule(KernelGroup):
+    """A group run by an autotune kernel on this CPU, on the tensors' own memory."""
+
+    def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
+                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+                 conv_args: dict[str, Any]) -> None:
+        super().__init__(match, in_shapes, out_shape, conv_args)
+        self.kernel = kernel
+        self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
+        self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
+        if pack is not None:
+            packed = aligned_empty(pack.arg_buffers[-1].shape)
+            pack(match.params[0], packed)
+            self.kernel_params = (packed, *match.params[1:])
+        # the weights bound once: a call passes only the activations' and output's pointers.
+        # The kernel takes the main input, the constants, then the other inputs (B, a residual)
+        self._call = kernel.partial({1 + j: p for j, p in enumerate(self.kernel_params)}) \
+            if isinstance(kernel, CpuKernel) else None
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        if not self._fits(xs):
+            return self.forward_torch(*xs)
+        out = torch.empty(self.out_shape, dtype=torch.float32)
+        if self._call is not None:
+            ptrs = [x.data_ptr() for x in xs]
+            ptrs.append(out.data_ptr())
+            if all(p % ALIGN == 0 for p in ptrs) and all(x.is_contiguous() for x in xs):
+                self._call(*ptrs)
+                return out
+        arrays = [x.contiguous().numpy() for x in xs]  # views: contiguous() is x itself here
+        if self.kind == "linear":
+            arrays[0] = arrays[0].reshape(self.workload.arg_specs[0].shape)
+        elif self.kind == "matmul":
+            arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
+        self.kernel(arrays[0], *self.kernel_params, *arrays[1:],
+                    out.numpy().reshape(self.workload.output_shape))
+        return out
+
+    def _fits(self, xs: Sequence[torch.Tensor]) -> bool:
+        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+            return False
+        return all(x.dtype == torch.float32 and x.device.type == "cpu" and
+                   tuple(x.shape) == s for x, s in zip(xs, self.in_shapes))
+
+    def torch_params(self) -> list[torch.Tensor]:
+        return [torch.from_numpy(a) for a in self.params]
+
+
+@dataclass(frozen=True)
+class PlannedKernel:
+    """One kernel a compiled model runs: its workload, the config it is built with, and the
+    places (module paths) where the model runs it."""
+
+    workload: Workload
+    config: Config
+    places: tuple[str, ...]
+
+
+def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
+               db: DbArg = SETTINGS_DB) -> tuple[PlannedKernel, ...]:
+    """The kernels `compile_model` would build for ``model`` on ``target``, one per
+    workload in graph order, with the configs it would pick; nothing is compiled."""
+    tgt = _supported(as_target(target))
+    matches, _ = match_model(trace(model, _as_tuple(example_inputs)))
+    configs = _configs(matches, tgt, db)
+    places: dict[Workload, list[str]] = {}
+    for m in matches:
+        places.setdefault(m.workload, []).append(m.place)
+    return tuple(PlannedKernel(wl, configs[wl], tuple(where)) for wl, where in places.items())
+
+
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
                   db: DbArg = SETTINGS_DB) -> fx.GraphModule:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
-    per workload). The result is called like the model; the rest of it runs on torch."""
-    tgt = as_target(target)
-    if tgt.kind != "llvm":
-        raise ValueError(f"compile_model: runs kernels on this CPU only (target kind llvm), "
-                         f"not {tgt.kind}")
-    gm = trace(model, _as_tuple(example_inputs))
+    per workload). The result is called like the model; the rest of it runs on torch.
+    On a CUDA target the folded weights are put on the example inputs' device (move the
+    result with ``.to()`` to run elsewhere)."""
+    tgt = _supported(as_target(target))
+    inputs = _as_tuple(example_inputs)
+    gm = trace(model, inputs)
     matches, _ = match_model(gm)
-    configs: dict[Any, Config] = {}
+    configs = _configs(matches, tgt, db)
+    if tgt.kind == "cuda":
+        from autotune.frontend.cuda_runtime import cuda_module_maker
+
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
+                      torch.device("cpu"))
+        _rewrite(gm, matches, cuda_module_maker(matches, configs, tgt, device))
+        return gm
     kernels: dict[tuple[Any, bool], tuple[Kernel, Kernel | None]] = {}
+    for m in matches:
+        key = _kernel_key(m)
+        if key not in kernels:
+            config = configs[m.workload]
+            kernels[key] = compile_prepacked(m.workload, tgt, config) if key[1] else (
+                compile_kernel(m.workload, tgt, config), None)
+    _rewrite(gm, matches, lambda m, ins, out, conv: KernelModule(
+        m, *kernels[_kernel_key(m)], ins, out, conv))
+    return gm
+
+
+def _supported(tgt: Target) -> Target:
+    if tgt.kind not in ("llvm", "cuda"):
+        raise ValueError(f"compile_model: runs kernels on this CPU (llvm) or a CUDA GPU, "
+                         f"not {tgt.kind}")
+    return tgt
+
+
+def _configs(matches: Sequence[Match], tgt: Target, db: DbArg) -> dict[Workload, Config]:
+    """Each workload's config: one lookup (and warning) per workload."""
+    configs: dict[Workload, Config] = {}
     with open_database(db, create=False) as database:
         for m in matches:
-            if m.workload not in configs:  # one lookup (and warning) per workload
+            if m.workload not in configs:
                 configs[m.workload] = chosen_config(m.workload, tgt, db=database)
-            key = _kernel_key(m)
-            if key not in kernels:
-                config = configs[m.workload]
-                kernels[key] = compile_prepacked(m.workload, tgt, config) if key[1] else (
-                    compile_kernel(m.workload, tgt, config), None)
-    _rewrite(gm, matches, kernels)
-    return gm
+    return configs
 
 
 def _kernel_key(m: Match) -> tuple[Any, bool]:
@@ -119,8 +197,7 @@ def _kernel_key(m: Match) -> tuple[Any, bool]:
     return m.workload, bool(m.params)
 
 
-def _rewrite(gm: fx.GraphModule, matches: Sequence[Match],
-             kernels: dict[tuple[Any, bool], tuple["Kernel", "Kernel | None"]]) -> None:
+def _rewrite(gm: fx.GraphModule, matches: Sequence[Match], make: ModuleMaker) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     modules = dict(gm.named_modules())
     for k, m in enumerate(matches):
@@ -128,9 +205,8 @@ def _rewrite(gm: fx.GraphModule, matches: Sequence[Match],
         inputs = [nodes[name] for name in m.inputs]
         first, last = group[0], group[-1]
         name = f"autotune_{k}"
-        gm.add_submodule(name, KernelModule(
-            m, *kernels[_kernel_key(m)],
-            [tuple(n.meta["tensor_meta"].shape) for n in inputs],
+        gm.add_submodule(name, make(
+            m, [tuple(n.meta["tensor_meta"].shape) for n in inputs],
             tuple(last.meta["tensor_meta"].shape), _conv_args(first, modules)))
         with gm.graph.inserting_after(last):
             new = gm.graph.call_module(name, tuple(inputs))
@@ -152,6 +228,7 @@ def _conv_args(node: fx.Node, modules: dict[str, nn.Module]) -> dict[str, Any]:
             "groups": conv.groups}
 
 
-def kernel_modules(gm: nn.Module) -> list[KernelModule]:
-    """The kernel modules of a compiled model, in graph order."""
-    return [m for m in gm.modules() if isinstance(m, KernelModule)]
+def kernel_modules(gm: nn.Module) -> list[KernelGroup]:
+    """The kernel modules of a compiled model (`KernelModule`, or `CudaKernelModule` on a
+    CUDA target), in graph order."""
+    return [m for m in gm.modules() if isinstance(m, KernelGroup)]

@@ -76,6 +76,8 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
         raise ValueError(f"tune_model: need trials >= 0 and batch_size >= 1; got {trials}, "
                          f"{batch_size}")
     tgt = as_target(target)
+    if executor is None:
+        _check_measurable(tgt)
     with open_database(db) as database:
         name = tuner or DEFAULT_TUNER
         known = {opt.name for opt in options_table(name)}
@@ -91,6 +93,21 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
                 exe.close()
             if printer is not None:
                 printer.finish()
+
+
+def _check_measurable(target: Target) -> None:
+    """Fail now on a CUDA target this host cannot time (no GPU of its arch, no nvcc): its
+    trials would all be recorded as failed. A Ray cluster measures elsewhere."""
+    from autotune.settings import Settings
+
+    if target.kind != "cuda" or Settings().ray_address:
+        return
+    from autotune.measure.capability import why_not_measurable
+
+    reason = why_not_measurable(target)
+    if reason:
+        raise MeasureUnavailable(f"tune_model: cannot measure {target.key} on this host: "
+                                 f"{reason}")
 
 
 def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,
@@ -220,7 +237,7 @@ class _ModelRun:
             tuner=self.tuner, db=self.db, batch_size=self.batch, seed=self.seed + i,
             executor=executor, transfer=self.transfer, job_id=job_id,
             owner=self.owner if job_id is not None else None,
-            tuner_options=self.tuner_options), must_stop)
+            tuner_options=self.tuner_options, progress=False), must_stop)
         self.runners[i] = runner
         return runner
 
@@ -258,7 +275,7 @@ class _ModelRun:
                 result = tune(self.model.tasks[i].workload, self.target, trials=0,
                               tuner="random", db=self.db,
                               seed=self.seed + i, executor=executor, job_id=self.jobs.get(i),
-                              owner=self.owner if i in self.jobs else None)
+                              owner=self.owner if i in self.jobs else None, progress=False)
             if result.ok:
                 self.scheduler.tasks[i].best = result.best_cost
 

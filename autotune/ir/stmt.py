@@ -183,7 +183,6 @@ class PrimFunc:
         return PrimFunc, (self.name, self.args, self.body, self.workspaces, self.attrs)
 
     def __str__(self) -> str:
-        from autotune.ir.printer import format_func
         return format_func(self)
 
 
@@ -194,3 +193,41 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
         x = stack.pop()
         yield x
         stack.extend(reversed(x.children()))
+
+
+# ---------------------------------------------------------------- text form
+# What ``print(autotune.lower(...))`` shows; here, beside the nodes it prints.
+
+def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
+    """Lines of ``s``, indented two spaces per level from ``indent``."""
+    pad = "  " * indent
+    if isinstance(s, Seq):
+        return [line for c in s.stmts for line in format_stmt(c, indent)]
+    if isinstance(s, For):
+        tag = "" if s.kind is ForKind.SERIAL else f"  # {s.kind.value}"
+        return [f"{pad}for {s.var.name} in 0..{s.extent}:{tag}", *format_stmt(s.body, indent + 1)]
+    if isinstance(s, Store):
+        idx = ", ".join(map(repr, s.indices))
+        return [f"{pad}{s.buffer.name}[{idx}] = {s.value!r}"]
+    if isinstance(s, Allocate):
+        b = s.buffer
+        return [f"{pad}alloc {b.name}{list(b.shape)} {b.dtype} @{b.scope.value}",
+                *format_stmt(s.body, indent)]
+    if isinstance(s, IfThenElse):
+        out = [f"{pad}if {s.cond!r}:", *format_stmt(s.then, indent + 1)]
+        if s.else_ is not None:
+            out += [f"{pad}else:", *format_stmt(s.else_, indent + 1)]
+        return out
+    if isinstance(s, Sync):
+        return [f"{pad}sync_threads()"]
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def format_func(f: PrimFunc) -> str:
+    """``f`` as text: its signature, workspaces and body."""
+    args = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.args)
+    lines = [f"def {f.name}({args}):"]
+    for w in f.workspaces:
+        lines.append(f"  workspace {w.name}{list(w.shape)} {w.dtype}")
+    lines += format_stmt(f.body, 1)
+    return "\n".join(lines)

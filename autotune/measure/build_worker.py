@@ -12,8 +12,8 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
-from autotune.measure.child import child_setup, tasks
 from autotune.measure.result import ErrorKind
+from autotune.process.child import child_setup, tasks
 
 
 def serve(conn: Connection, preload: tuple[str, ...]) -> None:

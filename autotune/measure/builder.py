@@ -15,8 +15,8 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from autotune.measure import build_worker
-from autotune.measure.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
+from autotune.process.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess
 
 if TYPE_CHECKING:
     from autotune.codegen.backend import Artifact

@@ -3,7 +3,7 @@
 A target the host cannot run would record every config as failed, and configs are measured
 once ever: those records would poison the database. CPU targets: LLVM must know the CPU and
 features, the host CPU must have every ISA extension the code would use (probed, see
-`autotune.target_isa`), and ``-cores`` must not exceed the host's. CUDA: nvcc and a GPU of the
+`autotune.target.isa`), and ``-cores`` must not exceed the host's. CUDA: nvcc and a GPU of the
 target's arch (`host_gpus`, which Ray workers list their GPUs with too).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def why_not_measurable(target: "Target") -> Optional[str]:
 
 def _cpu_reason(target: "Target") -> Optional[str]:
     from autotune.target import host_cores, host_cpu
-    from autotune.target_isa import probe, probe_trusted
+    from autotune.target.isa import probe, probe_trusted
 
     host_name, host_features = host_cpu()
     if target.mcpu == host_name and target.features == host_features:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.settings import MEASURE_FIELDS, Settings
 
 
 def _cpu_count() -> int:
@@ -40,3 +43,9 @@ class MeasureOptions:
         for name in ("build_timeout", "run_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"MeasureOptions.{name} must be > 0, got {getattr(self, name)}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> "MeasureOptions":
+        """The options that ``settings`` name (``MEASURE_FIELDS``), then ``overrides``."""
+        values = {name: getattr(settings, name) for name in MEASURE_FIELDS}
+        return cls(**{**values, **overrides})

@@ -11,6 +11,8 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from autotune.version import __version__
+
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureResult
     from autotune.target import Target
@@ -51,8 +53,6 @@ def device_name(target: "Target") -> str:
 
 def local_provenance(target: "Target", worker: str = "") -> Provenance:
     """The provenance of measurements made by this process on ``target``."""
-    from autotune import __version__
-
     host = socket.gethostname()
     return Provenance(worker or f"local:{host}", host, device_name(target), __version__)
 

@@ -11,9 +11,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
-from autotune.db.export_import import canonical_workload_key, record_from_json
-from autotune.jsonl_files import open_text, parse_lines
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.records import canonical_workload_key, record_from_json
+from autotune.records.files import open_text, parse_lines
 
 NOT_IN_POOL = "not in replay pool"
 

@@ -11,11 +11,11 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from autotune.measure.build_worker import describe
-from autotune.measure.child import child_setup, tasks
 from autotune.measure.correctness import WorkloadData, check_output
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.measure.timing import CacheFlusher, kernel_timer, time_repeats
+from autotune.process.child import child_setup, tasks
 
 LoadFn = Callable[[Any, Any], Any]
 _BUDGET_SHARE = 0.8  # of run_timeout: stop repeating in time to answer before the parent kills

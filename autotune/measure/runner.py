@@ -15,10 +15,10 @@ import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from autotune.measure import run_worker
-from autotune.measure.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess, ChildTimeout
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
 from autotune.measure.run_worker import LoadFn
+from autotune.process.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess, ChildTimeout
 
 if TYPE_CHECKING:
     from autotune.codegen.backend import Artifact

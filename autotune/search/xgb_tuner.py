@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from autotune.costmodel.annealing import Annealer
 from autotune.costmodel.cache import FeatureCache, features_for, invalid_rows
 from autotune.costmodel.ensemble import Ensemble
 from autotune.costmodel.features import CURVE_SLICE, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.transfer import BaseModel, blend
 from autotune.costmodel.workers import FeatureWorkers, auto_workers
+from autotune.search.annealing import Annealer
 from autotune.search.base import Tuner
 from autotune.search.options import Option
 from autotune.space import Config

@@ -4,6 +4,6 @@
 `run_local_demo(settings)` is what `make run` starts.
 """
 from autotune.service.main import API_PREFIX, create_app
-from autotune.service.serve import queue_demo_job, run_local_demo, serve
+from autotune.service.serve import run_local_demo, serve
 
-__all__ = ["API_PREFIX", "create_app", "queue_demo_job", "run_local_demo", "serve"]
+__all__ = ["API_PREFIX", "create_app", "run_local_demo", "serve"]

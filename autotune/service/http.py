@@ -1,6 +1,7 @@
-"""HTTP details the framework leaves loose: a published schema true to the auth settings,
-405 answers that list every method of the path, and a bound on requests for generated code
-in flight, so that many of them never crowd out the rest (`/health` above all).
+"""HTTP details the framework leaves loose: a published schema true to the auth settings
+and to query parameters that are JSON, 405 answers that list every method of the path, and
+a bound on requests for generated code in flight, so that many of them never crowd out the
+rest (`/health` above all).
 
 Reads are open unless ``require_key_for_reads``; the schema then marks their key as
 optional (``security: [{}, {bearer}]``), so clients and fuzzers are not told a key is needed.
@@ -50,6 +51,25 @@ class CodePagesInFlight:
             await self.app(scope, receive, send)
 
 
+def json_content(component: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a query parameter that is JSON of a schema component: the
+    published schema gives it as OpenAPI parameter content of that schema (`install`)."""
+    return {"contentMediaType": "application/json",
+            "contentSchema": {"$ref": f"#/components/schemas/{component}"}}
+
+
+def _json_content_parameters(schema: dict[str, Any]) -> None:
+    """Parameters marked by `json_content` as ``content: {application/json: {schema}}``, so
+    that clients (and fuzzers) send JSON of the component rather than any string."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for param in operation.get("parameters", []):
+                inner = param.get("schema", {})
+                if inner.get("contentMediaType") == "application/json":
+                    param.pop("schema")
+                    param["content"] = {"application/json": {"schema": inner["contentSchema"]}}
+
+
 def _publish_optional_read_keys(app: FastAPI, settings: Settings) -> None:
     build = app.openapi
     open_reads = settings.auth_disabled or not settings.require_key_for_reads
@@ -59,6 +79,7 @@ def _publish_optional_read_keys(app: FastAPI, settings: Settings) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
+        _json_content_parameters(schema)
         for operations in schema.get("paths", {}).values():
             for method, operation in operations.items():
                 optional = open_writes or (open_reads and method == "get")

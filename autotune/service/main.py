@@ -10,7 +10,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import autotune
+from autotune.cluster.factory import make_executor
 from autotune.db import Database
+from autotune.measure.options import MeasureOptions
 from autotune.service import http
 from autotune.service.cache import ResponseCache
 from autotune.service.events import StreamLimits
@@ -27,23 +29,14 @@ if TYPE_CHECKING:
 API_PREFIX = "/api/v1"
 
 
-def local_executor_factory(settings: Settings) -> ExecutorFactory:
-    """Makes LocalExecutors measuring with the settings' options, a job's over them."""
+def executor_factory_of(settings: Settings, registry: Any = None) -> ExecutorFactory:
+    """Makes a job's executors (`autotune.cluster.factory.make_executor`), measuring with
+    the settings' options overridden by the job's: on the cluster's workers through the
+    shared ``registry`` when there is one (they time with their own settings; the options
+    set the dispatcher's deadlines), else on this host."""
     def make(target: "Target", measure_options: Mapping[str, Any]) -> object:
-        from autotune.measure import LocalExecutor
-
-        return LocalExecutor(target, settings.measure_options(**measure_options))
-    return make
-
-
-def ray_executor_factory(settings: Settings, registry: Any) -> ExecutorFactory:
-    """Makes RayExecutors over the cluster's shared worker registry (its workers time with
-    their own settings; the options set the dispatcher's deadlines)."""
-    def make(target: "Target", measure_options: Mapping[str, Any]) -> object:
-        from autotune.cluster.executor import RayExecutor
-
-        return RayExecutor(target, registry=registry,
-                           options=settings.measure_options(**measure_options))
+        options = MeasureOptions.from_settings(settings, **measure_options)
+        return make_executor(target, options, registry=registry)
     return make
 
 
@@ -72,10 +65,10 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
             from autotune.cluster.registry import WorkerRegistry
 
             registry = WorkerRegistry(settings.ray_address).start()
-            pool = ExecutorPool(ray_executor_factory(settings, registry), locked=False,
+            pool = ExecutorPool(executor_factory_of(settings, registry), locked=False,
                                 idle_s=settings.executor_idle_s)
         else:
-            pool = ExecutorPool(executor_factory or local_executor_factory(settings),
+            pool = ExecutorPool(executor_factory or executor_factory_of(settings),
                                 idle_s=settings.executor_idle_s)
         app.state.registry, app.state.executors = registry, pool
         db = Database.open(settings.db_url)

@@ -63,7 +63,7 @@ def backoff_s(attempt: int, cap: float = 30.0) -> float:
 def default_tune(*args: Any, **kwargs: Any) -> Any:
     from autotune.api import tune
 
-    return tune(*args, **kwargs)
+    return tune(*args, progress=False, **kwargs)  # jobs' progress is the dashboard's
 
 
 class JobManager:

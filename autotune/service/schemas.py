@@ -7,17 +7,40 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
+from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS
 
 MAX_TRIALS = 100_000
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 TrialSort = Literal["id", "-id", "gflops", "-gflops", "cost", "-cost"]
 ErrorKindName = Literal["none", "instantiation", "compile", "runtime", "wrong_answer",
                         "build_timeout", "run_timeout", "transient"]
+# Enums of what the op table accepts, so that the schema lists them (pydantic checks them
+# against the same tables); to mypy, strings.
+if TYPE_CHECKING:
+    OpName = str
+    StageName = str
+    DtypeName = str
+else:
+    OpName = Literal[tuple(OPS)]
+    StageName = Literal[EPILOGUE_STAGES]
+    DtypeName = Literal[DTYPES]
+# A chain holds each stage once, and at most one of bias/scale_shift and of relu/relu6.
+_EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 2, "not": {"anyOf": [
+    {"allOf": [{"contains": {"const": a}}, {"contains": {"const": b}}]}
+    for a, b in (("bias", "scale_shift"), ("relu", "relu6"))]}}
+# Every op's parameters are named like identifiers, fewer than 16, each an extent (at most
+# 2**20, `validation.MAX_EXTENT`) or an (h, w) pair; which names and values an op takes,
+# and how large its arrays may grow, is checked against the op table (a 422 at the param).
+_EXTENT: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2**20}
+_PARAMS_SHAPE: dict[str, Any] = {
+    "maxProperties": 16, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,15}$"},
+    "additionalProperties": {"anyOf": [_EXTENT, {"type": "array", "items": _EXTENT,
+                                                  "minItems": 2, "maxItems": 2}]}}
 
 
 class WorkloadIn(BaseModel):
@@ -27,11 +50,15 @@ class WorkloadIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}]})
 
-    op: str = Field(description="operator name (see GET /api/v1/ops)")
+    op: OpName = Field(description="operator name (see GET /api/v1/ops)")
     params: dict[str, Any] = Field(
-        default_factory=dict, description="integer sizes; pair params take an int or [h, w]")
-    dtype: str = "float32"
-    epilogue: list[str] = Field(default_factory=list, description="e.g. ['bias', 'relu']")
+        default_factory=dict, json_schema_extra=_PARAMS_SHAPE,
+        description="integer sizes; pair params take an int or [h, w] (see GET /api/v1/ops)")
+    dtype: DtypeName = "float32"
+    epilogue: list[StageName] = Field(
+        default_factory=list, json_schema_extra=_EPILOGUE_RULES,
+        description="fused stages, e.g. ['bias', 'relu']: each at most once, and at most one "
+                    "of bias and scale_shift and one of relu and relu6")
 
 
 class JobSettings(BaseModel):

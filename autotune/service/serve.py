@@ -3,14 +3,20 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import shutil
+import signal
 import sys
-from typing import Optional
+import threading
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
 
 from autotune.db.engine import masked_url
+from autotune.service.demo import DEMO_NAME, DEMO_TRIALS, DemoRun, demo_done
 from autotune.settings import Settings
 
-DEMO_WORKLOAD = {"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}
-DEMO_TRIALS = 64
+# Where the demo's model run writes its progress (the working directory, beside autotune.db).
+DEMO_LOG = "autotune-demo.log"
 
 
 class UnsafeBind(ValueError):
@@ -57,40 +63,47 @@ def serve(settings: Settings, *, log_level: str = "info", access_log: bool = Fal
                 log_level=log_level, access_log=access_log, timeout_graceful_shutdown=3)
 
 
-def queue_demo_job(settings: Settings, *, trials: int = DEMO_TRIALS) -> Optional[int]:
-    """Queue the demo job (matmul 512^3) when the database has no jobs; returns its id."""
-    from autotune.db import Database
-    from autotune.ops import Workload
-    from autotune.search.registry import DEFAULT_TUNER
-    from autotune.service.schemas import JobSettings, stored_options
-    from autotune.target import Target
-
-    db = Database.open(settings.db_url)
-    try:
-        if db.list_jobs(limit=1)[1] > 0:
-            return None
-        # Straight into the database (not over HTTP, so no API key is needed): the
-        # service's job manager picks queued jobs up when it starts.
-        job = db.create_job(workload=Workload.from_dict(DEMO_WORKLOAD), target=Target("llvm"),
-                            tuner=DEFAULT_TUNER, trials=trials,
-                            options=stored_options(JobSettings(trials=trials)))
-        return job.id
-    finally:
-        db.dispose()
-
-
-def run_local_demo(settings: Optional[Settings] = None) -> None:
-    """`make run`: queue the demo job if the database is empty, then serve the dashboard."""
+def run_local_demo(settings: Optional[Settings] = None, *, trials: int = DEMO_TRIALS) -> None:
+    """`make run`: serve the dashboard while a small CNN is tuned beside it as a model run of
+    ``trials`` (`autotune.service.demo`), unless the database holds that run finished."""
     settings = settings or Settings()
     check_bind(settings)
-    job_id = queue_demo_job(settings)
     url = f"http://{settings.host}:{settings.port}/"
-    print(f"autotune: dashboard at {url}  (database {masked_url(settings.db_url)})",
-          file=sys.stderr)
-    if job_id is not None:
-        print(f"autotune: queued demo job {job_id}: matmul 512x512x512, {DEMO_TRIALS} trials",
-              file=sys.stderr)
+    say = partial(print, file=sys.stderr, flush=True)
+    say(f"autotune: dashboard at {url}  (database {masked_url(settings.db_url)})")
+    demo: Optional[DemoRun] = None
+    if demo_done(settings, trials):
+        say(f"autotune: the demo model run ({DEMO_NAME}, {trials} trials) is done; see "
+            f"{url}model-runs")
+    else:
+        demo = DemoRun(settings, trials, DEMO_LOG)
+        say(f"autotune: tuning the demo model {DEMO_NAME} (7 tasks, {trials} trials, a few "
+            f"minutes) beside the service: watch its jobs at {url} and the run at "
+            f"{url}model-runs; its log: {DEMO_LOG}")
+        threading.Thread(target=_report_end, args=(demo, say), daemon=True).start()
     if not settings.auth_disabled:
-        print(f"autotune: to submit jobs over HTTP, create a key: autotune apikey create "
-              f"--db {masked_url(settings.db_url)}", file=sys.stderr)
-    serve(settings)
+        say(f"autotune: to submit jobs over HTTP, create a key: {_cli()} apikey create "
+            f"--db {masked_url(settings.db_url)}")
+    say("autotune: press Ctrl-C to stop")
+    try:
+        serve(settings)
+    finally:
+        if demo is not None:
+            demo.stop()
+
+
+def _cli() -> str:
+    """How to run `autotune` from this shell: by name when it is on PATH, else by its path
+    (`make run` runs it from .venv without activating it)."""
+    if shutil.which("autotune"):
+        return "autotune"
+    script = Path(sys.executable).parent / "autotune"
+    return str(script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script)
+
+
+def _report_end(demo: DemoRun, say: Callable[..., None]) -> None:
+    code = demo.proc.wait()
+    if code == 0:
+        say(f"autotune: the demo model run is done (its summary: {DEMO_LOG})")
+    elif code not in (130, -signal.SIGINT):  # not stopped by Ctrl-C
+        say(f"autotune: the demo model run failed (exit status {code}; see {DEMO_LOG})")

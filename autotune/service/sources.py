@@ -1,7 +1,7 @@
 """Generated code of recorded configs, made on demand and cached (configs never change).
 
 Forms: ``loop``, the scheduled loop AST, and the generated source (LLVM IR or CUDA C; see
-`autotune.source_worker`). Neither touches a device, so no device lock is taken. Sources are
+`autotune.service.source_worker`). Neither touches a device, so no device lock is taken. Sources are
 made by worker processes at the lowest CPU priority (`SourceWorkers`): making one is seconds
 of pure Python, which in a thread here would hold the interpreter lock away from the event
 loop, and /health would wait behind it. Each (workload, target, config, form) is made once
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from autotune.lru import LRU
-from autotune.measure.child import ChildDied, ChildProcess, ChildTimeout
+from autotune.process.child import ChildDied, ChildProcess, ChildTimeout
 
 if TYPE_CHECKING:
     from autotune.ops import Workload
@@ -42,11 +42,11 @@ class SourceError(Exception):
 
 
 class SourceWorkers:
-    """``n`` warm worker processes making sources (`autotune.source_worker`), started on
+    """``n`` warm worker processes making sources (`autotune.service.source_worker`), started on
     first use; one that overruns ``limit_s`` or dies is replaced. Called from many threads."""
 
     def __init__(self, n: int = 1, *, limit_s: float = 120.0) -> None:
-        from autotune import source_worker
+        from autotune.service import source_worker
 
         self.limit_s = limit_s
         self._idle: "queue.SimpleQueue[ChildProcess]" = queue.SimpleQueue()

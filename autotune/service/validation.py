@@ -9,6 +9,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
 
 from fastapi import HTTPException, Path, Request, status
@@ -177,11 +178,22 @@ def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
     return JobSpec(wl, target, tuner, body.trials, stored_options(settings))
 
 
+def _json_number(text: str) -> int | float:
+    """A JSON number with a fraction or exponent: an int when it is whole (JSON Schema's
+    reading, by which 8.0 is an integer; the schema's bounds on ints stay in force), else a
+    float. Checked in decimal, so that 1.0000000000000001 stays a float."""
+    number = Decimal(text)
+    if number.copy_abs() <= MAX_ID and number == number.to_integral_value():
+        return int(number)
+    return float(text)
+
+
 def parse_json(text: str | bytes, loc: Loc) -> Any:
     """JSON text parsed, or a 422 at ``loc``: bad syntax, an integer beyond Python's
-    int-string limit, or nesting deeper than MAX_JSON_DEPTH (before anything recurses)."""
+    int-string limit, or nesting deeper than MAX_JSON_DEPTH (before anything recurses).
+    Whole numbers written with a fraction or exponent are ints (`_json_number`)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_json_number)
     except json.JSONDecodeError as err:
         raise invalid(loc, f"not valid JSON: {err}", "json_invalid") from None
     except RecursionError:

@@ -115,17 +115,17 @@ class ConfigSpace:
     def get(self, index: int) -> Config:
         """The config at `index` (IndexError if out of range)."""
         i = self._check_index(index)
-        return self._at(i, self._digits(i))
+        return self.at(i, self._digits(i))
 
     def index_of(self, values: Mapping[str, Any]) -> int:
         """Index of the config with these knob values (ValueError naming a bad knob)."""
-        return self._locate(values)[0]
+        return self.locate(values)[0]
 
     def config(self, values: Mapping[str, Any]) -> Config:
         """The config with these knob values; lists are accepted for tuple values."""
         if isinstance(values, Config) and values._pos is self._pos:
             return values
-        return self._at(*self._locate(values))
+        return self.at(*self.locate(values))
 
     def default(self) -> Config:
         """The template's hand-written default config, or `get(0)` when it has none."""
@@ -156,7 +156,7 @@ class ConfigSpace:
     # --- arrays for models and the genetic tuner -----------------------------
     def encode(self, configs: Iterable[Config]) -> np.ndarray:
         """Candidate positions of each config: int64 array of shape (n, n_knobs)."""
-        rows = [self._locate(c)[1] for c in configs]
+        rows = [self.locate(c)[1] for c in configs]
         return np.array(rows, dtype=np.int64).reshape(len(rows), len(self._dims))
 
     def encode_indices(self, indices: Iterable[int]) -> np.ndarray:
@@ -187,7 +187,7 @@ class ConfigSpace:
             )
         if self._small:
             return (arr @ self._strides_np).tolist()
-        return [self._index_of_digits(r) for r in arr.tolist()]
+        return [self.index_of_digits(r) for r in arr.tolist()]
 
     # --- search moves (see moves.py) ---------------------------------------
     def sample(
@@ -240,17 +240,19 @@ class ConfigSpace:
         out.reverse()
         return tuple(out)
 
-    def _index_of_digits(self, digits: Sequence[int]) -> int:
+    def index_of_digits(self, digits: Sequence[int]) -> int:
+        """The index of the point whose knobs take their ``digits``-th candidates."""
         index = 0
         for d, dim in zip(digits, self._dims):
             index = index * dim + d
         return index
 
-    def _at(self, index: int, digits: tuple[int, ...]) -> Config:
+    def at(self, index: int, digits: tuple[int, ...]) -> Config:
+        """The config at ``index``, whose digits the caller already knows (no division)."""
         values = tuple([c[d] for c, d in zip(self._cands, digits)])
         return Config._make(index, self._names, values, self._pos, digits)
 
-    def _locate(self, values: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
+    def locate(self, values: Mapping[str, Any]) -> tuple[int, tuple[int, ...]]:
         """(index, digits) of a mapping of knob values, validating every value."""
         if isinstance(values, Config) and values._pos is self._pos and values._digits is not None:
             return values.index, values._digits

@@ -44,13 +44,13 @@ def _sample_sparse(
         if space._small:
             idx = (rows @ space._strides_np).tolist()
         else:
-            idx = [space._index_of_digits(r) for r in rows.tolist()]
+            idx = [space.index_of_digits(r) for r in rows.tolist()]
         for i, digits in zip(idx, rows.tolist()):
             if i not in excl and i not in chosen:
                 chosen[i] = tuple(digits)
                 if len(chosen) == n:
                     break
-    return [space._at(i, d) for i, d in chosen.items()]
+    return [space.at(i, d) for i, d in chosen.items()]
 
 
 def _sample_dense(
@@ -69,7 +69,7 @@ def neighbors(
     space: ConfigSpace, config: Config, rng: np.random.Generator | None, k: int | None
 ) -> list[Config]:
     """Configs differing from `config` in exactly one knob by one step."""
-    index, digits = space._locate(config)
+    index, digits = space.locate(config)
     steps = [
         (j, p)
         for j, (knob, d) in enumerate(zip(space.knobs, digits))
@@ -100,7 +100,7 @@ def neighbors(
 
 def mutate(space: ConfigSpace, config: Config, rng: np.random.Generator, n_knobs: int) -> Config:
     """Set `n_knobs` random knobs (of those with 2+ candidates) to new random values."""
-    _, digits = space._locate(config)
+    _, digits = space.locate(config)
     mutable = [j for j, d in enumerate(space.dims) if d > 1]
     m = min(n_knobs, len(mutable))
     if m <= 0:
@@ -110,13 +110,13 @@ def mutate(space: ConfigSpace, config: Config, rng: np.random.Generator, n_knobs
         j = mutable[t]
         r = int(rng.integers(space.dims[j] - 1))
         new[j] = r + (r >= digits[j])  # skip the current value: always a real change
-    return space._at(space._index_of_digits(new), tuple(new))
+    return space.at(space.index_of_digits(new), tuple(new))
 
 
 def crossover(space: ConfigSpace, a: Config, b: Config, rng: np.random.Generator) -> Config:
     """Uniform crossover: each knob from `a` or `b` with probability 1/2."""
-    _, da = space._locate(a)
-    _, db = space._locate(b)
+    _, da = space.locate(a)
+    _, db = space.locate(b)
     take_a = rng.random(len(da)) < 0.5
     digits = tuple(x if t else y for x, y, t in zip(da, db, take_a.tolist()))
-    return space._at(space._index_of_digits(digits), digits)
+    return space.at(space.index_of_digits(digits), digits)

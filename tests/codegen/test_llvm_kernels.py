@@ -10,8 +10,8 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from autotune.codegen.llvm.compiler import compile_llvm, generate_llvm_ir
-from autotune.codegen.llvm.runtime import CpuKernel
+from autotune.codegen.llvm.compiler import generate_llvm_ir
+from autotune.codegen.llvm.runtime import CpuKernel, compile_llvm
 from autotune.ir.expr import And, Const, Expr, Select, Var, cmp, maximum, minimum
 from autotune.ir.stmt import (
     Allocate,

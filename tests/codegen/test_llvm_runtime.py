@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
-from autotune.codegen.llvm.runtime import CpuKernel
+from autotune.codegen.llvm.compiler import compile_llvm_object
+from autotune.codegen.llvm.runtime import CpuKernel, compile_llvm
 from autotune.ir.expr import Var
 from autotune.ir.stmt import Buffer, For, ForKind, PrimFunc, Store
 from autotune.ops import aligned_empty
@@ -142,8 +142,8 @@ def test_process_with_parallel_kernel_exits_cleanly(tmp_path):
         import numpy as np
         sys.path.insert(0, %r)
         from tests.codegen.test_llvm_runtime import axpy_func, host_target, inputs
-        from autotune.codegen.llvm.compiler import compile_llvm, compile_llvm_object
-        from autotune.codegen.llvm.runtime import load_cpu_kernel
+        from autotune.codegen.llvm.compiler import compile_llvm_object
+        from autotune.codegen.llvm.runtime import compile_llvm, load_cpu_kernel
         source, binary = pickle.loads(open(%r, "rb").read())
         k = load_cpu_kernel(axpy_func(), host_target(), source, binary)
         x, y = inputs()
@@ -172,3 +172,32 @@ def test_inputs_may_share_memory(kernel):
     z = np.zeros_like(x)
     kernel(x, x, z)  # only written arrays must not overlap others
     np.testing.assert_allclose(z, 3 * x, rtol=1e-6)
+
+
+def test_partial_binds_weights_once_and_takes_pointers(kernel):
+    x, y = inputs(3)
+    ya = aligned_empty(y.shape)
+    ya[...] = y
+    call = kernel.partial({1: ya})
+    assert call.free == (0, 2)
+    xa, z = aligned_empty(x.shape), aligned_empty(x.shape)
+    xa[...] = x
+    call(xa.ctypes.data, z.ctypes.data)
+    np.testing.assert_allclose(z, 2 * x + y, rtol=1e-6)
+    ya[...] = 0  # the fixed argument is read where it lies, at each call
+    call(xa.ctypes.data, z.ctypes.data)
+    np.testing.assert_allclose(z, 2 * x, rtol=1e-6)
+    with pytest.raises(TypeError, match="2 pointers expected"):
+        call(xa.ctypes.data)
+
+
+def test_partial_refuses_what_cannot_be_fixed(kernel):
+    x, y = inputs()
+    with pytest.raises(ValueError, match="cannot be fixed"):
+        kernel.partial({2: aligned_empty((8, 64))})  # the output
+    with pytest.raises(ValueError, match="shape"):
+        kernel.partial({1: aligned_empty((8, 63))})
+    raw = np.empty(8 * 64 + 1, dtype=np.float32)
+    offset = 0 if raw.ctypes.data % 64 else 1  # a view that starts off the 64-byte grid
+    with pytest.raises(ValueError, match="aligned"):
+        kernel.partial({1: raw[offset:offset + 8 * 64].reshape(8, 64)})

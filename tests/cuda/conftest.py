@@ -1,6 +1,9 @@
-"""Fixtures of the CUDA tests: nvcc (skip with a reason when absent) and a CUDA device
-(tests marked ``cuda_device`` skip unless pycuda finds a GPU)."""
+"""Fixtures of the CUDA tests: nvcc (skip with a reason when absent, fail under CI=true,
+whose machines have it) and a CUDA device (tests marked ``cuda_device`` skip unless pycuda
+finds a GPU)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -11,8 +14,10 @@ from autotune.codegen.cuda.nvcc import find_nvcc
 def nvcc() -> str:
     path = find_nvcc()
     if path is None:
-        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): "
-                    "CUDA compile tests skipped")
+        reason = "nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): CUDA compile tests skipped"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
 
 

@@ -15,8 +15,9 @@ import pytest
 
 import autotune
 from autotune.db import Database
-from autotune.db.export_import import ERROR_KINDS, BadRecord
+from autotune.db.export_import import BadRecord
 from autotune.measure.result import ErrorKind, MeasureResult
+from autotune.records import ERROR_KINDS
 from autotune.target import Target
 from tests.service.service_helpers import Server  # a real `autotune serve`
 

@@ -154,7 +154,7 @@ def test_bad_lines_are_reported_with_their_number(db: Database) -> None:
 
 
 def test_one_parser_reads_exported_lines_and_rest_bodies(db: Database, make) -> None:
-    from autotune.db.export_import import canonical_workload_key, record_from_json
+    from autotune.records import canonical_workload_key, record_from_json
 
     _fill(db, make)
     originals = sorted(db.trials_for(make.workload(m=16), make.target()), key=lambda r: r.id)

@@ -136,14 +136,30 @@ def test_compile_model_matches_torch(net):
     assert len(kernel_modules(compiled)) == sum(t.weight for t in tasks)
     # conv weights the default schedules pack are packed once, at compile time
     assert any(m.kernel_params[0].shape != m.params[0].shape for m in kernel_modules(compiled))
+    # the weights are bound once: a call passes only pointers, never the checked path
+    checked = []
+    for m in kernel_modules(compiled):
+        m.kernel = _Refuse(m.kernel, checked)
     with torch.no_grad():
         want, got = model(x), compiled(x)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    assert checked == []
     assert not model.training and all(not m.training for m in model.modules())
     # another batch size: the kernels are specialised, torch runs the folded layers
     x2 = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.allclose(compiled(x2), model(x2), rtol=1e-4, atol=1e-4)
+
+
+class _Refuse:
+    """Stands in for a kernel's checked call, recording any use of it."""
+
+    def __init__(self, kernel, seen: list) -> None:
+        self.kernel, self.seen = kernel, seen
+
+    def __call__(self, *arrays):
+        self.seen.append(self.kernel.name)
+        return self.kernel(*arrays)
 
 
 def test_extract_leaves_the_model_in_training_mode():

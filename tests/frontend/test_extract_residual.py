@@ -101,3 +101,20 @@ def test_shortcut_forms():
     assert left_in_torch(gm)["add"] == 2  # after the relu, and the broadcast one
     with torch.no_grad():
         assert_close(gm(x), model(x))
+
+
+def test_kernel_arguments_in_order_on_both_call_paths():
+    """The kernel takes the main input, the weights, then the residual: through the bound
+    call (aligned tensors) and the checked one (an input 4 bytes off alignment)."""
+    torch.manual_seed(2)
+    model = randomize_bn(TinyResNet())
+    gm = compiled(model, torch.randn(X))
+    mod = next(m for m in kernel_modules(gm) if "residual" in m.workload.epilogue)
+    xs = [torch.randn(s) for s in mod.in_shapes]
+    with torch.no_grad():
+        want = mod.forward_torch(*xs)
+        assert_close(mod(*xs), want)
+        shifted = torch.empty(xs[1].numel() + 1)[1:].view(xs[1].shape)
+        shifted.copy_(xs[1])
+        assert shifted.data_ptr() % 64 and shifted.is_contiguous()
+        assert_close(mod(xs[0], shifted), want)

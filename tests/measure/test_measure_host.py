@@ -52,7 +52,7 @@ def test_host_lock_excludes_another_holder_in_this_process(tmp_path: Path) -> No
 SPAWN = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from autotune.measure.child import ChildProcess
+    from autotune.process.child import ChildProcess
     from tests.measure.measure_fakes import busy_child
 
     if __name__ == "__main__":

@@ -9,8 +9,8 @@ import pytest
 
 import autotune
 from autotune import driver
-from autotune.cpu_facts import CpuFacts, facts_of, has_fma, parse_size
 from autotune.schedule.templates import cpu_conv2d, cpu_depthwise, cpu_matmul
+from autotune.target.cpu_facts import CpuFacts, facts_of, has_fma, parse_size
 
 AVX2 = CpuFacts(256, 16, True, 32 * 1024, 256 * 1024, 8 * 1024**2, 4)
 AVX512 = CpuFacts(512, 32, True, 32 * 1024, 1024 * 1024, 16 * 1024**2, 4)

@@ -8,8 +8,8 @@ import pytest
 
 import autotune
 from autotune import driver
-from autotune.cpu_facts import CpuFacts
 from autotune.schedule.templates import cpu_gemv
+from autotune.target.cpu_facts import CpuFacts
 
 ZEN = CpuFacts(512, 32, True, 48 * 1024, 1024 * 1024, 32 * 1024**2, 2)
 TARGET = autotune.Target("llvm")

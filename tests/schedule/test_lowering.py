@@ -8,8 +8,7 @@ import autotune
 from autotune import driver
 from autotune.ir.expr import Var, walk
 from autotune.ir.interp import interpret
-from autotune.ir.printer import format_func
-from autotune.ir.stmt import Allocate, For, ForKind, Scope, Store, Sync, walk_stmts
+from autotune.ir.stmt import Allocate, For, ForKind, Scope, Store, Sync, format_func, walk_stmts
 from autotune.schedule.compute import compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule
 

@@ -39,10 +39,10 @@ def test_the_pool_makes_one_executor_per_target_and_options() -> None:
 
 
 def test_a_jobs_measure_options_go_over_the_settings() -> None:
-    from autotune.service.main import local_executor_factory
+    from autotune.service.main import executor_factory_of
     from autotune.settings import Settings
 
-    make = local_executor_factory(Settings(repeat=7, run_timeout=4.0))
+    make = executor_factory_of(Settings(repeat=7, run_timeout=4.0))
     executor = make(Target("llvm"), {"repeat": 3})
     try:
         assert (executor.options.repeat, executor.options.run_timeout) == (3, 4.0)

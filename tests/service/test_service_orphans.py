@@ -114,7 +114,7 @@ def hold_gil(conn: Connection) -> None:
 PARENT = f"""
 import sys, threading
 sys.path.insert(0, {str(REPO)!r})
-from autotune.measure.child import ChildProcess
+from autotune.process.child import ChildProcess
 from tests.service.test_service_orphans import hold_gil
 
 child = ChildProcess(hold_gil, (), "gil-holder")

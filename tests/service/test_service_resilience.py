@@ -17,7 +17,7 @@ import pytest
 
 from autotune.service.sources import SourceCache
 from autotune.target import Target, host_cpu
-from autotune.target_isa import probe, probe_trusted
+from autotune.target.isa import probe, probe_trusted
 from tests.service.service_helpers import SMALL_MATMUL, create_key, wait_for
 
 pytestmark = pytest.mark.timeout(300)

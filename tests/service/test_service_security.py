@@ -48,7 +48,7 @@ def test_the_database_password_is_never_printed(fresh_pg_url, tmp_path) -> None:
                            "--db", url], capture_output=True, text=True, timeout=120)
     assert best.returncode == 1 and "no valid record" in best.stderr
     assert "s3cret-pw" not in best.stderr and "***" in best.stderr
-    # `serve --demo` names its database at start (and queues a demo job: stopped at once).
+    # `serve --demo` names its database at start (and starts the demo run: stopped at once).
     demo = subprocess.Popen([*CLI, "serve", "--demo", "--db", url, "--port", str(free_port())],
                             cwd=tmp_path, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -28,7 +28,6 @@ from autotune.codegen.cuda.emit import c_division, flat_index, index_bits
 from autotune.codegen.cuda.passes import Launch, shared_buffers
 from autotune.ir.analysis import Interval, loop_extents
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var
-from autotune.ir.printer import format_stmt
 from autotune.ir.stmt import (
     Allocate,
     Buffer,
@@ -41,6 +40,7 @@ from autotune.ir.stmt import (
     Stmt,
     Store,
     Sync,
+    format_stmt,
 )
 
 Value = Union[int, float, np.ndarray]  # a uniform value, or one per lane

@@ -7,16 +7,19 @@ whose pointer parameters are ``noalias align 64``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
-from autotune.codegen.llvm.emit import Env, FunctionEmitter
+from autotune.codegen.llvm.emit import Env, FunctionEmitter, LoopEmitter
 from autotune.codegen.llvm.jit import emit_object, host_layout
+from autotune.codegen.llvm.parallel import emit_parallel
 from autotune.codegen.llvm.text import PTR, ModuleBuilder, sanitize
+from autotune.codegen.llvm.vector import emit_vectorized
 from autotune.ir.expr import FLOAT
-from autotune.ir.stmt import Allocate, PrimFunc, walk_stmts
+from autotune.ir.stmt import Allocate, ForKind, PrimFunc, walk_stmts
 
-if TYPE_CHECKING:
-    from autotune.codegen.llvm.runtime import CpuKernel
+# Loops that become more than a serial loop: SIMD operations, and a GOMP_parallel region
+LOOPS: Mapping[ForKind, LoopEmitter] = {ForKind.VECTORIZED: emit_vectorized,
+                                         ForKind.PARALLEL: emit_parallel}
 
 
 def function_attributes(target: Any) -> str:
@@ -56,7 +59,7 @@ def build_module(func: PrimFunc, target: Any) -> ModuleBuilder:
                        [(PTR, "noalias align 64", b.name) for b in buffers],
                        linkage="internal", inline=True)
     env = Env(bufs=dict(zip(buffers, body.params)))
-    FunctionEmitter(mb, body, env, target).stmt(func.body)
+    FunctionEmitter(mb, body, env, target, LOOPS).stmt(func.body)
 
     args = entry.params[0]
     ptrs = []
@@ -79,8 +82,3 @@ def compile_llvm_object(func: PrimFunc, target: Any) -> tuple[str, bytes]:
     return text, emit_object(text, target)
 
 
-def compile_llvm(func: PrimFunc, target: Any) -> "CpuKernel":
-    """Generate, optimize (O3) and JIT-load ``func`` for the host CPU."""
-    from autotune.codegen.llvm.runtime import load_cpu_kernel
-
-    return load_cpu_kernel(func, target, *compile_llvm_object(func, target))

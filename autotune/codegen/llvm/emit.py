@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from autotune.codegen.llvm.index import flat_index, in_bounds, known_multiple
 from autotune.codegen.llvm.text import (
@@ -83,14 +83,22 @@ def access_align(flat: Expr, ranges: dict[Var, Interval], zero: Var | None = Non
     return align
 
 
-class FunctionEmitter:
-    """Emits statements into one LLVM function; ``spawn`` starts another (outlined) one."""
+# Emits a loop of a special kind (vectorized, parallel) and says whether it could; a loop it
+# declines becomes a serial loop. The compiler hands these in: they build on this module.
+LoopEmitter = Callable[["FunctionEmitter", For], bool]
 
-    def __init__(self, module: ModuleBuilder, fb: FunctionBuilder, env: Env, target: Any):
+
+class FunctionEmitter:
+    """Emits statements into one LLVM function; ``spawn`` starts another (outlined) one.
+    ``loops`` emit the loop kinds that are more than a serial loop."""
+
+    def __init__(self, module: ModuleBuilder, fb: FunctionBuilder, env: Env, target: Any,
+                 loops: Mapping[ForKind, LoopEmitter]):
         self.module, self.fb, self.env, self.target = module, fb, env, target
+        self.loops = loops
 
     def spawn(self, fb: FunctionBuilder, env: Env) -> "FunctionEmitter":
-        return FunctionEmitter(self.module, fb, env, self.target)
+        return FunctionEmitter(self.module, fb, env, self.target, self.loops)
 
     @contextmanager
     def bind(self, var: Var, val: Val | None, rng: Interval) -> Iterator[None]:
@@ -288,14 +296,10 @@ class FunctionEmitter:
                 with self.bind(s.var, const_int(i), (i, i)):
                     self.stmt(s.body)
             return
-        if s.kind is ForKind.VECTORIZED:
-            from autotune.codegen.llvm.vector import emit_vectorized
-            if emit_vectorized(self, s):
-                return
-        if s.kind is ForKind.PARALLEL and not self.env.in_parallel:
-            from autotune.codegen.llvm.parallel import emit_parallel
-            if emit_parallel(self, s):
-                return
+        special = self.loops.get(s.kind)
+        nested = s.kind is ForKind.PARALLEL and self.env.in_parallel  # one level of threads
+        if special is not None and not nested and special(self, s):
+            return
         self.serial_loop(s.var, const_int(0), const_int(s.extent), (0, s.extent - 1),
                          lambda: self.stmt(s.body), nonempty=True)
 

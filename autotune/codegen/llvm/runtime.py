@@ -7,12 +7,12 @@ avoid that).
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from autotune.codegen.kernel import Kernel
-from autotune.codegen.llvm.compiler import entry_name
+from autotune.codegen.llvm.compiler import compile_llvm_object, entry_name
 from autotune.codegen.llvm.jit import load_object
 from autotune.ir.stmt import PrimFunc, Store, walk_stmts
 from autotune.ops.workload import aligned_empty
@@ -86,6 +86,47 @@ class CpuKernel(Kernel):
 
         return run
 
+    def partial(self, fixed: Mapping[int, np.ndarray]) -> "BoundCall":
+        """Fix the arguments at the positions of ``fixed`` (a model's weights), checked once;
+        the returned call takes only the others, as raw 64-byte aligned data pointers."""
+        bufs = self.func.args
+        for i, a in fixed.items():
+            if not 0 <= i < len(bufs) - 1:
+                raise ValueError(f"kernel {self.name!r}: argument {i} cannot be fixed "
+                                 f"(inputs are 0..{len(bufs) - 2})")
+            if not (isinstance(a, np.ndarray) and a.dtype == np.float32
+                    and a.shape == bufs[i].shape and a.flags.c_contiguous):
+                self._arg_error(i, bufs[i], a, is_output=False)
+            if a.ctypes.data % ALIGN:
+                raise ValueError(f"kernel {self.name!r}: fixed argument {i} "
+                                 f"({bufs[i].name}) is not {ALIGN}-byte aligned")
+        return BoundCall(self, fixed)
+
+
+class BoundCall:
+    """A `CpuKernel` with some arguments fixed: ``call(*pointers)`` passes the data pointers
+    of the other arguments, in order (the output last), straight to the entry: no checks,
+    no arrays, no pointer array built per call. The caller owns the contract: each pointer
+    64-byte aligned, to memory of the argument's shape, the output overlapping nothing."""
+
+    def __init__(self, kernel: CpuKernel, fixed: Mapping[int, np.ndarray]) -> None:
+        self.kernel, self.fixed = kernel, dict(fixed)  # both kept alive with the call
+        n = len(kernel.func.args)
+        self.free = tuple(i for i in range(n) if i not in fixed)
+        self._ptrs = kernel._ptr_array(*[0] * n, *kernel._ws_ptrs)
+        for i, a in fixed.items():
+            self._ptrs[i] = a.ctypes.data
+        self._entry = kernel._entry
+
+    def __call__(self, *pointers: int) -> None:
+        if len(pointers) != len(self.free):
+            raise TypeError(f"kernel {self.kernel.name!r}: {len(self.free)} pointers expected "
+                            f"(arguments {list(self.free)}), got {len(pointers)}")
+        ptrs = self._ptrs
+        for i, p in zip(self.free, pointers):
+            ptrs[i] = p
+        self._entry(ptrs)
+
 
 def load_cpu_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> CpuKernel:
     """Link object code from ``compile_llvm_object`` into this process as a kernel."""
@@ -95,3 +136,8 @@ def load_cpu_kernel(func: PrimFunc, target: Any, source: str, binary: bytes) -> 
     if not address:
         raise RuntimeError(f"object code has no entry symbol {name!r}")
     return CpuKernel(func, source, target, engine, address, binary)
+
+
+def compile_llvm(func: PrimFunc, target: Any) -> CpuKernel:
+    """Generate, optimize (O3) and JIT-load ``func`` for the host CPU."""
+    return load_cpu_kernel(func, target, *compile_llvm_object(func, target))

@@ -5,9 +5,9 @@ import math
 from functools import partial
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from autotune.cpu_facts import CpuFacts
 from autotune.schedule.schedule import Axis, Stage
 from autotune.space import Config, Split
+from autotune.target.cpu_facts import CpuFacts
 
 T = TypeVar("T")
 
@@ -108,3 +108,55 @@ def register_tile_limit(splits: Sequence[str], limit: int) -> Callable[[Config],
 def _tile_reason(splits: tuple[str, ...], limit: int, cfg: Config) -> str | None:
     tile = math.prod(cfg[s][-1] for s in splits)
     return f"register tile of {tile} floats exceeds {limit}" if tile > limit else None
+
+
+# Bounds of one unrolled reduction step (`unroll_limit`). Building the README's conv2d
+# (C=K=64, 56x56, 3x3) and matmul 1024^3 on 2 cores of a Zen 4 (AVX-512, 32 registers), configs
+# past them took 5 to 17 s (the build timeout is 10 s), those within 0.1 to 2 s mostly; and
+# none of them can be fast: an accumulator of more than twice the vector registers spills at
+# every step, and 1024 unrolled statements hide every FMA latency many times over.
+ACCUMULATOR_REGISTERS_FACTOR = 2
+MAX_UNROLLED = 1024
+
+
+def vector_registers(extent: int, lanes: int) -> int:
+    """Registers a row of ``extent`` floats vectorised by `vector_width` holds (a partial
+    vector is legalised into whole registers; a scalar takes one)."""
+    v = vector_width(extent, lanes)
+    return extent // v * -(-v // lanes)
+
+
+def unroll_limit(step: Callable[[Config], tuple[int, int]],
+                 registers: int) -> Callable[[Config], str | None]:
+    """A validity predicate over ``step(cfg)`` = (accumulator registers, unrolled taps of the
+    reduction): the accumulator may hold at most twice the ``registers`` and the unrolled
+    step (their product) at most MAX_UNROLLED statements; past either, the build takes
+    seconds for code that spills."""
+    return partial(_unroll_reason, step, registers)
+
+
+def _unroll_reason(step: Callable[[Config], tuple[int, int]], registers: int,
+                   cfg: Config) -> str | None:
+    acc, taps = step(cfg)
+    limit = ACCUMULATOR_REGISTERS_FACTOR * registers
+    if acc > limit:
+        return (f"accumulator of {acc} vector registers exceeds {limit} (twice the "
+                f"registers): it spills at every step")
+    if acc * taps > MAX_UNROLLED:
+        return (f"unrolled step of {acc * taps} statements ({acc} accumulators x {taps} "
+                f"unrolled taps) exceeds {MAX_UNROLLED}")
+    return None
+
+
+def all_of(*predicates: Callable[[Config], str | None]) -> Callable[[Config], str | None]:
+    """A validity predicate: the first reason any of ``predicates`` gives, else None."""
+    return partial(_first_reason, predicates)
+
+
+def _first_reason(predicates: tuple[Callable[[Config], str | None], ...],
+                  cfg: Config) -> str | None:
+    for predicate in predicates:
+        reason = predicate(cfg)
+        if reason is not None:
+            return reason
+    return None

@@ -8,13 +8,15 @@ guarded load or materialised once; reduction over input channels split and (R, S
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule, Stage
 from autotune.schedule.templates.common import (
+    MAX_UNROLLED,
+    all_of,
     fit_count,
     innermost_factors,
     nearest_split,
@@ -23,10 +25,13 @@ from autotune.schedule.templates.common import (
     register_tile,
     register_tile_limit,
     tail_use,
+    unroll_limit,
+    vector_registers,
     vector_width,
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
           ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
@@ -48,10 +53,21 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Annotate("unroll_rs", ["none", "unroll"]),
         Choice("parallel", [1, 2, 3]),
     ]
-    default = default_values(wl, facts_of(target), knobs)
-    return ConfigSpace(knobs, default=default,
-                       validity=register_tile_limit(("tile_k", "tile_y", "tile_x"), MAX_REG_TILE),
-                       name="cpu_conv2d")
+    facts = facts_of(target)
+    validity = all_of(register_tile_limit(("tile_k", "tile_y", "tile_x"), MAX_REG_TILE),
+                      unroll_limit(partial(unrolled_step, lanes, wl.dim("R") * wl.dim("S")),
+                                   facts.vector_registers))
+    default = default_values(wl, facts, knobs)
+    return ConfigSpace(knobs, default=default, validity=validity, name="cpu_conv2d")
+
+
+def unrolled_step(lanes: int, taps: int, cfg: Config) -> tuple[int, int]:
+    """(accumulator registers, unrolled taps) of one step over an input channel: the
+    register tile by the vectorised axis, and the R x S window when it is unrolled."""
+    k2, y2, x2 = cfg["tile_k"][2], cfg["tile_y"][2], cfg["tile_x"][2]
+    acc = y2 * x2 * vector_registers(k2, lanes) if cfg["vec"] == "k" else \
+        k2 * y2 * vector_registers(x2, lanes)
+    return acc, taps if cfg["unroll_rs"] == "unroll" else 1
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
@@ -83,7 +99,9 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         "vec": "k",
         "pack_w": True,
         "pad": "buffer",
-        "unroll_rs": "unroll",
+        # a wide window (7x7) unrolled over the tile would exceed `unroll_limit`: a loop then
+        "unroll_rs": "unroll" if y2 * x2 * vector_registers(k2, facts.lanes) * R * S
+        <= MAX_UNROLLED else "none",
         "parallel": parallel_levels([wl.dim("N") * tk[0], ty[0], tx[0]], facts, 3),
     }
 

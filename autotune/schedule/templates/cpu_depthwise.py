@@ -6,13 +6,15 @@ the R x S window unrollable and the zero padding inlined or materialised once.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import depthwise_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
+    MAX_UNROLLED,
+    all_of,
     fit_count,
     innermost_factors,
     nearest_split,
@@ -21,11 +23,14 @@ from autotune.schedule.templates.common import (
     register_tile,
     register_tile_limit,
     tail_use,
+    unroll_limit,
+    vector_registers,
     vector_width,
 )
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
           ("c0", "y0", "c1", "x0", "y1", "x1"), ("y0", "c0", "x0", "c1", "y1", "x1")]
@@ -45,10 +50,19 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("rs_inner", [False, True]),
         Choice("parallel", [1, 2, 3]),
     ]
-    default = default_values(wl, facts_of(target), knobs)
-    return ConfigSpace(knobs, default=default,
-                       validity=register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
-                       name="cpu_depthwise_conv2d")
+    facts = facts_of(target)
+    validity = all_of(register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
+                      unroll_limit(partial(unrolled_step, lanes, wl.dim("R") * wl.dim("S")),
+                                   facts.vector_registers))
+    default = default_values(wl, facts, knobs)
+    return ConfigSpace(knobs, default=default, validity=validity, name="cpu_depthwise_conv2d")
+
+
+def unrolled_step(lanes: int, taps: int, cfg: Config) -> tuple[int, int]:
+    """(accumulator registers, unrolled taps): channels x rows x the columns' vectors, and
+    the R x S window when it is unrolled."""
+    acc = cfg["tile_c"][2] * cfg["tile_y"][2] * vector_registers(cfg["tile_x"][2], lanes)
+    return acc, taps if cfg["unroll_rs"] == "unroll" else 1
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
@@ -74,7 +88,9 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         "tile_x": nearest_split(tile_x, (-(-wl.out_w // x2), x2)),
         "order": ORDERS[0],
         "pad": "inline",
-        "unroll_rs": "unroll",
+        # a wide window unrolled over the tile would exceed `unroll_limit`: a loop then
+        "unroll_rs": "unroll" if y2 * vector_registers(x2, facts.lanes) * wl.dim("R")
+        * wl.dim("S") <= MAX_UNROLLED else "none",
         "rs_inner": False,
         "parallel": parallel_levels([wl.dim("N") * tc[0], ty[0], 1], facts, 3),
     }

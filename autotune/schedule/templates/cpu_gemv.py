@@ -15,13 +15,13 @@ from __future__ import annotations
 from math import ceil
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import gemv_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split, parallel_outer, vector_width
 from autotune.space import Choice, Config, ConfigSpace, Knob, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 MAX_PARTS = 16
 MIN_SEGMENT = 256  # floats of a row a task reads in one go (1 KiB: 16 cache lines)

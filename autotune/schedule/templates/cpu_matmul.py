@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.cpu_facts import CpuFacts, facts_of
 from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
@@ -23,10 +22,13 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     tail_use,
+    unroll_limit,
+    vector_registers,
     vector_width,
 )
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
 
 ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
           ("j0", "i0", "i1", "j1"), ("j0", "i0", "j1", "i1")]
@@ -50,8 +52,17 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
                                      reverse=True)),
         Choice("parallel", [1, 2]),
     ]
-    default = default_values(wl, facts_of(target), knobs)
-    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}")
+    facts = facts_of(target)
+    default = default_values(wl, facts, knobs)
+    return ConfigSpace(knobs, default=default, name=f"cpu_{wl.op}",
+                       validity=unroll_limit(unrolled_step, facts.vector_registers))
+
+
+def unrolled_step(cfg: Config) -> tuple[int, int]:
+    """(accumulator registers, unrolled k steps): rows x the register tile's vectors of the
+    chosen width, and the k1 steps when they are unrolled."""
+    acc = cfg["tile_i"][2] * vector_registers(cfg["tile_j"][2], cfg["vector_bits"] // 32)
+    return acc, cfg["tile_k"][1] if cfg["unroll_k"] == "unroll" else 1
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 import autotune
 from autotune.service.cache import json_body, json_response
 from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep, SourcesDep
+from autotune.service.http import json_content
 from autotune.service.schemas import BestPublic, Health, SourceStats, best_public
 from autotune.service.validation import check_target, parse_workload_query
 
@@ -22,7 +23,8 @@ async def get_best(db: DbDep, cache: CacheDep,
                    workload: Annotated[str, Query(
                        min_length=1, max_length=1024,  # URL-encoded, within the 16 KiB request line
                        description='workload JSON, e.g. {"op": "matmul", "params": {"M": 64, '
-                                   '"N": 64, "K": 64}}')],
+                                   '"N": 64, "K": 64}}',
+                       json_schema_extra=json_content("WorkloadIn"))],
                    target: Annotated[str, Query(min_length=1, max_length=256,
                                                 description="target spec or key")] = "llvm"
                    ) -> Response:

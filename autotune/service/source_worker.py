@@ -12,7 +12,7 @@ import os
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Mapping
 
-from autotune.measure.child import child_setup, tasks
+from autotune.process.child import child_setup, tasks
 
 if TYPE_CHECKING:
     from autotune.ops import Workload

@@ -3,7 +3,7 @@
 `Target("llvm")` detects the host CPU with llvmlite; `Target("cuda -arch=sm_90")` carries
 the GPU's limits. `key` is the stable string the tuning database stores; it names the ISA
 extensions that decide what runs (``-mattr=``) only where they differ from LLVM's defaults
-for the CPU (see `autotune.target_isa`), so the keys of default targets never changed.
+for the CPU (see `autotune.target.isa`), so the keys of default targets never changed.
 """
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def _host_isa_diff() -> str:
     """How the host's ISA differs from LLVM's defaults for its CPU name (a VM that hides
     AVX-512, or one that adds AVX512-FP16): the host's key names it. Both strings come from
     LLVM, so they are safe to probe in this process."""
-    from autotune.target_isa import probe_trusted
+    from autotune.target.isa import probe_trusted
 
     name, features = host_cpu()
     return probe_trusted(name, features).diff(probe_trusted(name, ""))
@@ -250,7 +250,7 @@ def _host_isa_diff() -> str:
 
 def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
     """CPU fields from host detection, overridden by the spec's options."""
-    from autotune.target_isa import probe, probe_trusted
+    from autotune.target.isa import probe, probe_trusted
 
     host_name, host_features = host_cpu()
     mcpu = options.get("mcpu", host_name)

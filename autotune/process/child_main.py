@@ -1,4 +1,4 @@
-"""Entry of every measurement child: ``python -m autotune.measure.child_main FD PARENT``.
+"""Entry of every measurement child: ``python -m autotune.process.child_main FD PARENT``.
 
 A child is its own interpreter started on this module, not a ``multiprocessing`` spawn: such
 a spawn re-imports the parent's ``__main__``, which fails for a script without a main guard,
@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 
 def run(fd: int, parent: int) -> None:
     """Connect on ``fd``, die with ``parent``, receive the entry point and run it."""
-    from autotune.measure.child import exit_with_parent, set_parent_death_signal
+    from autotune.process.child import exit_with_parent, set_parent_death_signal
 
     set_parent_death_signal()
     if os.getppid() != parent:  # the parent died before the signal was armed

@@ -2,7 +2,7 @@
 
 Builders, runners and feature workers keep such children warm (a start costs an interpreter
 and the imports) and replace one whenever it hangs or dies; nothing else is shared. A child
-is ``python -m autotune.measure.child_main``, so any script, notebook or stdin can start one
+is ``python -m autotune.process.child_main``, so any script, notebook or stdin can start one
 (a ``multiprocessing`` spawn re-imports ``__main__``). Every child dies with the process that
 started it, however that one ends: Linux's parent-death signal kills it at once, and an
 orphan watch covers other systems.
@@ -70,7 +70,7 @@ class ChildProcess:
         ours, theirs = socket.socketpair()
         try:
             fd = theirs.fileno()
-            argv = [sys.executable, "-m", "autotune.measure.child_main", str(fd),
+            argv = [sys.executable, "-m", "autotune.process.child_main", str(fd),
                     str(os.getpid())]
             proc = _spawn(lambda: subprocess.Popen(argv, pass_fds=(fd,),
                                                    stdin=subprocess.DEVNULL))

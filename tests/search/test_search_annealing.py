@@ -1,7 +1,7 @@
 """The annealing optimizer on its own: it climbs, keeps its chains, honours a budget."""
 import numpy as np
 
-from autotune.costmodel.annealing import Annealer
+from autotune.search.annealing import Annealer
 from autotune.space import Choice, ConfigSpace, Split
 
 

@@ -1,0 +1,97 @@
+"""The demo of `make run` (`autotune serve --demo`): a small CNN tuned as a model run.
+
+`demo_cnn` is the model (seven convolutions and a classifier: seven distinct tasks, one of
+them run twice); `DemoRun` tunes it with ``autotune tune-model`` in a child process beside the
+service, so that the dashboard shows its jobs, the run and the local worker live.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import IO, Any, Optional
+
+from autotune.settings import Settings
+
+DEMO_MODEL = "autotune.service.demo:demo_cnn"
+DEMO_NAME = "DemoCNN"  # the model's class name: its model run's name
+# About three minutes on two cores (seven tasks; about 1.5 s a trial with the tuner's work).
+DEMO_TRIALS = 128
+
+
+def demo_cnn() -> tuple[Any, Any]:
+    """``(model, example_inputs)``: a small CNN (ResNet-like stem and blocks, a depthwise
+    separable block, a linear classifier) on one 3x32x32 image, weights and BatchNorm
+    statistics fixed by a seed."""
+    import torch
+    from torch import nn
+
+    def conv(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+    class DemoCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                *conv(3, 16, 3), *conv(16, 32, 3, 2),  # 32x32, then 16x16
+                *conv(32, 32, 3, groups=32), *conv(32, 64, 1),  # depthwise separable
+                *conv(64, 64, 3, 2), *conv(64, 64, 3), *conv(64, 64, 3),  # 8x8, twice alike
+                nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.classifier = nn.Linear(64, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.classifier(self.features(x))
+
+    torch.manual_seed(0)
+    model = DemoCNN().eval()
+    for m in model.modules():  # BatchNorm statistics of a trained model, not the identity
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 3, 32, 32),)
+
+
+def demo_done(settings: Settings, trials: int) -> bool:
+    """Whether the database already holds a finished demo run of at least ``trials``."""
+    from autotune.db import Database
+    from autotune.db import model_runs as runs
+
+    db = Database.open(settings.db_url)
+    try:
+        found, _ = runs.list_runs(db, limit=1000)
+    finally:
+        db.dispose()
+    return any(r.name == DEMO_NAME and r.state == "done" and r.budget >= trials
+               for r in found)
+
+
+class DemoRun:
+    """``autotune tune-model`` of `demo_cnn` in a child process, appending its lines to the
+    file ``log``; a run stopped earlier continues where it stopped."""
+
+    def __init__(self, settings: Settings, trials: int, log: str) -> None:
+        # The database URL goes by the environment, not the command line (which `ps` shows).
+        # Unbuffered: forked measurement processes must not inherit (and write again) lines.
+        env = {**os.environ, "AUTOTUNE_DB_URL": settings.db_url, "PYTHONUNBUFFERED": "1"}
+        if settings.ray_address:  # measured where the service's jobs are
+            env["AUTOTUNE_RAY_ADDRESS"] = settings.ray_address
+        self._log: IO[str] = open(log, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.cli", "tune-model", DEMO_MODEL,
+             "--trials", str(trials)],
+            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def stop(self, timeout: float = 15.0) -> Optional[int]:
+        """Interrupt the run (it records itself as cancelled) and wait for it; killed after
+        ``timeout`` seconds. Its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
