@@ -8,10 +8,11 @@ read from the environment (``AUTOTUNE_*``) at each call.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import (
@@ -68,7 +69,8 @@ class ServiceError(RuntimeError):
 
 @dataclass(frozen=True)
 class BestRecord:
-    """The best valid record of a workload on a target: its config, cost (s) and GFLOP/s."""
+    """The best valid record of a workload on a target: its config, and the cost (s) and
+    GFLOP/s it is ranked by (its re-timed figure when a re-timing window ranked it)."""
 
     config: Config
     cost: float
@@ -156,6 +158,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     space = config_space(wl, tgt)
     pool = _replay_pool(executor, wl)
     if executor is None:
+        check_measurable(tgt)
         measure_options = measure_options or MeasureOptions.from_settings(Settings())
     with open_database(db) as database:
         lease: Optional[_JobLease] = None
@@ -235,6 +238,21 @@ def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
+def check_measurable(target: Target) -> None:
+    """Fail now, with `MeasureUnavailable`, on a CUDA target this host cannot time (no GPU of
+    its arch, no nvcc): every trial would be recorded as failed. A Ray cluster (the
+    settings' ``ray_address``) measures elsewhere, and CPU targets are checked by the
+    executor itself."""
+    if target.kind != "cuda" or Settings().ray_address:
+        return
+    from autotune.measure.capability import why_not_measurable
+    from autotune.measure.result import MeasureUnavailable
+
+    reason = why_not_measurable(target)
+    if reason:
+        raise MeasureUnavailable(f"cannot measure {target.key} on this host: {reason}")
+
+
 def default_executor(target: Target, measure_options: Optional["MeasureOptions"] = None, *,
                      settings: Optional[Settings] = None) -> "Executor":
     """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
@@ -262,11 +280,10 @@ def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTI
     else:
         with open_database(db, create=False) as database:
             record = None if database is None else database.best(wl, tgt)
-    if record is None or record.cost is None:
+    cost = None if record is None else record.ranked_cost
+    if record is None or cost is None:
         return None
-    flops = wl.flops()
-    gflops = record.gflops if record.gflops is not None else flops / record.cost / 1e9
-    return BestRecord(_config_of(record, wl, tgt), float(record.cost), float(gflops), record)
+    return BestRecord(_config_of(record, wl, tgt), float(cost), wl.flops() / cost / 1e9, record)
 
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:
@@ -297,8 +314,14 @@ def _remote_best(url: str, workload: Workload, target: Target,
                            f"{response.text[:200]}")
     try:
         body = response.json()
-        return record_from_json(body.get("record", body), workload_key=workload.key,
-                                target_key=target.key)
+        record = record_from_json(body.get("record", body), workload_key=workload.key,
+                                  target_key=target.key)
+        retimed = body.get("retimed_cost")
+        if retimed is None:
+            return record
+        if not (isinstance(retimed, (int, float)) and 0 < retimed < math.inf):
+            raise ValueError(f"retimed_cost must be a positive number of seconds; got {retimed!r}")
+        return replace(record, retimed_cost=float(retimed))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ServiceError(f"autotune service at {url} sent an unexpected body: {exc}") from exc
 

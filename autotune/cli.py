@@ -213,7 +213,12 @@ def _print_summary(wl: "Workload", result: "TuneResult") -> None:
         cells = [f"{r.config_index} {flops / r.first_cost / 1e9:.2f}->"
                  + (f"{flops / r.retimed_cost / 1e9:.2f}" if r.retimed_cost else r.error)
                  for r in result.retimed]
-        print(f"re-timed top {len(cells)} (config GFLOP/s first->again): {', '.join(cells)}")
+        head = result.retimed[0]
+        verdict = {"ok": "ranks them", "noisy": "set aside: noisy",
+                   "failed": "set aside: no valid re-run"}.get(head.status, head.status)
+        slow = f", {head.ratio:.2f}x their first" if head.ratio is not None else ""
+        print(f"re-timed together (config GFLOP/s first->re-timed; {verdict}{slow}, "
+              f"{head.attempts} attempt(s)): {', '.join(cells)}")
     print(f"best: {result.best_gflops:.2f} GFLOP/s ({result.best_cost * 1e3:.4f} ms), "
           f"config {result.best_config.index}")
     print(json.dumps(result.best_config.to_dict()))

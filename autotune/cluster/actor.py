@@ -62,7 +62,8 @@ class DeviceMismatch(RuntimeError):
 
 
 class MeasureWorker:
-    """Measures chunks on ``device``; counts what it measured and answers ``status``."""
+    """Measures chunks on ``device`` and answers ``status`` (what it is doing now; what it
+    measured is counted in the trials table, by worker id)."""
 
     def __init__(self, worker_id: str, device: Device, options: Optional[MeasureOptions] = None,
                  synthetic: Optional[SleepDevice] = None) -> None:
@@ -84,7 +85,6 @@ class MeasureWorker:
         self._lock = threading.Lock()
         self._chunk: Optional[Chunk] = None
         self._since = 0.0
-        self.trials = self.failures = 0
         self.started_at = time.time()
 
     def measure(self, chunk: Chunk) -> list[MeasureResult]:
@@ -92,14 +92,10 @@ class MeasureWorker:
         with self._lock:
             self._chunk, self._since = chunk, time.monotonic()
         try:
-            results = self._measure(chunk)
+            return self._measure(chunk)
         finally:
             with self._lock:
                 self._chunk = None
-        with self._lock:
-            self.trials += len(results)
-            self.failures += sum(not r.ok for r in results)
-        return results
 
     def _measure(self, chunk: Chunk) -> list[MeasureResult]:
         if chunk.target_key != self.device.key:
@@ -119,7 +115,6 @@ class MeasureWorker:
                     "job": None if chunk is None else chunk.job,
                     "chunk": None if chunk is None else chunk.chunk_id,
                     "busy_s": time.monotonic() - self._since if chunk is not None else 0.0,
-                    "trials": self.trials, "failures": self.failures,
                     "started_at": self.started_at}
 
     def stop(self) -> None:

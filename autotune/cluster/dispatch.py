@@ -172,6 +172,7 @@ class Dispatcher:
             flight = self._flights.pop(chunk_id, None)
             if flight is None:
                 return  # already given up on (its worker was lost): drop the late answer
+            self.registry.chunk_done(flight.worker.name, chunk_id, flight.chunk.job)
             if _raised_inside(value):
                 # The worker's own code failed (its runner cannot start, say): not the
                 # candidates' fault. They go back unmarked and the worker sits out a while.

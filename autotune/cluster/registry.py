@@ -3,13 +3,17 @@
 A refresh thread lists the named actors of autotune's namespace every ``refresh_s``, asks
 each for its status (answered from a thread of its own while it measures), and marks a
 worker dead when its actor is gone. Dispatchers read ``live(target)`` and are woken when the
-set of live workers changes; the service shows ``snapshot()``.
+set of live workers changes; the service shows ``snapshot()``. A status answer is read up to
+``refresh_s`` after it was given, so the dispatchers also report each chunk that comes back
+(`chunk_done`): a worker is shown idle once its last chunk is back, and an answer older than
+that does not make it busy again.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -19,6 +23,7 @@ log = logging.getLogger("autotune.cluster")
 
 STATUS_TIMEOUT_S = 30.0  # a worker silent this long (status unanswered) counts as dead
 KEEP_DEAD = 100          # dead workers still listed (most recent first)
+FINISHED_KEPT = 32       # finished chunks remembered per worker (see WorkerView.finished)
 
 
 @dataclass
@@ -35,12 +40,13 @@ class WorkerView:
     job: Optional[int] = None
     chunk: Optional[int] = None
     busy_s: float = 0.0
-    trials: int = 0
-    failures: int = 0
     last_seen: float = 0.0   # wall-clock time of its last status
     reason: str = ""         # why it is dead
     pending: Any = None      # the outstanding status call
     asked_at: float = field(default=0.0)
+    # (chunk, job) of the chunks this process saw it finish: a status answered before then
+    # but read after says it is still busy with one of them, which is no longer true
+    finished: deque = field(default_factory=lambda: deque(maxlen=FINISHED_KEPT))
 
     @property
     def live(self) -> bool:
@@ -49,8 +55,11 @@ class WorkerView:
     def public(self) -> dict[str, Any]:
         return {"name": self.name, "worker": self.name[len(ACTOR_PREFIX):], "host": self.host,
                 "target": self.target, "device": self.device, "state": self.state,
-                "job": self.job, "trials": self.trials, "failures": self.failures,
-                "last_seen": self.last_seen or None, "reason": self.reason or None}
+                "job": self.job, "last_seen": self.last_seen or None,
+                "reason": self.reason or None}
+
+    def idle(self) -> None:
+        self.state, self.job, self.chunk, self.busy_s = "idle", None, None, 0.0
 
 
 def connect(address: Optional[str]) -> None:
@@ -120,6 +129,25 @@ class WorkerRegistry:
             views = sorted(self._workers.values(), key=lambda w: (w.target, w.name))
             return [w.public() for w in views] + [w.public() for w in self._dead]
 
+    def track(self, name: str, handle: Any) -> WorkerView:
+        """Start tracking the actor ``name`` (state ``starting`` until its first status)."""
+        view = WorkerView(name, handle)
+        with self._lock:
+            self._workers[name] = view
+        return view
+
+    def chunk_done(self, name: str, chunk: int, job: Optional[int]) -> None:
+        """A chunk this process sent to worker ``name`` came back: the worker is idle now,
+        unless its status has since named another chunk (the dispatcher calls this before
+        it hands the results on, so a job never ends with its worker shown busy on it)."""
+        with self._lock:
+            view = self._workers.get(name)
+            if view is None:
+                return
+            view.finished.append((chunk, job))
+            if view.state == "busy" and view.chunk == chunk:
+                view.idle()
+
     def mark_dead(self, name: str, reason: str, *, ban_s: float = 0.0) -> None:
         """Forget a worker whose actor failed; a later refresh re-adds it if it answers, after
         ``ban_s`` seconds."""
@@ -165,8 +193,7 @@ class WorkerRegistry:
                 handle = ray.get_actor(name, namespace=NAMESPACE)
             except ValueError:  # gone between the listing and now
                 continue
-            with self._lock:
-                self._workers[name] = WorkerView(name, handle)
+            self.track(name, handle)
         for name in known.keys() - names:
             self.mark_dead(name, "its actor is gone")
         with self._lock:
@@ -195,13 +222,21 @@ class WorkerRegistry:
         except Exception as err:  # the actor died (or never started)
             self.mark_dead(view.name, error_reason(err))
             return False
+        return self.apply_status(view, status)
+
+    def apply_status(self, view: WorkerView, status: dict[str, Any]) -> bool:
+        """Take a worker's answer to ``status`` (`MeasureWorker.status`); whether it
+        became live."""
         was_live = view.live
-        view.target, view.host, view.device = status["target"], status["host"], status["device"]
-        view.pid, view.job, view.chunk = status["pid"], status["job"], status["chunk"]
-        view.busy_s, view.trials, view.failures = (status["busy_s"], status["trials"],
-                                                   status["failures"])
-        view.state = "busy" if status["busy"] else "idle"
-        view.last_seen = time.time()
+        with self._lock:
+            view.target, view.host = status["target"], status["host"]
+            view.device, view.pid = status["device"], status["pid"]
+            view.last_seen = time.time()
+            if status["busy"] and (status["chunk"], status["job"]) not in view.finished:
+                view.state, view.job, view.chunk = "busy", status["job"], status["chunk"]
+                view.busy_s = status["busy_s"]
+            else:  # idle, or busy with a chunk known to have finished since it answered
+                view.idle()
         return not was_live
 
     def _notify(self) -> None:

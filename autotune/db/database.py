@@ -15,10 +15,10 @@ from autotune.db.records import (
     ConfigLike,
     JobRecord,
     KeyOrObject,
+    RetimedLike,
     TargetLike,
     TrialRecord,
     WorkloadLike,
-    WorkloadWithFlops,
     key_of,
 )
 from autotune.records import files as jsonl_files
@@ -110,31 +110,26 @@ class Database:
         self._remember(workload, target, ids)
         return inserted
 
-    def update_trial_costs(self, workload: WorkloadWithFlops, target: TargetLike,
-                           config_index: int,
-                           *, costs: Sequence[float], extra: Mapping[str, Any],
-                           error: str = "none", error_msg: str = "",
-                           lease: Optional[tuple[int, str]] = None) -> bool:
-        """Replace a valid trial's repeat times after re-timing it (cost and GFLOP/s follow);
-        with ``error`` (the re-run crashed or answered wrong), mark it failed instead.
-
-        ``workload`` must know its ``flops()``; returns False when no valid record matches.
-        ``lease`` as in `add_trials`.
-        """
+    def record_retiming(self, workload: KeyOrObject, target: KeyOrObject,
+                        members: Sequence[RetimedLike], *, accepted: bool,
+                        lease: Optional[tuple[int, str]] = None) -> int:
+        """Write a re-timing window's outcome (`trials.record_retiming`): an ``accepted``
+        window's figures become the ones `best` ranks by; a disqualified member stops being
+        valid. Returns the records touched. ``lease`` as in `add_trials`."""
         with self.session(write=True) as s:
             jobs.check_held(s, lease)
-            return trials.update_costs(s, workload_key=key_of(workload), target_key=key_of(target),
-                                       config_key=str(int(config_index)), costs=costs,
-                                       flops=int(workload.flops()), extra=extra,
-                                       error=error, error_msg=error_msg)
+            return trials.record_retiming(s, workload_key=key_of(workload),
+                                          target_key=key_of(target), members=members,
+                                          accepted=accepted)
 
     def best(self, workload: KeyOrObject, target: KeyOrObject) -> Optional[TrialRecord]:
-        """The valid record with the lowest cost, or None (failed trials are never best)."""
+        """The best valid record (the first of `top`), or None; its figure is
+        ``ranked_cost``. Failed trials are never best."""
         found = self.top(workload, target, 1)
         return found[0] if found else None
 
     def top(self, workload: KeyOrObject, target: KeyOrObject, k: int) -> list[TrialRecord]:
-        """The ``k`` fastest valid records, fastest first."""
+        """The ``k`` best valid records, best first (`trials.top` states the ranking)."""
         with self.session() as s:
             return trials.top(s, workload_key=key_of(workload), target_key=key_of(target), k=k)
 
@@ -251,6 +246,12 @@ class Database:
         that name none."""
         with self.session() as s:
             return trials.job_workers(s, job_id=job_id)
+
+    def worker_counts(self, workers: Sequence[tuple[str, str]]
+                      ) -> dict[tuple[str, str], tuple[int, int]]:
+        """(trials, failed trials) recorded per (worker, target key), over all jobs."""
+        with self.session() as s:
+            return trials.worker_counts(s, workers=workers)
 
     # -- job leases ---------------------------------------------------------------------
 

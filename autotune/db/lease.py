@@ -155,8 +155,8 @@ class OwnedStore:
         return self.db.update_job_progress(job_id, trials_done=trials_done,
                                            best_gflops=best_gflops, lease=self.lease)
 
-    def update_trial_costs(self, *args: Any, **kwargs: Any) -> bool:
-        return self.db.update_trial_costs(*args, lease=self.lease, **kwargs)
+    def record_retiming(self, *args: Any, **kwargs: Any) -> int:
+        return self.db.record_retiming(*args, lease=self.lease, **kwargs)
 
     def set_job_model_scores(self, job_id: int, *, batch: int, trials: int,
                              scores: Mapping[str, float]) -> bool:

@@ -194,7 +194,10 @@ def task_trials(db: Database, workload_keys: Sequence[str], target_key: str
     if not workload_keys:
         return {}
     valid = case((TrialRow.error == "none", TrialRow.cost), else_=None)
-    stmt = (select(WorkloadRow.key, func.count(TrialRow.id), func.min(valid))
+    retimed = case((TrialRow.error == "none", TrialRow.retimed_cost), else_=None)
+    # `trials.top`'s ranking: the latest re-timing window's figure where there is one
+    best = func.coalesce(func.min(retimed), func.min(valid))
+    stmt = (select(WorkloadRow.key, func.count(TrialRow.id), best)
             .join(TrialRow, TrialRow.workload_id == WorkloadRow.id)
             .join(TargetRow, TrialRow.target_id == TargetRow.id)
             .where(WorkloadRow.key.in_(list(workload_keys)), TargetRow.key == target_key,

@@ -20,12 +20,6 @@ class WorkloadLike(Protocol):
     def op(self) -> str: ...
 
 
-class WorkloadWithFlops(WorkloadLike, Protocol):
-    """A `WorkloadLike` that also knows its floating-point operation count."""
-
-    def flops(self) -> int: ...
-
-
 class TargetLike(Protocol):
     """What the database needs of a target: its stable key and kind ("llvm", "cuda")."""
 
@@ -49,6 +43,23 @@ KeyOrObject = Union[str, HasKey]
 def key_of(obj: KeyOrObject) -> str:
     """The database key of a workload/target object, or the string itself."""
     return obj if isinstance(obj, str) else obj.key
+
+
+class RetimedLike(Protocol):
+    """One member of a re-timing window, as the database records it
+    (`autotune.search.result.Retimed`)."""
+
+    @property
+    def config_index(self) -> int: ...
+    @property
+    def retimed_cost(self) -> Optional[float]: ...
+    @property
+    def disqualified(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def error_msg(self) -> str: ...
+    def record(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ def trial_record(row: TrialRow, workload_key: str, target_key: str) -> TrialReco
         extra=dict(row.extra or {}),
         id=row.id,
         worker=row.worker,
+        retimed_cost=row.retimed_cost,
     )
 
 

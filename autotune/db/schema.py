@@ -146,6 +146,10 @@ class TrialRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # Who measured it: the worker id of extra["measured_by"] (NULL in older records).
     worker: Mapped[Optional[str]] = mapped_column(String(200), index=True)
+    # Median of the repeats of the latest accepted re-timing window of this workload and
+    # target, for that window's members only (``cost`` stays the first measurement's);
+    # see `autotune.db.trials.top` for the ranking it gives.
+    retimed_cost: Mapped[Optional[float]] = mapped_column(Float)
 
 
 class ApiKeyRow(Base):

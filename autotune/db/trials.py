@@ -5,14 +5,13 @@ measuring process was lost: no verdict on the config) gives way to the next meas
 """
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Select, case, delete, func, select
+from sqlalchemy import Select, case, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import insert_ignore
-from autotune.db.records import ConfigLike, TrialRecord, trial_record
+from autotune.db.records import ConfigLike, RetimedLike, TrialRecord, trial_record
 from autotune.db.schema import TargetRow, TrialRow, WorkloadRow, utcnow
 
 if TYPE_CHECKING:
@@ -102,33 +101,61 @@ def _run(session: Session, stmt: Select) -> list[TrialRecord]:
 
 
 def top(session: Session, *, workload_key: str, target_key: str, k: int) -> list[TrialRecord]:
-    """The ``k`` fastest valid records, fastest first (ties: earliest measured)."""
+    """The ``k`` best valid records, best first: the one ranking of records there is.
+
+    The members of the latest accepted re-timing window (the records with a
+    ``retimed_cost``) come first, by that figure; the others follow by their first
+    measurement's ``cost``. A re-timed figure is never ranked against a first measurement:
+    the first record is `best`'s answer (see docs/architecture.md, "Which record is best").
+    Ties: earliest measured."""
     stmt = (_of(_records(), workload_key, target_key)
             .where(TrialRow.error == "none", TrialRow.cost.is_not(None))
-            .order_by(TrialRow.cost, TrialRow.id).limit(max(k, 0)))
+            .order_by(TrialRow.retimed_cost.is_(None),
+                      func.coalesce(TrialRow.retimed_cost, TrialRow.cost), TrialRow.id)
+            .limit(max(k, 0)))
     return _run(session, stmt)
 
 
-def update_costs(session: Session, *, workload_key: str, target_key: str, config_key: str,
-                 costs: Sequence[float], flops: int, extra: Mapping[str, Any],
-                 error: str = "none", error_msg: str = "") -> bool:
-    """Replace a valid record's repeat times (a re-timing); cost and GFLOP/s follow. With an
-    ``error``, the re-run failed: the record keeps its times but stops being valid."""
-    stmt = (select(TrialRow)
-            .join(WorkloadRow, TrialRow.workload_id == WorkloadRow.id)
-            .join(TargetRow, TrialRow.target_id == TargetRow.id))
-    row = session.scalars(_of(stmt, workload_key, target_key)
-                          .where(TrialRow.config_key == config_key)).first()
-    if row is None or row.error != "none" or not costs:
-        return False
-    row.extra = {**(row.extra or {}), **dict(extra)}
-    if error != "none":
-        row.error, row.error_msg, row.gflops = error, error_msg, None
-        return True
-    row.costs = [float(c) for c in costs]
-    row.cost = float(statistics.median(row.costs))
-    row.gflops = flops / row.cost / 1e9 if row.cost > 0 else None
-    return True
+def record_retiming(session: Session, *, workload_key: str, target_key: str,
+                    members: Sequence[RetimedLike], accepted: bool) -> int:
+    """Write one re-timing window's outcome; returns the records it touched.
+
+    Each member's record keeps ``extra["retime"]`` (`RetimedLike.record`); a disqualified
+    member (its re-run crashed or answered wrong) stops being valid. An ``accepted`` window
+    becomes the latest: its members' ``retimed_cost`` are set and every other record of the
+    workload and target loses its own, in this one transaction. A window set aside (noisy)
+    changes no figure."""
+    ids = _ids(workload_key, target_key)
+    keys = {str(int(m.config_index)): m for m in members}
+    rows = {row.config_key: row for row in session.scalars(
+        select(TrialRow).where(TrialRow.workload_id == ids[0], TrialRow.target_id == ids[1],
+                               TrialRow.config_key.in_(list(keys))))}
+    if accepted:
+        figured = [key for key, m in keys.items()
+                   if m.retimed_cost is not None and not m.disqualified]
+        session.execute(update(TrialRow).where(
+            TrialRow.workload_id == ids[0], TrialRow.target_id == ids[1],
+            TrialRow.retimed_cost.is_not(None), TrialRow.config_key.not_in(figured))
+            .values(retimed_cost=None))
+    touched = 0
+    for key, member in keys.items():
+        row = rows.get(key)
+        if row is None or row.error != "none":
+            continue
+        touched += 1
+        row.extra = {**(row.extra or {}), "retime": dict(member.record())}
+        if member.disqualified:  # never hand out a kernel that failed its re-run
+            row.error, row.error_msg = member.error, f"on re-timing: {member.error_msg}"
+            row.gflops, row.retimed_cost = None, None
+        elif accepted and member.retimed_cost is not None:
+            row.retimed_cost = float(member.retimed_cost)
+    return touched
+
+
+def _ids(workload_key: str, target_key: str) -> tuple[Any, Any]:
+    """Scalar subqueries of the workload's and the target's ids."""
+    return (select(WorkloadRow.id).where(WorkloadRow.key == workload_key).scalar_subquery(),
+            select(TargetRow.id).where(TargetRow.key == target_key).scalar_subquery())
 
 
 def measured_indices(session: Session, *, workload_key: str, target_key: str) -> set[int]:
@@ -197,6 +224,22 @@ def job_workers(session: Session, *, job_id: int) -> list[tuple[str, int, int]]:
             for worker, count, bad in session.execute(stmt)]
     # Sorted here: the dialects disagree on where NULL sorts.
     return sorted(rows, key=lambda row: (-row[1], row[0]))
+
+
+def worker_counts(session: Session, *, workers: Sequence[tuple[str, str]]
+                  ) -> dict[tuple[str, str], tuple[int, int]]:
+    """(trials, failed trials) recorded as measured by each (worker, target key), over all
+    jobs: what `job_workers` counts per job, summed (0, 0 for a pair with none)."""
+    names = sorted({worker for worker, _ in workers})
+    if not names:
+        return {}
+    failed = func.sum(case((TrialRow.error != "none", 1), else_=0))
+    stmt = (select(TrialRow.worker, TargetRow.key, func.count(), failed)
+            .join(TargetRow, TrialRow.target_id == TargetRow.id)
+            .where(TrialRow.worker.in_(names)).group_by(TrialRow.worker, TargetRow.key))
+    found = {(worker, key): (int(count), int(bad or 0))
+             for worker, key, count, bad in session.execute(stmt)}
+    return {pair: found.get(pair, (0, 0)) for pair in workers}
 
 
 def job_trials_since(session: Session, *, job_id: int, after_id: int,

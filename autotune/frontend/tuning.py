@@ -18,6 +18,7 @@ from autotune.api import (
     DbArg,
     TargetArg,
     as_target,
+    check_measurable,
     default_executor,
     open_database,
     tune,
@@ -77,7 +78,7 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
                          f"{batch_size}")
     tgt = as_target(target)
     if executor is None:
-        _check_measurable(tgt)
+        check_measurable(tgt)
     with open_database(db) as database:
         name = tuner or DEFAULT_TUNER
         known = {opt.name for opt in options_table(name)}
@@ -93,21 +94,6 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
                 exe.close()
             if printer is not None:
                 printer.finish()
-
-
-def _check_measurable(target: Target) -> None:
-    """Fail now on a CUDA target this host cannot time (no GPU of its arch, no nvcc): its
-    trials would all be recorded as failed. A Ray cluster measures elsewhere."""
-    from autotune.settings import Settings
-
-    if target.kind != "cuda" or Settings().ray_address:
-        return
-    from autotune.measure.capability import why_not_measurable
-
-    reason = why_not_measurable(target)
-    if reason:
-        raise MeasureUnavailable(f"tune_model: cannot measure {target.key} on this host: "
-                                 f"{reason}")
 
 
 def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,

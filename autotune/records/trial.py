@@ -29,7 +29,23 @@ class TrialRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     id: Optional[int] = None
     worker: Optional[str] = None  # who measured it (a worker id), when known
+    # Its figure in the latest accepted re-timing window of its workload and target, when it
+    # was one of that window's members (``cost`` stays the first measurement's).
+    retimed_cost: Optional[float] = None
 
     @property
     def ok(self) -> bool:
         return self.error == "none" and self.cost is not None
+
+    @property
+    def ranked_cost(self) -> Optional[float]:
+        """The figure it is ranked by (`autotune.db.trials.top`): the re-timed one when it
+        has one, else its first measurement's."""
+        return self.retimed_cost if self.retimed_cost is not None else self.cost
+
+    @property
+    def ranked_gflops(self) -> Optional[float]:
+        """GFLOP/s at `ranked_cost` (None when failed)."""
+        if self.gflops is None or not self.cost or not self.ranked_cost:
+            return None
+        return self.gflops * self.cost / self.ranked_cost  # gflops = flops / cost / 1e9

@@ -17,7 +17,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import statistics
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -42,6 +41,7 @@ from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.registry import DEFAULT_TUNER, make_tuner
 from autotune.search.result import Progress, Retimed, TuneResult
+from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
 from autotune.space import Config
 
 if TYPE_CHECKING:
@@ -54,18 +54,11 @@ log = logging.getLogger(__name__)
 # batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
 # host with many build workers pass a larger batch_size.
 DEFAULT_BATCH_SIZE = 8
-# Top valid candidates timed once more at the end (timings vary between processes), and
-# at most this many rounds of it while a config not yet re-timed would still win.
-DEFAULT_RETIME = 3
-RETIME_ROUNDS = 3
 
 # Most of a job's valid trials the current model scores after each refit: half of them the
 # fastest, the rest the most recent. Scoring cached feature rows is milliseconds per
 # thousand; the stored JSON (~40 bytes a config) stays under 100 KB.
 MODEL_SCORES_CAP = 2000
-
-# Re-run failures that mean the kernel itself is broken, not the moment it ran in.
-_DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
 
 Callback = Callable[[Progress], Optional[bool]]
 TunerSpec = Union[str, Callable[..., Tuner]]
@@ -85,7 +78,8 @@ class TrialStore(Protocol):
                    items: Sequence[tuple[Any, MeasureResult]], flops: int) -> int: ...
     def update_job_progress(self, job_id: int, *, trials_done: int,
                             best_gflops: Optional[float]) -> bool: ...
-    # Optional, used when present: update_trial_costs (see `_retime`) and
+    # Optional, used when present: record_retiming(workload, target, members, *, accepted)
+    # and best(workload, target) (see `_retime`), and
     # set_job_model_scores(job_id, *, batch, trials, scores) (see `_store_model_scores`).
 
 
@@ -94,18 +88,21 @@ class _Tally:
 
     def __init__(self, flops: int, done: int) -> None:
         self.flops, self.done = flops, done
-        self.cost = float("inf")
-        self.config: Optional[Config] = None
-        self.valid: list[tuple[Config, tuple[float, ...]]] = []  # re-timing candidates
+        self.first_cost = float("inf")  # the fastest first measurement (search progress)
+        self.first_config: Optional[Config] = None
+        # The latest accepted re-timing window's winner (config, re-timed cost), if any:
+        # the best by the one ranking until this loop's own window.
+        self.retimed: Optional[tuple[Config, float]] = None
+        self.valid: list[Candidate] = []  # re-timing candidates
         self.own: list[tuple[Config, float]] = []  # the job's valid trials, measurement order
         self.errors: Counter[str] = Counter()
         self.history: list[tuple[int, float, float]] = []
         self.since_best = 0
 
     def offer(self, config: Config, cost: float) -> bool:
-        """Take ``config`` as the best if it is faster; whether it was."""
-        if cost < self.cost:
-            self.cost, self.config = cost, config
+        """Take ``config`` as the fastest first measurement if it is; whether it was."""
+        if cost < self.first_cost:
+            self.first_cost, self.first_config = cost, config
             return True
         return False
 
@@ -113,7 +110,7 @@ class _Tally:
         """Count one trial of this run."""
         self.done += 1
         if result.ok:
-            self.valid.append((config, tuple(result.costs)))
+            self.valid.append(Candidate(config, tuple(result.costs)))
             self.own.append((config, result.cost))
         if result.ok and self.offer(config, result.cost):
             self.since_best = 0
@@ -122,11 +119,30 @@ class _Tally:
         if not result.ok:
             self.errors[result.error.value] += 1
         gflops = self.flops / result.cost / 1e9 if result.ok and result.cost > 0 else 0.0
-        self.history.append((self.done, gflops, self.gflops))
+        self.history.append((self.done, gflops, self._gflops(self.first_cost)))
+
+    def set_standing(self, standing: Standing) -> None:
+        """Take the ranking's answer after re-timing."""
+        self.retimed = ((standing.config, standing.cost)
+                        if standing.retimed and standing.config is not None else None)
+        if not standing.retimed:
+            self.first_cost, self.first_config = standing.cost, standing.config
+
+    @property
+    def config(self) -> Optional[Config]:
+        """The best config by the one ranking (`autotune.db.trials.top`)."""
+        return self.retimed[0] if self.retimed is not None else self.first_config
+
+    @property
+    def cost(self) -> float:
+        return self.retimed[1] if self.retimed is not None else self.first_cost
 
     @property
     def gflops(self) -> float:
-        return self.flops / self.cost / 1e9 if 0 < self.cost < float("inf") else 0.0
+        return self._gflops(self.cost)
+
+    def _gflops(self, cost: float) -> float:
+        return self.flops / cost / 1e9 if 0 < cost < float("inf") else 0.0
 
 
 def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Executor, *,
@@ -205,7 +221,7 @@ def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Execut
         tune.close()
     retimed: tuple[Retimed, ...] = ()
     if stopped != "callback" and retime > 0:
-        retimed = _retime(workload, target, executor, db, tally, retime)
+        retimed = _retime(workload, target, space, executor, db, tally, retime)
         _report(db, job_id, tally)
     return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - start,
                       tuple(tally.history), MappingProxyType(dict(tally.errors)), stopped, job_id,
@@ -286,66 +302,65 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         results.append(res)
         if res.ok:
             tally.offer(cfg, res.cost)
-            tally.valid.append((cfg, res.costs))
+            tally.valid.append(Candidate(cfg, tuple(res.costs)))
             if job_id is not None and record.job_id == job_id:
                 tally.own.append((cfg, res.cost))
+            retimed = getattr(record, "retimed_cost", None)
+            if retimed is not None and (tally.retimed is None or retimed < tally.retimed[1]):
+                tally.retimed = (cfg, float(retimed))
     if inputs:
         tune.update(inputs, results)
 
 
-def _retime(workload: Any, target: Any, executor: Executor, db: Optional[TrialStore],
-            tally: _Tally, k: int) -> tuple[Retimed, ...]:
-    """Measure the top ``k`` valid configs again; rank them by the median of all their repeats.
+def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor,
+            db: Optional[TrialStore], tally: _Tally, k: int) -> tuple[Retimed, ...]:
+    """Re-time the best config so far with the top candidates (`autotune.search.retime`),
+    on one device when the executor can pin one. The re-runs are not trials: budget and
+    history are unchanged. A store with ``record_retiming`` keeps each window (a config
+    that crashed or answered wrong stops being valid); with ``best`` too, the tally takes
+    the store's answer afterwards, so the job's best is `best()`'s."""
+    record = getattr(db, "record_retiming", None)
+    best = getattr(db, "best", None)
+    incumbent = None
+    if tally.retimed is not None:
+        incumbent = (_candidate(tally, tally.retimed[0]), tally.retimed[1])
+    if best is not None:  # another job may have re-timed since this loop began
+        incumbent = _incumbent(best(workload, target), space, tally) or incumbent
 
-    When every re-timed config comes out slower than the first timing of one that was not
-    re-timed, the next ``k`` such configs are re-timed too (at most ``RETIME_ROUNDS``
-    rounds), so the winner is a config timed twice. A re-run giving a wrong answer or
-    crashing disqualifies the config (a timeout does not: the machine may have been busy).
-    The re-run is not a trial: budget and history are unchanged. When the database has
-    ``update_trial_costs``, the pooled repeats replace the record's costs, and a disqualified
-    record is marked failed, so that ``best()`` agrees with this ranking; otherwise only the
-    returned `TuneResult` reflects it.
-    """
-    # first timings, fastest first (a stable sort: ties keep measurement order)
-    ranked = sorted(((statistics.median(first), cfg, first) for cfg, first in tally.valid),
-                    key=lambda item: item[0])
-    update = getattr(db, "update_trial_costs", None)
+    def write(members: Sequence[Retimed], accepted: bool) -> None:
+        if record is not None:
+            record(workload, target, members, accepted=accepted)
+
     pinned = getattr(executor, "pinned", None)
     with pinned() if pinned is not None else nullcontext(executor) as one_device:
-        return _retime_rounds(workload, target, one_device, update, tally, ranked, k)
+        out, standing = run_window(workload, target, one_device, tally.valid, incumbent,
+                                    k, write)
+    tally.set_standing(standing)
+    if best is not None and record is not None:
+        found = best(workload, target)
+        cfg = _config_of(space, found) if found is not None else None
+        if found is not None and cfg is not None:
+            tally.set_standing(Standing(cfg, float(found.ranked_cost),
+                                        found.retimed_cost is not None))
+    return out
 
 
-def _retime_rounds(workload: Any, target: Any, executor: Executor, update: Any, tally: _Tally,
-                   ranked: list[tuple[float, Config, tuple[float, ...]]],
-                   k: int) -> tuple[Retimed, ...]:
-    out: list[Retimed] = []
-    done: set[int] = set()
-    tally.cost, tally.config = float("inf"), None
-    for _ in range(RETIME_ROUNDS):
-        batch = [item for item in ranked
-                 if item[1].index not in done and item[0] < tally.cost][:k]
-        if not batch:
-            break
-        results = executor.submit([MeasureInput(workload, target, cfg) for _, cfg, _ in batch])
-        for (first_cost, cfg, first), res in zip(batch, results):
-            done.add(cfg.index)
-            pooled = tuple(first) + (tuple(res.costs) if res.ok else ())
-            cost = statistics.median(pooled)
-            out.append(Retimed(cfg.index, first_cost, res.cost if res.ok else None, cost,
-                               res.error.value))
-            if res.error not in _DISQUALIFY:
-                tally.offer(cfg, cost)
-            if update is None:
-                continue
-            if res.ok:
-                extra = {"first_costs": list(first), "retimed_costs": list(res.costs)}
-                if "measured_by" in res.extra:
-                    extra["retimed_by"] = res.extra["measured_by"]
-                update(workload, target, cfg.index, costs=pooled, extra=extra)
-            elif res.error in _DISQUALIFY:  # never hand out a kernel that failed its re-run
-                update(workload, target, cfg.index, costs=first, extra={},
-                       error=res.error.value, error_msg=f"on re-timing: {res.error_msg}")
-    return tuple(out)
+def _candidate(tally: _Tally, config: Config) -> Candidate:
+    """The re-timing candidate of ``config`` (its first measurement)."""
+    return next(c for c in tally.valid if c.config.index == config.index)
+
+
+def _incumbent(record: Any, space: "ConfigSpace", tally: _Tally
+               ) -> Optional[tuple[Candidate, float]]:
+    """(candidate, re-timed cost) of the store's best record when a window ranked it."""
+    if record is None or getattr(record, "retimed_cost", None) is None:
+        return None
+    cfg = _config_of(space, record)
+    if cfg is None:
+        return None
+    known = [c for c in tally.valid if c.config.index == cfg.index]
+    first = known[0] if known else Candidate(cfg, tuple(record.costs))
+    return first, float(record.retimed_cost)
 
 
 def _with_prediction(result: MeasureResult, score: Optional[float], batch: int) -> MeasureResult:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureResult
@@ -18,7 +18,8 @@ class Progress:
     """Passed to ``on_batch`` callbacks after each batch is measured and recorded.
 
     ``trials_done`` counts toward ``budget`` (a resumed job's earlier trials included);
-    ``errors`` counts failed measurements in this call; best values are 0/None until one is valid.
+    ``errors`` counts failed measurements in this call; best values (the one ranking of
+    `autotune.db.trials.top`, see docs/architecture.md) are 0/None until one is valid.
     """
 
     trials_done: int
@@ -33,13 +34,39 @@ class Progress:
 
 @dataclass(frozen=True)
 class Retimed:
-    """One top candidate timed again at the end (costs in seconds; None: the re-run failed)."""
+    """One member of a re-timing window (`autotune.search.retime`); costs in seconds.
+
+    ``retimed_cost`` is the fastest of its rounds' medians in the window (None when no round
+    of it was valid; ``costs``: every repeat of its rounds); ``first_cost`` its first
+    measurement's, never pooled with it. ``status``: ``ok`` (the window was accepted: its
+    figures rank its members), ``noisy`` (on every attempt the window ran ``ratio`` times
+    slower than its members' first measurements, past `retime.NOISE_RATIO`, or one member
+    past `retime.OUTLIER_RATIO`: set aside, it changes no figure) or ``failed`` (no member
+    had a valid round: set aside too).
+    """
 
     config_index: int
     first_cost: float
     retimed_cost: Optional[float]
-    cost: float  # median of the first and the re-run's repeats together: what ranks it now
-    error: str = "none"
+    costs: tuple[float, ...] = ()
+    error: str = "none"  # a failed round's error kind ("none" when every round was valid)
+    error_msg: str = ""
+    disqualified: bool = False  # a round crashed or answered wrong: the record stops being valid
+    status: str = "ok"
+    attempts: int = 1  # how many times the window was measured (noisy ones measured again)
+    ratio: Optional[float] = None  # the window's median re-timed / first cost over its members
+    measured_by: Optional[Mapping[str, Any]] = None
+
+    def record(self) -> Mapping[str, Any]:
+        """What its record keeps in ``extra["retime"]``."""
+        out: dict[str, Any] = {"status": self.status, "attempts": self.attempts,
+                               "ratio": self.ratio, "first_cost": self.first_cost,
+                               "retimed_cost": self.retimed_cost, "costs": list(self.costs)}
+        if self.error != "none":
+            out["error"], out["error_msg"] = self.error, self.error_msg
+        if self.measured_by is not None:
+            out["measured_by"] = dict(self.measured_by)
+        return out
 
 
 @dataclass(frozen=True)
@@ -47,8 +74,11 @@ class TuneResult:
     """The outcome of a tuning run.
 
     best_*: the best valid config known for the workload and target (earlier runs recorded in
-    the database included), ranked after re-timing. ``trials``: measurements made by this call.
-    ``history``: (trial number, GFLOP/s or 0 when failed, best GFLOP/s so far) per trial.
+    the database included), by the one ranking of `autotune.db.trials.top`: the latest
+    accepted re-timing window's fastest by its re-timed figure, else the fastest first
+    measurement. ``trials``: measurements made by this call. ``history``: (trial number,
+    GFLOP/s or 0 when failed, fastest first measurement so far in GFLOP/s) per trial.
+    ``retimed``: the members of the re-timing window (empty when none ran).
     """
 
     best_config: Optional["Config"]

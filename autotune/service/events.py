@@ -6,7 +6,9 @@ Event ``id`` is the id of the newest trial sent, so a client reconnecting with
 - ``state``: ``{"state", "error", "trials_done", "budget", "best_gflops", "waiting"}`` on
   connect and on every change (``waiting``: why a claimed job is queued, else null);
 - ``batch``: ``{"trials": [...], "trials_done", "budget", "best": {...} | null}`` per measured
-  batch (a reconnect's backlog comes in chunks of at most ``CHUNK`` trials);
+  batch (a reconnect's backlog comes in chunks of at most ``CHUNK`` trials); ``best`` is the
+  fastest first measurement of the job's trials so far, what the curve plots; the job's
+  best (`Database.best`'s ranking, re-timing included) is the state's ``best_gflops``;
 - ``end``: the job has ended and every trial was sent; the stream then closes. Which process
   runs the job does not matter: everything is read from the database.
 

@@ -16,7 +16,9 @@ from autotune.db.schema import JobRow, TrialRow
 
 
 def best_curve(db: Database, *, job_id: int, points: int) -> list[tuple[int, float]]:
-    """(trial number, best GFLOP/s so far) for a job, at most ``points`` of them (plus the last)."""
+    """(trial number, fastest first measurement so far in GFLOP/s) for a job, at most
+    ``points`` of them (plus the last). Re-timing never changes these figures: the job's
+    best (`Database.best`'s ranking) is ``jobs.best_gflops``."""
     stmt = select(TrialRow.gflops).where(TrialRow.job_id == job_id).order_by(TrialRow.id)
     with db.session() as s:
         values = list(s.scalars(stmt))
@@ -84,7 +86,7 @@ def model_scatter(db: Database, *, job_id: int) -> Optional[ModelScatter]:
     and target); None when the job has none (a tuner without a model, or not fit yet).
 
     Scores of configs whose trial is no longer valid (failed on re-timing) are left out;
-    the GFLOP/s are the records' current ones (re-timed ones pooled)."""
+    the GFLOP/s are the first measurements'."""
     stored = db.job_model_scores(job_id)
     scores = stored.get("scores") if stored is not None else None
     if stored is None or not isinstance(scores, dict):

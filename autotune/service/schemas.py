@@ -180,6 +180,13 @@ class TrialPublic(BaseModel):
     timestamp: float
     predicted: Optional[float] = Field(
         default=None, description="the cost model's score, when it had one")
+    retimed_cost: Optional[float] = Field(
+        default=None, description="median seconds per call in the latest accepted re-timing "
+                                  "window of its workload and target, when it was one of its "
+                                  "members: then it ranks by this, not by cost (the first "
+                                  "measurement's)")
+    retimed_gflops: Optional[float] = Field(
+        default=None, description="GFLOP/s at retimed_cost")
 
 
 class TrialsPage(BaseModel):
@@ -210,13 +217,18 @@ class TopPage(BaseModel):
 
 
 class CurvePublic(BaseModel):
-    """Best GFLOP/s so far against trials for one job (downsampled)."""
+    """Fastest first measurement so far against trials for one job (downsampled), and the
+    job's best."""
 
     job_id: int
     tuner: str
     state: JobState
     trials: int
-    points: list[tuple[int, float]]
+    points: list[tuple[int, float]] = Field(
+        description="(trials, fastest first measurement of the job's trials so far in GFLOP/s)")
+    best_gflops: Optional[float] = Field(
+        default=None, description="the job's best (as in the job): the re-timed figure of its "
+                                  "final re-timing window's winner once it has one")
 
 
 class BatchRankCorrelation(BaseModel):
@@ -313,7 +325,9 @@ def trial_fields(trial: TrialRecord) -> dict[str, Any]:
             "config": {"index": trial.config_index, "knobs": config.get("knobs", {})},
             "cost": trial.cost, "costs": list(trial.costs), "gflops": trial.gflops,
             "error": trial.error, "error_msg": trial.error_msg, "build_s": trial.build_s,
-            "run_s": trial.run_s, "timestamp": trial.timestamp, "predicted": _predicted(trial)}
+            "run_s": trial.run_s, "timestamp": trial.timestamp, "predicted": _predicted(trial),
+            "retimed_cost": trial.retimed_cost,
+            "retimed_gflops": trial.ranked_gflops if trial.retimed_cost is not None else None}
 
 
 def best_public(trial: TrialRecord) -> BestPublic:

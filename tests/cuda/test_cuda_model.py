@@ -117,6 +117,17 @@ def test_tune_model_on_a_host_without_the_gpu_fails_before_measuring(tmp_path: P
     assert not db.exists()
 
 
+def test_tune_on_a_host_without_the_gpu_fails_before_recording(tmp_path: Path):
+    """`autotune.tune` checks as `tune_model` does: no job, no trial recorded as failed."""
+    if why_not_measurable(target()) is None:
+        pytest.skip("this host can measure sm_90")
+    db = tmp_path / "op.db"
+    wl = autotune.workload("matmul", M=16, N=16, K=16)
+    with pytest.raises(MeasureUnavailable, match="cannot measure cuda -arch=sm_90"):
+        autotune.tune(wl, target(), trials=4, db=f"sqlite:///{db}", progress=False)
+    assert not db.exists()
+
+
 def test_bench_model_on_a_cuda_target_needs_the_gpu(capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from autotune.db import Database, JobRecord
 from autotune.db.lease import LeaseKeeper, is_dead_local, new_owner
 from autotune.db.migrate import head_revision
+from autotune.search.result import Retimed
 
 LEASE = 30.0
 HERE = socket.gethostname()
@@ -328,7 +329,7 @@ def test_writes_under_a_lost_lease_are_refused(db: Database, make) -> None:
     with pytest.raises(LeaseLost):
         old.update_job_progress(job.id, trials_done=7, best_gflops=9.0)
     with pytest.raises(LeaseLost):
-        old.update_trial_costs(w, t, 1, costs=[5e-3], extra={})
+        old.record_retiming(w, t, [Retimed(1, 1e-3, 5e-4, (5e-4,))], accepted=True)
     with pytest.raises(LeaseLost):
         old.set_job_model_scores(job.id, batch=0, trials=1, scores={"1": 0.5})
     assert db.job_model_scores(job.id) is None

@@ -1,6 +1,7 @@
 """Migrations, engine settings and concurrent opening."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from autotune.db import Database
 from autotune.db.migrate import head_revision
@@ -38,6 +39,45 @@ def test_migrations_create_the_schema(db_url: str) -> None:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("trials")}
         assert "ix_trials_best" in indexes
+    finally:
+        db.dispose()
+
+
+def test_0005_restores_first_measurements_pooled_by_the_old_retiming(db_url: str,
+                                                                      tmp_path: Path) -> None:
+    """Records re-timed before 0005 had their first and re-timed repeats pooled into one
+    median (issue 29: 2.4 ms re-runs pooled with 1.2 ms first ones); 0005 restores the first."""
+    db = Database(db_url if db_url.startswith("postgresql") else f"sqlite:///{tmp_path}/0004.db")
+    try:
+        if db.engine.dialect.name == "postgresql":
+            _drop_schema(db)
+        db.upgrade("0004")
+        first, again = [1.17e-3, 1.18e-3, 1.2e-3], [2.36e-3, 2.38e-3, 2.4e-3]
+        pooled = sorted(first + again)
+        cost = (pooled[2] + pooled[3]) / 2
+        flops = 2 * 512**3
+        with db.engine.begin() as conn:
+            wid = conn.execute(text("INSERT INTO workloads (key, op, created_at) VALUES "
+                                    "('w', 'matmul', CURRENT_TIMESTAMP) RETURNING id")).scalar()
+            tid = conn.execute(text("INSERT INTO targets (key, kind) VALUES ('llvm', 'llvm') "
+                                    "RETURNING id")).scalar()
+            for key, costs, extra in (
+                    ("1", pooled, {"first_costs": first, "retimed_costs": again}),
+                    ("2", [1.1e-3], {"predicted": 0.5})):
+                median = cost if key == "1" else 1.1e-3
+                conn.execute(text(
+                    "INSERT INTO trials (workload_id, target_id, config_key, config, costs, cost,"
+                    " gflops, error, error_msg, build_s, run_s, timestamp, extra, created_at) "
+                    "VALUES (:w, :t, :k, '{}', :costs, :cost, :gflops, 'none', '', 0, 0, 0, "
+                    ":extra, CURRENT_TIMESTAMP)"),
+                    {"w": wid, "t": tid, "k": key, "costs": json.dumps(costs), "cost": median,
+                     "gflops": flops / median / 1e9, "extra": json.dumps(extra)})
+        db.upgrade()
+        one, two = db.trials_for("w", "llvm")
+        assert one.costs == tuple(first) and one.cost == pytest.approx(1.18e-3)
+        assert one.gflops == pytest.approx(flops / 1.18e-3 / 1e9)
+        assert one.retimed_cost is None and one.extra["retimed_costs"] == again
+        assert two.costs == (1.1e-3,) and two.cost == 1.1e-3  # never re-timed: unchanged
     finally:
         db.dispose()
 

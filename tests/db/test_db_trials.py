@@ -7,6 +7,7 @@ import pytest
 
 from autotune.db import Database
 from autotune.measure.result import ErrorKind, MeasureResult
+from autotune.search.result import Retimed
 
 FLOPS = 2 * 64**3
 
@@ -158,28 +159,50 @@ def test_batch_of_64_inserts_quickly_on_sqlite(tmp_path, make) -> None:
     assert min(times) < 0.020, times
 
 
-def test_update_trial_costs_replaces_a_valid_records_repeats(db: Database, make) -> None:
-    class Sized(type(make.workload())):  # the re-timing needs the workload's flop count
-        def flops(self) -> int:
-            return FLOPS
-
-    w, t = Sized("fake_matmul", (("m", 64),)), make.target()
-    db.add_trials(w, t, None, [(make.config(1), make.ok(4e-3)), (make.config(2), make.ok(3e-3)),
-                               (make.config(3), make.fail())], FLOPS)
-    assert db.best(w, t).config_index == 2
-    assert db.update_trial_costs(w, t, 1, costs=(2e-3, 1e-3, 2e-3), extra={"retimed": True})
+def test_the_latest_accepted_retiming_window_ranks_first(db: Database, make) -> None:
+    w, t = make.workload(), make.target()
+    db.add_trials(w, t, None, [(make.config(1), make.ok(1e-3)), (make.config(2), make.ok(2e-3)),
+                               (make.config(3), make.ok(5e-4)), (make.config(4), make.fail())],
+                  FLOPS)
+    assert db.best(w, t).config_index == 3  # no window yet: the fastest first measurement
+    window = [Retimed(1, 1e-3, 1.2e-3, (1.2e-3,) * 3), Retimed(2, 2e-3, 1.1e-3, (1.1e-3,) * 3)]
+    assert db.record_retiming(w, t, window, accepted=True) == 2
+    # A re-timed figure is never ranked against a first measurement: config 3's 0.5 ms was
+    # never compared with them in one window.
+    top = db.top(w, t, 5)
+    assert [r.config_index for r in top] == [2, 1, 3]
     best = db.best(w, t)
-    assert best.config_index == 1 and best.cost == 2e-3 and best.costs == (2e-3, 1e-3, 2e-3)
-    assert best.gflops == FLOPS / 2e-3 / 1e9 and best.extra["retimed"] is True
-    assert not db.update_trial_costs(w, t, 3, costs=(1e-9,), extra={})  # failed stays failed
-    assert not db.update_trial_costs(w, t, 99, costs=(1e-9,), extra={})
-    # a re-run that answered wrong: the record keeps its times but is no longer valid
-    assert db.update_trial_costs(w, t, 1, costs=(2e-3,), extra={"why": "re-run"},
-                                 error="wrong_answer", error_msg="on re-timing: off by 1")
+    assert best.ranked_cost == 1.1e-3 and best.retimed_cost == 1.1e-3
+    assert best.cost == 2e-3 and best.costs == (2e-3,)  # the first measurement stays
+    assert best.ranked_gflops == pytest.approx(FLOPS / 1.1e-3 / 1e9)
+    assert best.extra["retime"]["status"] == "ok" and best.extra["retime"]["costs"] == [1.1e-3] * 3
+    assert top[2].ranked_cost == top[2].cost == 5e-4 and top[2].retimed_cost is None
+
+    # A window set aside (noisy) changes no figure; its members' records say so.
+    noisy = [Retimed(3, 5e-4, 1.5e-3, (1.5e-3,), status="noisy", ratio=3.0, attempts=3)]
+    assert db.record_retiming(w, t, noisy, accepted=False) == 1
     assert db.best(w, t).config_index == 2
-    bad = next(r for r in db.trials_for(w, t) if r.config_index == 1)
+    three = next(r for r in db.trials_for(w, t) if r.config_index == 3)
+    assert three.retimed_cost is None and three.extra["retime"]["status"] == "noisy"
+
+    # The next accepted window replaces the last: only its members keep a figure.
+    assert db.record_retiming(w, t, [Retimed(2, 2e-3, 1.3e-3, (1.3e-3,)),
+                                     Retimed(3, 5e-4, 1.0e-3, (1.0e-3,))], accepted=True) == 2
+    assert [(r.config_index, r.retimed_cost) for r in db.top(w, t, 5)] == [
+        (3, 1.0e-3), (2, 1.3e-3), (1, None)]
+
+    # A re-run that answered wrong: the record is no longer valid, whatever the window.
+    wrong = Retimed(3, 5e-4, None, (), error="wrong_answer", error_msg="off by 1",
+                    disqualified=True)
+    assert db.record_retiming(w, t, [wrong, Retimed(2, 2e-3, 1.3e-3, (1.3e-3,))],
+                              accepted=True) == 2
+    bad = next(r for r in db.trials_for(w, t) if r.config_index == 3)
     assert bad.error == "wrong_answer" and bad.error_msg == "on re-timing: off by 1"
-    assert bad.gflops is None and bad.extra["why"] == "re-run"
+    assert bad.gflops is None and bad.retimed_cost is None
+    assert db.best(w, t).config_index == 2
+    # failed and unknown records are left alone
+    assert db.record_retiming(w, t, [Retimed(4, 1e-3, 1e-3, (1e-3,)),
+                                     Retimed(99, 1e-3, 1e-3, (1e-3,))], accepted=True) == 0
 
 
 def test_trials_record_their_worker_and_jobs_count_trials_per_worker(db: Database, make) -> None:

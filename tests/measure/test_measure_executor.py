@@ -81,3 +81,28 @@ def test_every_result_says_who_measured_it(executor):
         assert who["worker"].startswith("local:") and who["host"] and who["version"]
     if executor.target.kind == "llvm":
         assert results[0].extra["measured_by"]["device"] == cpu_model()
+
+
+def test_a_config_twice_in_a_batch_is_built_once_and_timed_each_time():
+    """The re-timing's interleaved rounds (A B A B A B) build each config once."""
+    import autotune
+
+    class Counting(LocalBuilder):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.batches: list[list[int]] = []
+
+        def build(self, inputs):
+            self.batches.append([i.config.index for i in inputs])
+            return super().build(inputs)
+
+    target = Target("llvm")
+    wl = autotune.workload("matmul", M=16, N=16, K=16)
+    space = autotune.config_space(wl, target)
+    a, b = space.default(), space.get((space.default().index + 1) % len(space))
+    builder = Counting(1, 30.0)
+    with LocalExecutor(target, MeasureOptions(repeat=2, min_repeat_ms=1.0),
+                       builder=builder) as executor:
+        results = executor.submit([MeasureInput(wl, target, c) for c in (a, b) * 3])
+    assert builder.batches == [[a.index, b.index]]
+    assert [r.ok for r in results] == [True] * 6 and executor.last_stats.n_built == 6

@@ -1,12 +1,11 @@
-"""tune_loop: budget, batching, early stopping, callbacks, de-duplication, resume, re-timing."""
+"""tune_loop: budget, batching, early stopping, callbacks, de-duplication, resume, pinning
+(re-timing itself: test_search_retime.py)."""
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
-from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.search import Progress, tune_loop
+from autotune.search.retime import RETIME_ROUNDS
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
 
 
@@ -64,53 +63,6 @@ def test_exhausted_space_stops_early(wl, target, small_space):
     executor = SyntheticExecutor(SyntheticObjective(small_space))
     result = tune_loop(wl, target, small_space, executor, tuner="ga", trials=100, retime=0)
     assert result.stopped == "exhausted" and result.trials == 25
-
-
-def test_retime_top3_does_not_count_as_trials(wl, target, space, executor, db):
-    result = tune_loop(wl, target, space, executor, tuner="ga", trials=32, db=db)
-    assert result.trials == 32 and len(result.history) == 32
-    assert len(executor.submitted) == 35 and executor.batches[-1] == 3
-    retimed = [r.config_index for r in result.retimed]
-    assert len(retimed) == 3 and retimed == executor.submitted[-3:]
-    assert result.best_config.index in retimed
-    assert len(db.trials_for(wl, target)) == 32
-    first = {r.config_index: r.cost for r in db.trials_for(wl, target)}
-    assert all(r.first_cost == pytest.approx(first[r.config_index]) for r in result.retimed)
-
-
-def test_retime_disqualifies_a_wrong_answer(wl, target, space, objective, db):
-    class Flaky(SyntheticExecutor):
-        def submit(self, inputs):
-            if len(inputs) == 3 and len(self.submitted) >= 32:  # the re-timing batch
-                self.submitted += [i.config.index for i in inputs]
-                return [MeasureResult.failure(ErrorKind.WRONG_ANSWER, "flaky")] + \
-                    [MeasureResult(costs=(1.0,))] * 2
-            return super().submit(inputs)
-
-    executor = Flaky(objective)
-    result = tune_loop(wl, target, space, executor, tuner="ga", trials=32, db=db)
-    bad = result.retimed[0]
-    assert bad.error == "wrong_answer" and bad.retimed_cost is None
-    assert result.best_config.index == result.retimed[1].config_index
-    # the database no longer offers it: best() and build() never hand it out
-    record = next(r for r in db.trials_for(wl, target) if r.config_index == bad.config_index)
-    assert record.error == "wrong_answer" and "on re-timing: flaky" in record.error_msg
-    assert db.best(wl, target).config_index == result.best_config.index
-
-
-def test_retime_writes_pooled_costs_when_the_store_can(wl, target, space, executor, db):
-    calls = []
-
-    class Store:
-        def __getattr__(self, name):
-            return getattr(db, name)
-
-        def update_trial_costs(self, workload, target, index, *, costs, extra, **failed):
-            calls.append((index, costs, extra))
-
-    result = tune_loop(wl, target, space, executor, tuner="ga", trials=16, db=Store())
-    assert [c[0] for c in calls] == [r.config_index for r in result.retimed]
-    assert len(calls[0][1]) == 6 and set(calls[0][2]) == {"first_costs", "retimed_costs"}
 
 
 def test_dedup_across_runs_with_a_database(wl, target, space, objective, db):
@@ -176,24 +128,6 @@ def test_model_scores_are_recorded_with_the_trials(tmp_path):
     assert all(r.extra["predicted"] == r.config_index % 2 for r in records)
     # Which batch (the trials before it) each score came from: the model is refit between them.
     assert [r.extra["batch"] for r in sorted(records, key=lambda r: r.id)] == [0] * 4 + [4] * 4
-
-
-def test_retime_goes_on_while_a_config_not_retimed_would_win(wl, target, space, objective, db):
-    class SlowRerun(SyntheticExecutor):
-        """The first re-timing round runs 100x slow (a busy machine), later ones do not."""
-
-        def submit(self, inputs):
-            results = super().submit(inputs)
-            if len(self.submitted) - len(inputs) == 32:  # the first round after 32 trials
-                results = [dataclasses.replace(r, costs=tuple(100 * c for c in r.costs))
-                           for r in results]
-            return results
-
-    result = tune_loop(wl, target, space, SlowRerun(objective), tuner="ga", trials=32, db=db)
-    rounds = [r.config_index for r in result.retimed]
-    assert len(rounds) == 6 and len(set(rounds)) == 6  # a second round of three others
-    assert result.best_config.index in rounds[3:]
-    assert db.best(wl, target).config_index == result.best_config.index
 
 
 def test_the_loop_closes_its_tuner_however_it_ends(wl, target, space, executor):
@@ -274,7 +208,7 @@ def test_retiming_measures_on_one_device_when_the_executor_can_pin(wl, target, s
     executor = Cluster(objective)
     result = tune_loop(wl, target, space, executor, tuner="ga", trials=16, batch_size=8, retime=3)
     assert result.retimed and executor.pinned_batches  # every re-timing went through it
-    assert sum(executor.pinned_batches) == len(result.retimed)
+    assert executor.pinned_batches == [RETIME_ROUNDS * len(result.retimed)]  # one window
     assert executor.batches[:2] == [8, 8]
 
 

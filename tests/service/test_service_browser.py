@@ -102,6 +102,21 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#top details[open] pre"), 20,
              what="the top config's code")
     assert "for " in browser.find_element(By.CSS_SELECTOR, "#top details[open] pre").text
+    # One best: the Best card, the chart's mark of the job's best and the top config show
+    # the job's best_gflops (the re-timing window's winner), as the API does.
+    with server.client(key) as c:
+        final = c.get(f"/api/v1/jobs/{job['id']}").json()["best_gflops"]
+
+    def shown() -> list:  # read in one script: the page redraws as answers come
+        return browser.execute_script("""
+            const text = (sel) => (document.querySelector(sel) || {}).textContent || "";
+            return [text("#stat-best"), text("#legend-best .job-best").split(": ")[1] || "",
+                    text("#top details strong")];""")
+
+    figures = wait_for(lambda: (lambda got: got if all(
+        _number(t) == pytest.approx(final, abs=0.051) for t in got) else None)(shown()), 20,
+        what=f"the job's best {final} on its card, chart and top config")
+    assert len(figures) == 3
     # Sorting the trials table pages on the server.
     browser.find_element(By.CSS_SELECTOR, "th[data-sort=gflops]").click()
     wait_for(lambda: "sorted" in browser.find_element(
@@ -229,6 +244,9 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
     state = wait_for(lambda: cell(f'#workers tr[data-worker="{local}"] .state'), 20,
                      what="this host's row")
     assert state == "idle"
+    # its counts are the trials table's, as on the job's page (they were "–" here)
+    assert cell(f'#workers tr[data-worker="{local}"] .trials') == "8"
+    assert cell(f'#workers tr[data-worker="{local}"] .failures') == str(by[0]["failed"])
     assert cell("#summary") == "measuring on this host · 1 live worker"
     (target,) = listing["targets"]
     assert cell(f'#targets tr[data-target="{target["target"]}"] .free') == str(target["free"])

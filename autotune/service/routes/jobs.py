@@ -142,7 +142,8 @@ def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
 async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: JobId,
                       k: Annotated[int, Query(ge=1, le=20)] = 5,
                       form: Literal["loop", "source"] = "loop") -> Response:
-    """The k best valid configs known for the job's workload and target, with their code.
+    """The k best valid configs known for the job's workload and target (the ranking of
+    `/best`), with their code.
 
     ``loop``: the scheduled loop nest; ``source``: the generated source (LLVM IR, or CUDA C
     on GPU targets). Each is made once, off the request threads, and cached; ``source_error``
@@ -180,16 +181,18 @@ async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: J
             responses=_NOT_FOUND)
 def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2000)] = 200,
                siblings: bool = False) -> CurvesPage:
-    """Best GFLOP/s against trials; with ``siblings``, also of the other jobs (other tuners,
-    seeds) on the same workload and target. ``rank_correlation``: how well the job's cost
-    model ranked each batch it scored; ``current_model``: its latest model's score of each
-    of the job's valid trials against the measured GFLOP/s."""
+    """Fastest first measurement against trials, and the job's best; with ``siblings``,
+    also of the other jobs (other tuners, seeds) on the same workload and target.
+    ``rank_correlation``: how well the job's cost model ranked each batch it scored;
+    ``current_model``: its latest model's score of each of the job's valid trials against
+    the measured GFLOP/s."""
     job = _job(db, job_id)
     jobs = queries.sibling_jobs(db, job=job) if siblings else [job]
     scatter = queries.model_scatter(db, job_id=job_id)
     return CurvesPage(items=[
         CurvePublic(job_id=j.id, tuner=j.tuner, state=j.state, trials=j.trials,  # type: ignore[arg-type]
-                    points=queries.best_curve(db, job_id=j.id, points=points))
+                    points=queries.best_curve(db, job_id=j.id, points=points),
+                    best_gflops=j.best_gflops)
         for j in jobs], rank_correlation=[
         BatchRankCorrelation(batch=batch, pairs=pairs, rho=rho)
         for batch, pairs, rho in queries.rank_correlation(db, job_id=job_id)],

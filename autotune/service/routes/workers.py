@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from autotune.service.deps import ReadAccess
+from autotune.service.deps import DbDep, ReadAccess
 
 router = APIRouter(tags=["workers"])
 
@@ -21,9 +21,9 @@ class WorkerPublic(BaseModel):
     device: str = Field(description="CPU model, or GPU name and uuid")
     state: Literal["starting", "idle", "busy", "dead"]
     job: Optional[int] = Field(default=None, description="the job it measures now")
-    trials: Optional[int] = Field(
-        default=None, description="candidates it has measured (Ray workers)")
-    failures: Optional[int] = Field(default=None, description="of which failed (Ray workers)")
+    trials: int = Field(default=0, description="trials recorded as measured by it on this "
+                                               "target, all jobs (the trials table's worker)")
+    failures: int = Field(default=0, description="of which failed")
     last_seen: Optional[float] = Field(default=None, description="Unix time of its last status")
     reason: Optional[str] = Field(default=None, description="why it is dead")
 
@@ -45,21 +45,32 @@ class WorkersPage(BaseModel):
 
 
 @router.get("/workers", response_model=WorkersPage, dependencies=[ReadAccess])
-def list_workers(request: Request) -> WorkersPage:
-    """The measurement workers (live first, then recently dead) and each target's load."""
+def list_workers(request: Request, db: DbDep) -> WorkersPage:
+    """The measurement workers (live first, then recently dead) and each target's load.
+
+    Each worker's trials and failures are counted in the trials table (as
+    ``/jobs/{id}/workers`` counts them per job); ``state`` and ``job`` are what it does now."""
     state = request.app.state
     registry, pool = state.registry, state.executors
     executors = pool.executors()
     if registry is None:
-        return WorkersPage(cluster=None, workers=[_local(key, ex) for key, ex in
-                                                  sorted(executors.items())],
-                           targets=[TargetLoad(target=key, queued=0, in_flight=0,
-                                               free=0 if ex.lock.locked() else 1)
-                                    for key, ex in sorted(executors.items())])
+        workers = [_local(key, ex) for key, ex in sorted(executors.items())]
+        targets = [TargetLoad(target=key, queued=0, in_flight=0,
+                              free=0 if ex.lock.locked() else 1)
+                   for key, ex in sorted(executors.items())]
+        return WorkersPage(cluster=None, workers=_counted(db, workers), targets=targets)
     targets = [TargetLoad(target=key, **ex.stats()) for key, ex in sorted(executors.items())]
+    workers = [WorkerPublic(**_public(w)) for w in registry.snapshot()]
     return WorkersPage(cluster=state.settings.ray_address, error=registry.error or None,
-                       workers=[WorkerPublic(**_public(w)) for w in registry.snapshot()],
-                       targets=targets)
+                       workers=_counted(db, workers), targets=targets)
+
+
+def _counted(db: Any, workers: list[WorkerPublic]) -> list[WorkerPublic]:
+    """``workers`` with their trials and failures from the trials table."""
+    pairs = [(w.worker, w.target) for w in workers]
+    counts = db.worker_counts(pairs)
+    return [w.model_copy(update=dict(zip(("trials", "failures"), counts.get(pair, (0, 0)))))
+            for w, pair in zip(workers, pairs)]
 
 
 def _public(view: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +84,8 @@ def _local(key: str, executor: Any) -> WorkerPublic:
     inner = executor.inner
     host = socket.gethostname()
     target = getattr(inner, "target", None)
-    return WorkerPublic(worker=f"local:{host}", host=host, target=key,
+    # the target's key, without the measure options a pool key may add
+    return WorkerPublic(worker=f"local:{host}", host=host,
+                        target=target.key if target is not None else key,
                         device=device_name(target) if target is not None else "",
                         state="busy" if executor.lock.locked() else "idle")

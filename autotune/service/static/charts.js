@@ -65,11 +65,12 @@ const Charts = (() => {
     el("path", { class: "dots", d, stroke: color, "stroke-width": size, "stroke-linecap": "round", opacity }, parent);
   }
 
-  // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...];
-  // the y axis spans opts.yMin (default 0) to opts.yMax (default: the data's top).
+  // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...],
+  // marks: [{x, y, color}] (large dots drawn last); the y axis spans opts.yMin (default 0)
+  // to opts.yMax (default: the data's top).
   function line(container, opts) {
-    const series = opts.series || [], cloud = opts.dots || [];
-    const all = series.flatMap((s) => s.points).concat(cloud);
+    const series = opts.series || [], cloud = opts.dots || [], marks = opts.marks || [];
+    const all = series.flatMap((s) => s.points).concat(cloud, marks.map((m) => [m.x, m.y]));
     if (!all.length) { container.innerHTML = `<div class="empty">${opts.empty || "no data yet"}</div>`; return; }
     const xmax = Math.max(opts.xMax || 0, ...all.map((p) => p[0]));
     const ymax = opts.yMax ?? (Math.max(...all.map((p) => p[1])) * 1.08 || 1);
@@ -88,6 +89,7 @@ const Charts = (() => {
                    "stroke-width": s.width || 2, "stroke-linejoin": "round",
                    opacity: s.opacity ?? 1 }, svg);
     });
+    for (const m of marks) dots(svg, [[m.x, m.y]], x, y, m.color || PALETTE[3], 11, 1);
   }
 
   // points: [[x, y], ...] on an x axis fitted to the data (scores of any sign and scale),

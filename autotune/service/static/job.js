@@ -34,9 +34,11 @@
     $("#stat-trials").innerHTML = `${job.trials_done} <small>/ ${job.trials}</small>`;
     const valid = S.trials.filter((t) => t.gflops !== null).length;
     $("#stat-valid").innerHTML = S.trials.length ? `${valid} <small>of ${S.trials.length}</small>` : "–";
-    // The top record is authoritative (re-timing at the end may revise a first measurement).
+    // The top record is the best (GET /best's): ranked by its re-timed figure when a
+    // re-timing window compared it, else by its first measurement.
     const best = S.top || S.best;
-    $("#stat-cost").innerHTML = best ? `${Fmt.ms(best.cost)} <small>ms</small>` : "–";
+    const cost = best ? (best.retimed_cost ?? best.cost) : null;
+    $("#stat-cost").innerHTML = best ? `${Fmt.ms(cost)} <small>ms</small>` : "–";
     $("#stat-elapsed").textContent = Fmt.duration(job.started_at, job.finished_at);
     if (job.error) showNotice(`Job failed: ${job.error}`, true);
   }
@@ -71,9 +73,17 @@
       legend.push(h("span", {}, h("i", { style: `background:${color}` }), `#${c.job_id} ${c.tuner}`));
     });
     series.push({ points: own.length ? [[0, 0], ...own] : [], step: true, color: Charts.PALETTE[0], width: 2.5 });
-    legend.unshift(h("span", {}, h("i", { style: `background:${Charts.PALETTE[0]}` }), `#${jobId} ${S.job ? S.job.tuner : ""} (this job)`));
+    legend.unshift(h("span", {}, h("i", { style: `background:${Charts.PALETTE[0]}` }), `#${jobId} ${S.job ? S.job.tuner : ""} (this job): fastest first measurement`));
     if (cloud.length) legend.push(h("span", {}, h("i", { style: "background:#94a3b8;height:6px;width:6px;border-radius:50%" }), "each trial"));
-    Charts.line($("#chart-best"), { series, dots: cloud, xLabel: "trials", yLabel: "GFLOP/s",
+    // The job's best (its Best card): after re-timing, the winner's re-timed figure, which
+    // may sit below the curve (a first measurement is often a lucky one).
+    const marks = [];
+    if (S.job && S.job.best_gflops && own.length) {
+      marks.push({ x: own.length, y: S.job.best_gflops, color: Charts.PALETTE[3] });
+      legend.push(h("span", { class: "job-best" }, h("i", { style: `background:${Charts.PALETTE[3]};height:8px;width:8px;border-radius:50%` }),
+        `the job's best: ${Fmt.gflops(S.job.best_gflops)} GFLOP/s`));
+    }
+    Charts.line($("#chart-best"), { series, dots: cloud, marks, xLabel: "trials", yLabel: "GFLOP/s",
       xMax: S.job ? S.job.trials : 0,
       empty: S.job && S.job.state === "queued" ? `queued: ${S.job.waiting || "waiting for a free job slot"}` : "waiting for the first batch" });
     $("#legend-best").replaceChildren(...legend);
@@ -131,9 +141,13 @@
         .filter((i) => indices.has(i)));
       box.replaceChildren(...page.items.map((t) => {
         const knobs = Object.entries(t.config.knobs).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ");
+        // ranked by its re-timed figure when a re-timing window compared it
+        const retimed = t.retimed_cost !== null && t.retimed_cost !== undefined;
         const d = h("details", { "data-index": t.config.index },
           h("summary", {}, h("span", { class: "rank" }, t.rank),
-            h("strong", {}, `${Fmt.gflops(t.gflops)} GFLOP/s`), h("span", { class: "muted" }, `${Fmt.ms(t.cost)} ms`),
+            h("strong", {}, `${Fmt.gflops(retimed ? t.retimed_gflops : t.gflops)} GFLOP/s`),
+            h("span", { class: "muted", title: retimed ? `first measurement: ${Fmt.gflops(t.gflops)} GFLOP/s, ${Fmt.ms(t.cost)} ms` : "" },
+              `${Fmt.ms(retimed ? t.retimed_cost : t.cost)} ms${retimed ? " · re-timed" : ""}`),
             h("span", { class: "muted" }, `config ${t.config.index}`), h("span", { class: "knobs", title: knobs }, knobs)),
           h("pre", { class: "code" }, t.source || t.source_error || ""));
         if (open.has(String(t.config.index)) || (!open.size && t.rank === 1)) d.open = true;
@@ -208,7 +222,6 @@
       const prevBest = S.best ? S.best.id : null;
       S.best = msg.best;
       if (S.job) S.job.trials_done = Math.max(S.job.trials_done, msg.trials_done);
-      if (S.job && msg.best) S.job.best_gflops = Math.max(S.job.best_gflops || 0, msg.best.gflops);
       draw();
       debounce("trials", 800, loadTrials);
       debounce("workers", 2000, loadWorkers);
