@@ -85,3 +85,35 @@ def test_sampled_configs_match_numpy(params: dict) -> None:
         for name in seen:
             seen[name].add(cfg[name])
     assert len(seen["walk"]) == 2 and len(seen["split_k"]) > 1
+
+
+def test_a_record_of_the_general_matmul_space_is_ignored(tmp_path) -> None:
+    """One-row matmuls had the general template's space: a database's record from then is
+    not a config of this one, so `best` ignores it (saying so) and `build` takes the default
+    rather than failing."""
+    import io
+    import json
+    import warnings
+
+    from autotune.api import NoTunedScheduleWarning
+    from autotune.db import Database
+
+    wl = gemv(N=64, K=64)
+    old = {"tile_i": [1, 1, 1], "tile_j": [1, 1, 64], "tile_k": [8, 8], "order":
+           ["j0", "i0", "j1", "i1"], "pack_b": False, "pack_a": False, "unroll_k": "unroll",
+           "reduce_order": "k0 k1 i j", "vector_bits": 512, "parallel": 2}
+    line = {"workload": wl.to_dict(), "target": TARGET.key, "config": {"index": 7, "knobs": old},
+            "costs": [1e-6], "cost": 1e-6, "error": "none", "error_msg": ""}
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    db = Database.open(url)
+    assert db.import_jsonl(io.StringIO(json.dumps(line) + "\n")) == 1
+    db.dispose()
+    with pytest.warns(UserWarning, match="not a config of its template's space"):
+        assert autotune.best(wl, TARGET, db=url) is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = autotune.build(wl, TARGET, db=url)
+    assert {type(w.message) for w in caught} == {UserWarning, NoTunedScheduleWarning}
+    args = wl.random_args(0)
+    kernel(*args)
+    np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
