@@ -264,7 +264,8 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
 
 def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTINGS_DB,
          url: Optional[str] = None, timeout: float = 10.0) -> Optional[BestRecord]:
-    """The best valid record of ``workload`` on ``target``, or None when there is none.
+    """The best valid record of ``workload`` on ``target``, or None when there is none (or
+    when it is a config of another version of the template's space: a warning says so).
 
     With ``url``, asks the REST service (GET {url}/api/v1/best; 404 means none) instead of ``db``.
     """
@@ -277,7 +278,13 @@ def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTI
     cost = None if record is None else record.ranked_cost
     if record is None or cost is None:
         return None
-    return BestRecord(_config_of(record, wl, tgt), float(cost), wl.flops() / cost / 1e9, record)
+    try:
+        config = _config_of(record, wl, tgt)
+    except ValueError as exc:  # the space changed since (as one-row matmuls' did): tune again
+        warnings.warn(f"autotune.best: the best record of {wl} on {tgt.key} is not a config "
+                      f"of its template's space any more ({exc}); ignored", stacklevel=2)
+        return None
+    return BestRecord(config, float(cost), wl.flops() / cost / 1e9, record)
 
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:

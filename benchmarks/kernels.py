@@ -4,8 +4,9 @@ Per workload: the default config (derived from the CPU facts printed above the t
 best of N random configs, the best after a tuned search (xgb, 256 trials), numpy's best way
 (OpenBLAS GEMM / im2col+GEMM / strided sums) and torch CPU (oneDNN) when installed; then the
 ratios (def/best: the default over the best searched config of the same run). The default
-and the searched configs are measured again after the searches, in ROUNDS interleaved rounds,
-and each column shows its config's best round. Prints a table; asserts nothing.
+and the searched configs are measured again after the searches, in ROUNDS interleaved rounds
+with numpy and torch, and each column shows its best round. Prints a table; asserts nothing.
+The gemv rows are classifier layers at batch 1 (ResNet-18's and MobileNet-V2's).
 
 A batch is measured again while a sentinel kernel says the machine is busy (see
 benchmarks/record_pools.py; ``--no-guard`` turns that off): one run measured a default
@@ -41,6 +42,8 @@ WORKLOADS = {
                                                      R=1, S=1, stride=2, pad=0),
     "depthwise 128x56x56 3x3": autotune.workload("depthwise_conv2d", N=1, C=128, H=56, W=56,
                                                  R=3, S=3, stride=1, pad=1),
+    "gemv 1x512 @ 512x1000": autotune.workload("matmul", M=1, N=1000, K=512),
+    "gemv 1x1280 @ 1280x1000": autotune.workload("matmul", M=1, N=1000, K=1280),
 }
 
 
@@ -48,15 +51,17 @@ def gflops(wl: autotune.Workload, seconds: float) -> float:
     return wl.flops() / seconds / 1e9 if seconds and seconds < float("inf") else 0.0
 
 
-def best_of_rounds(executor, wl, target, configs: list, rounds: int = ROUNDS) -> list[float]:
-    """Best GFLOP/s of each config over ``rounds`` interleaved measurements, so that one
-    disturbed measurement does not decide a ratio (a conv2d default once read 28 GFLOP/s in
-    this table and 398 measured alone)."""
-    best = [0.0] * len(configs)
+def best_of_rounds(executor, wl, target, configs: list, calls: list,
+                   rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
+    """Best GFLOP/s of each config and of each baseline call over ``rounds`` interleaved
+    measurements, so that one disturbed measurement does not decide a ratio (a conv2d
+    default once read 28 GFLOP/s in this table and 398 measured alone)."""
+    best, base = [0.0] * len(configs), [0.0] * len(calls)
     for _ in range(rounds):
         results = executor.submit([MeasureInput(wl, target, c) for c in configs])
         best = [max(b, gflops(wl, r.cost) if r.ok else 0.0) for b, r in zip(best, results)]
-    return best
+        base = [max(b, gflops(wl, time_call(fn))) for b, fn in zip(base, calls)]
+    return best, base
 
 
 def tune_best(wl, target, trials: int, tuner: str, executor, seed: int = 0):
@@ -86,9 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             wl = WORKLOADS[name]
             data = wl.random_args(0)
             label, fn = numpy_baseline(wl, data)
-            np_g = gflops(wl, time_call(fn))
             tfn = torch_baseline(wl, data)
-            torch_g = gflops(wl, time_call(tfn)) if tfn else None
             rand_cfg, _ = tune_best(wl, target, args.random, "random", executor) \
                 if args.random else (None, None)
             tuned_cfg, tuned_min = tune_best(wl, target, args.tuned, args.tuner, executor) \
@@ -96,7 +99,10 @@ def main(argv: list[str] | None = None) -> None:
             configs = {"default": autotune.config_space(wl, target).default(),
                        "random": rand_cfg, "tuned": tuned_cfg}
             configs = {k: c for k, c in configs.items() if c is not None}
-            g = dict(zip(configs, best_of_rounds(executor, wl, target, list(configs.values()))))
+            found, base = best_of_rounds(executor, wl, target, list(configs.values()),
+                                         [fn] + ([tfn] if tfn else []))
+            g = dict(zip(configs, found))
+            np_g, torch_g = base[0], (base[1] if tfn else None)
             default_g, rand_g, tuned_g = g["default"], g.get("random"), g.get("tuned")
             rows.append((name, default_g, rand_g, tuned_g, tuned_min, label, np_g, torch_g))
             print(f"# {name}: done", file=sys.stderr, flush=True)
@@ -114,7 +120,7 @@ def print_table(rows, target, args) -> None:
           f"{args.tuned} trials)\n")
     head = (f"{'workload':30s} {'default':>7s} {'random':>7s} {'tuned':>7s} {'min':>5s} "
             f"{'numpy':>7s} {'torch':>7s}  {'def/np':>6s} {'rnd/np':>6s} {'tun/np':>6s} "
-            f"{'tun/torch':>9s} {'def/best':>8s}  baseline")
+            f"{'def/torch':>9s} {'tun/torch':>9s} {'def/best':>8s}  baseline")
     print(head)
     print("-" * len(head))
     for name, d, r, t, tmin, label, npg, tg in rows:
@@ -122,7 +128,7 @@ def print_table(rows, target, args) -> None:
             return "-".rjust(6) if not a or not b else f"{a / b:6.2f}"
         print(f"{name:30s} {fmt(d)} {fmt(r)} {fmt(t)} {fmt(tmin, '5.1f')} {fmt(npg)} "
               f"{fmt(tg)}  {ratio(d, npg)} {ratio(r, npg)} {ratio(t, npg)} "
-              f"{ratio(t, tg):>9s} {ratio(d, max(r or 0, t or 0)):>8s}  {label}")
+              f"{ratio(d, tg):>9s} {ratio(t, tg):>9s} {ratio(d, max(r or 0, t or 0)):>8s}  {label}")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def test_ops_lists_every_operator(capsys):
     assert code == 0
     for op in ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d"):
         assert op in out
-    assert "dilation=1" in out and "bias, scale_shift, relu" in out
+    assert "dilation=1" in out and "bias, scale_shift, residual, relu, relu6" in out
 
 
 def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):

@@ -53,7 +53,8 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="operator parameter, repeatable: -p M=1024; pairs as -p stride=2,2")
     p.add_argument("--epilogue", default="", metavar="STAGES",
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
-                        "(stages: bias, scale_shift, relu, relu6)")
+                        "(stages: bias, scale_shift, residual, relu, relu6; residual adds a "
+                        "second tensor of the output's shape)")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 

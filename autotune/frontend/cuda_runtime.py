@@ -47,8 +47,9 @@ class CudaKernelModule(KernelGroup):
         device = xs[0].device
         xs = tuple(x.contiguous() for x in xs)  # x itself when it is (a device copy if not)
         out = torch.empty(self.out_shape, dtype=torch.float32, device=device)
-        pointers = [*(x.data_ptr() for x in xs), *(p.data_ptr() for p in params),
-                    out.data_ptr()]
+        # the kernel takes the main input, the weights, the other inputs (B, a residual), out
+        pointers = [xs[0].data_ptr(), *(p.data_ptr() for p in params),
+                    *(x.data_ptr() for x in xs[1:]), out.data_ptr()]
         self.launcher(device.index or 0).launch(
             pointers, torch.cuda.current_stream(device).cuda_stream)
         return out

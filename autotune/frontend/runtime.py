@@ -35,8 +35,8 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 
 class KernelGroup(nn.Module):
-    """One matched group (conv+BN+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a compiled
-    model: what its kernel computes, and the same on torch (``forward_torch``)."""
+    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a
+    compiled model: what its kernel computes, and the same on torch (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
@@ -62,6 +62,8 @@ class KernelGroup(nn.Module):
             y = F.linear(xs[0], params[0].t(), bias)
         else:
             y = torch.matmul(xs[0], xs[1])
+        if "residual" in self.workload.epilogue:
+            y = y + xs[1]
         if self.activation == "relu":
             return torch.relu(y)
         return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
@@ -84,9 +86,9 @@ class KernelModule(KernelGroup):
             packed = aligned_empty(pack.arg_buffers[-1].shape)
             pack(match.params[0], packed)
             self.kernel_params = (packed, *match.params[1:])
-        # the weights bound once: a call passes only the activations' and output's pointers
-        n = len(in_shapes)
-        self._call = kernel.partial({n + j: p for j, p in enumerate(self.kernel_params)}) \
+        # the weights bound once: a call passes only the activations' and output's pointers.
+        # The kernel takes the main input, the constants, then the other inputs (B, a residual)
+        self._call = kernel.partial({1 + j: p for j, p in enumerate(self.kernel_params)}) \
             if isinstance(kernel, CpuKernel) else None
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
@@ -104,7 +106,7 @@ class KernelModule(KernelGroup):
             arrays[0] = arrays[0].reshape(self.workload.arg_specs[0].shape)
         elif self.kind == "matmul":
             arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
-        self.kernel(*arrays, *self.kernel_params,
+        self.kernel(arrays[0], *self.kernel_params, *arrays[1:],
                     out.numpy().reshape(self.workload.output_shape))
         return out
 

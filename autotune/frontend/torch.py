@@ -1,6 +1,7 @@
 """Extraction from PyTorch: trace a module with torch.fx, find the operators autotune has
 kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU / ReLU6 as
-epilogue.
+epilogue, and a conv's residual add (ResNet's ``relu(bn(conv(x)) + identity)``,
+MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage.
 
 `match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
 from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
@@ -25,6 +26,7 @@ from autotune.ops import Workload, workload
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
+_ADD_FUNCS = (operator.add, operator.iadd, torch.add)
 _MATMUL_FUNCS = (torch.matmul, torch.bmm, operator.matmul)
 _OTHER_CONVS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
@@ -33,9 +35,11 @@ _FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
 @dataclass(frozen=True)
 class Match:
     """A group of graph nodes one kernel replaces: ``nodes`` (fx node names: main op, then a
-    BatchNorm and a ReLU or ReLU6 when fused), the nodes feeding its activation ``inputs``, and its
-    constant ``params`` in kernel order (folded weight, then epilogue vectors; none for
-    matmuls of two activations). ``place`` names the main op (its module's path)."""
+    BatchNorm, a residual add and a ReLU or ReLU6 when fused), the nodes feeding its activation
+    ``inputs`` (the main op's, then the residual's), and its constant ``params`` in kernel
+    order (folded weight, then per-channel epilogue vectors; none for matmuls of two
+    activations). The kernel takes ``inputs[0]``, ``params``, ``inputs[1:]``: the residual
+    is the last epilogue argument. ``place`` names the main op (its module's path)."""
 
     workload: Workload
     nodes: tuple[str, ...]
@@ -63,14 +67,16 @@ def match_model(gm: fx.GraphModule) -> tuple[list[Match], list[Unsupported]]:
     modules = dict(gm.named_modules())
     matches: list[Match] = []
     unsupported: list[Unsupported] = []
+    claimed: set[str] = set()  # nodes in a group: an add two convs reach fuses into the first
     for node in gm.graph.nodes:
         try:
-            found = _match(node, modules)
+            found = _match(node, modules, claimed)
         except _Unsupported as why:
             unsupported.append(Unsupported(_place(node), why.op, str(why)))
             continue
         if found is not None:
             matches.append(found)
+            claimed.update(found.nodes)
     return matches, unsupported
 
 
@@ -117,11 +123,12 @@ def _check_fp32(node: fx.Node, op: str) -> None:
             raise _Unsupported(op, f"input dtype {meta.dtype}; autotune kernels are float32")
 
 
-def _match(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
+           ) -> Optional[Match]:
     if node.op == "call_module":
         mod = modules[str(node.target)]
         if isinstance(mod, nn.Conv2d):
-            return _conv(node, mod, modules)
+            return _conv(node, mod, modules, claimed)
         if isinstance(mod, nn.Linear):
             return _linear(node, mod, modules)
         if isinstance(mod, _OTHER_CONVS):
@@ -174,6 +181,24 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
     return None
 
 
+def _residual(node: Optional[fx.Node], value: fx.Node, claimed: set[str]
+              ) -> Optional[fx.Node]:
+    """The other operand when ``node`` adds a float32 tensor of ``value``'s shape to
+    ``value`` (no broadcasting, no ``alpha``) and no earlier group took it, else None."""
+    if node is None or node.name in claimed or node.kwargs or len(node.args) != 2:
+        return None
+    is_add = ((node.op == "call_function" and node.target in _ADD_FUNCS)
+              or (node.op == "call_method" and node.target == "add"))
+    if not is_add:
+        return None
+    a, b = node.args
+    other = b if a is value else a
+    if not isinstance(other, fx.Node) or other is value or _shape(other) != _shape(value):
+        return None
+    meta = other.meta.get("tensor_meta")
+    return other if meta is not None and meta.dtype == torch.float32 else None
+
+
 def _batchnorm(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[nn.BatchNorm2d]:
     if node is None or node.op != "call_module":
         return None
@@ -184,7 +209,8 @@ def _batchnorm(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Option
     return None
 
 
-def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module]) -> Match:
+def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module], claimed: set[str]
+          ) -> Match:
     shape = _shape(node.args[0])
     if shape is None or len(shape) != 4:
         raise _Unsupported("conv2d", f"input shape {shape}; expected NCHW")
@@ -215,15 +241,20 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module]) -> Matc
     if bn is not None and after is not None:
         nodes.append(after)
     after = _user(nodes[-1])
+    identity = _residual(after, nodes[-1], claimed)
+    if after is not None and identity is not None:
+        nodes.append(after)
+        after = _user(after)
     act = _activation(after, modules)
     if after is not None and act is not None:
         nodes.append(after)
     weight, bias = _folded(conv, bn)
-    epilogue = (["bias"] if bias is not None else []) + ([act] if act else [])
+    epilogue = ((["bias"] if bias is not None else []) + (["residual"] if identity else [])
+                + ([act] if act else []))
     wl = _workload(op, epilogue, params)
     consts = (weight,) + ((bias,) if bias is not None else ())
-    return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "conv2d").name,), consts,
-                 "conv", _place(node))
+    inputs = (_input(node, 0, "conv2d").name,) + ((identity.name,) if identity else ())
+    return Match(wl, tuple(x.name for x in nodes), inputs, consts, "conv", _place(node))
 
 
 def _padding(conv: nn.Conv2d) -> tuple[int, int]:

@@ -1,8 +1,11 @@
-"""Fused epilogues: per-output-channel stages applied to an operator's result.
+"""Fused epilogues: stages applied to an operator's result as it is written.
 
-Valid chains are at most one of `bias` / `scale_shift`, then optionally one activation,
-`relu` or `relu6` (min(max(x, 0), 6), MobileNet's); the canonical order puts the affine
-stage first and the activation last.
+Valid chains are at most one of `bias` / `scale_shift` (per-output-channel vectors), then
+optionally `residual` (adds a second tensor of the output's shape: a ResNet or MobileNet-V2
+shortcut), then optionally one activation, `relu` or `relu6` (min(max(x, 0), 6),
+MobileNet's). The canonical order is that one: affine, residual add, activation, so
+`relu(conv(x) * scale + shift + identity)` is ResNet's block and dropping `relu` gives
+MobileNet-V2's.
 """
 from __future__ import annotations
 
@@ -11,16 +14,20 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
-EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "relu", "relu6")
+EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "residual", "relu", "relu6")
 
-# Kernel arguments each stage adds (each of shape (channels,)), in argument order.
+# Kernel arguments each stage adds, in argument order: per-channel vectors of shape
+# (channels,), except those in FULL_ARGS, which have the output's shape.
 STAGE_ARGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"bias": ("bias",), "scale_shift": ("scale", "shift"), "relu": (), "relu6": ()}
+    {"bias": ("bias",), "scale_shift": ("scale", "shift"), "residual": ("residual",),
+     "relu": (), "relu6": ()}
 )
+FULL_ARGS: frozenset[str] = frozenset({"residual"})
 
-# Flops per output element: an add, a multiply-add (counted as 2), a max, a max and a min.
+# Flops per output element: an add, a multiply-add (counted as 2), an add, a max, a max
+# and a min.
 STAGE_FLOPS: Mapping[str, int] = MappingProxyType(
-    {"bias": 1, "scale_shift": 2, "relu": 1, "relu6": 2})
+    {"bias": 1, "scale_shift": 2, "residual": 1, "relu": 1, "relu6": 2})
 
 _AFFINE = ("bias", "scale_shift")
 _ACTIVATIONS = ("relu", "relu6")
@@ -44,8 +51,15 @@ def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str,
 
 
 def epilogue_args(epilogue: Sequence[str]) -> tuple[str, ...]:
-    """Names of the per-channel vectors the chain needs, in kernel argument order."""
+    """Names of the arrays the chain needs (per-channel vectors, the residual), in kernel
+    argument order."""
     return tuple(name for stage in epilogue for name in STAGE_ARGS[stage])
+
+
+def epilogue_arg_shape(name: str, channels: int, output_shape: tuple[int, ...]
+                       ) -> tuple[int, ...]:
+    """The shape of epilogue argument ``name``: the output's, or (channels,)."""
+    return tuple(output_shape) if name in FULL_ARGS else (channels,)
 
 
 def epilogue_flops(epilogue: Sequence[str]) -> int:
@@ -59,7 +73,8 @@ def apply_epilogue(
     vectors: Mapping[str, np.ndarray],
     channel_axis: int,
 ) -> np.ndarray:
-    """Apply the chain to `out` (a new array is returned); vectors are indexed by channel."""
+    """Apply the chain to `out` (a new array is returned); vectors are indexed by channel,
+    the residual has `out`'s shape."""
     axis = channel_axis % out.ndim
     # Reshape (channels,) so it broadcasts along `axis` of the output.
     view = [1] * out.ndim
@@ -74,6 +89,8 @@ def apply_epilogue(
             result += per_channel("bias")
         elif stage == "scale_shift":
             result = result * per_channel("scale") + per_channel("shift")
+        elif stage == "residual":
+            result += np.asarray(vectors["residual"], dtype=np.float64)
         elif stage == "relu":
             np.maximum(result, 0.0, out=result)
         elif stage == "relu6":

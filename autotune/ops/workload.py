@@ -10,7 +10,13 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from autotune.ops.epilogue import apply_epilogue, canonical_epilogue, epilogue_args, epilogue_flops
+from autotune.ops.epilogue import (
+    apply_epilogue,
+    canonical_epilogue,
+    epilogue_arg_shape,
+    epilogue_args,
+    epilogue_flops,
+)
 from autotune.ops.registry import op_spec
 from autotune.ops.spec import OpSpec, ParamValue, Shape
 
@@ -132,15 +138,18 @@ class Workload:
 
     @cached_property
     def arg_specs(self) -> tuple[ArgSpec, ...]:
-        """Kernel arguments in order: main inputs, epilogue vectors, then `out`."""
+        """Kernel arguments in order: main inputs, epilogue arrays (per-channel vectors, a
+        residual of the output's shape), then `out`."""
         params = self.params
         main = [ArgSpec(name, shape, "input") for name, shape in self.spec.inputs(params)]
-        extra = [ArgSpec(name, (self.channels,), "input") for name in epilogue_args(self.epilogue)]
+        extra = [ArgSpec(name, epilogue_arg_shape(name, self.channels, self.output_shape),
+                         "input") for name in epilogue_args(self.epilogue)]
         return (*main, *extra, ArgSpec("out", self.output_shape, "output"))
 
     def flops(self) -> int:
         """2 per multiply-accumulate of the main op (padding taps included), plus the
-        epilogue's per-output-element flops: bias 1, scale_shift 2, relu 1, relu6 2."""
+        epilogue's per-output-element flops: bias 1, scale_shift 2, residual 1, relu 1,
+        relu6 2."""
         outputs = int(np.prod(self.output_shape))
         return 2 * self.spec.macs(self.params) + outputs * epilogue_flops(self.epilogue)
 

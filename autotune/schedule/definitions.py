@@ -1,7 +1,7 @@
 """Compute definitions of the operators (shared by the CPU and GPU templates).
 
 Each builder returns an ``OpGraph``: the kernel's input tensors in argument order (main
-inputs, then the epilogue's per-channel vectors), the output, and the intermediate tensors a
+inputs, then the epilogue's arrays), the output, and the intermediate tensors a
 template may inline, materialise or cache (a padded input, a packed weight). Builders are
 cached: every config of a workload schedules the same graph, which schedules never mutate
 (``Stage.op`` holds what a schedule changes).
@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 from math import ceil
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum, minimum
-from autotune.ops import Workload
+from autotune.ops import ArgSpec, Workload
 from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule, topo_order
 
@@ -43,8 +43,7 @@ class OpGraph:
 
 def _epilogue(wl: Workload, channel_axis: int):
     """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue."""
-    ch = wl.channels
-    vecs = {name: placeholder(name, (ch,)) for name in _epilogue_args(wl)}
+    vecs = {a.name: placeholder(a.name, a.shape) for a in _epilogue_args(wl)}
     if not wl.epilogue:
         return [], None
 
@@ -56,6 +55,8 @@ def _epilogue(wl: Workload, channel_axis: int):
                 out = out + vecs["bias"][c]
             elif stage == "scale_shift":
                 out = out * vecs["scale"][c] + vecs["shift"][c]
+            elif stage == "residual":  # read where the output is written: same index
+                out = out + vecs["residual"][axes]
             elif stage == "relu":
                 out = maximum(out, ZERO)
             elif stage == "relu6":
@@ -65,8 +66,8 @@ def _epilogue(wl: Workload, channel_axis: int):
     return list(vecs.values()), post
 
 
-def _epilogue_args(wl: Workload) -> list[str]:
-    return [a.name for a in wl.arg_specs if a.role == "input"][2:]
+def _epilogue_args(wl: Workload) -> list[ArgSpec]:
+    return [a for a in wl.arg_specs if a.role == "input"][2:]
 
 
 @lru_cache(maxsize=GRAPHS)
@@ -116,6 +117,31 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
 
     C = compute("C", (*lead, M, N), body, [k], post=post, axis_names=[*bnames, "i", "j"])
     return OpGraph([A, B, *extra], C, temps, packed=packed)
+
+
+@lru_cache(maxsize=GRAPHS)
+def gemv_graph(wl: Workload, parts: int) -> OpGraph:
+    """A one-row matmul as ``parts`` partial sums over contiguous ranges of k,
+    ``C_part[p, j] = sum_kk A[0, p*chunk + kk] * B[p*chunk + kk, j]``, then
+    ``C[0, j] = sum_p C_part[p, j]`` (where the epilogue runs): each range is a parallel
+    task that streams a contiguous block of B's rows."""
+    N, K = wl.dim("N"), wl.dim("K")
+    A, B = placeholder("A", (1, K)), placeholder("B", (K, N))
+    extra, post = _epilogue(wl, 1)
+    chunk = ceil(K / parts)
+    kk = reduce_axis(chunk, "kk")
+
+    def body(p, j):
+        k = p * chunk + kk.var
+        if parts * chunk == K:
+            return A[0, k] * B[k, j]
+        return _guarded(A, (0, k), [(k, K)]) * _guarded(B, (k, j), [(k, K)])
+
+    part = compute("C_part", (parts, N), body, [kk], axis_names=["p", "j"])
+    rp = reduce_axis(parts, "rp")
+    C = compute("C", (1, N), lambda i, j: part[rp.var, j], [rp], post=post,
+                axis_names=["i", "j"])
+    return OpGraph([A, B, *extra], C, [part])
 
 
 def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:

@@ -29,8 +29,9 @@ else:
     OpName = Literal[tuple(OPS)]
     StageName = Literal[EPILOGUE_STAGES]
     DtypeName = Literal[DTYPES]
-# A chain holds each stage once, and at most one of bias/scale_shift and of relu/relu6.
-_EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 2, "not": {"anyOf": [
+# A chain holds each stage once, and at most one of bias/scale_shift and of relu/relu6
+# (so at most three: affine, residual, activation).
+_EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 3, "not": {"anyOf": [
     {"allOf": [{"contains": {"const": a}}, {"contains": {"const": b}}]}
     for a, b in (("bias", "scale_shift"), ("relu", "relu6"))]}}
 # Every op's parameters are named like identifiers, fewer than 16, each an extent (at most
@@ -57,8 +58,9 @@ class WorkloadIn(BaseModel):
     dtype: DtypeName = "float32"
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
-        description="fused stages, e.g. ['bias', 'relu']: each at most once, and at most one "
-                    "of bias and scale_shift and one of relu and relu6")
+        description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "
+                    "each at most once, and at most one of bias and scale_shift and one of "
+                    "relu and relu6")
 
 
 class JobSettings(BaseModel):

@@ -14,9 +14,10 @@ import pytest
 
 CONFIGS_PER_OP = 200
 EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
-             ("bias", "relu6")]
+             ("bias", "relu6"), ("bias", "residual", "relu"), ("scale_shift", "residual")]
 SHAPES = {
-    "matmul": [dict(M=97, N=31, K=13), dict(M=16, N=48, K=33), dict(M=5, N=7, K=64)],
+    "matmul": [dict(M=97, N=31, K=13), dict(M=16, N=48, K=33), dict(M=5, N=7, K=64),
+               dict(M=1, N=37, K=13)],  # M = 1: the GEMV template
     "batch_matmul": [dict(B=3, M=17, N=31, K=9), dict(B=2, M=8, N=32, K=16)],
     "conv2d": [
         dict(N=1, C=3, H=11, W=13, K=8, R=3, S=3, stride=1, pad=1),

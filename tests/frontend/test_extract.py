@@ -37,10 +37,10 @@ def test_resnet_tasks_and_counts():
     assert counts(found) == {
         conv(3, 32, 16, 7, 2, 3, ["bias", "relu"]): 1,       # stem: conv-bn-relu, 7x7 s2
         conv(16, 8, 16, 3, 1, 1, ["bias", "relu"]): 2,       # conv1 of layer1's blocks
-        conv(16, 8, 16, 3, 1, 1, ["bias"]): 2,               # conv2: the add keeps its relu
+        conv(16, 8, 16, 3, 1, 1, ["bias", "residual", "relu"]): 2,  # conv2 + x, then relu
         conv(16, 8, 32, 3, 2, 1, ["bias", "relu"]): 1,       # stride 2
-        conv(32, 4, 32, 3, 1, 1, ["bias"]): 1,
-        conv(16, 8, 32, 1, 2, 0, ["bias"]): 1,               # 1x1 downsample
+        conv(32, 4, 32, 3, 1, 1, ["bias", "residual", "relu"]): 1,  # + the downsample's
+        conv(16, 8, 32, 1, 2, 0, ["bias"]): 1,               # 1x1 downsample: the add is taken
         workload("matmul", M=1, N=10, K=32, epilogue=["bias"]): 1,  # fc
     }
     assert found.unsupported == ()
@@ -59,8 +59,8 @@ def test_mobilenet_tasks_and_counts():
         conv(16, 16, 32, 1, 1, 0, ["bias", "relu6"]): 3,   # expansions, ReLU6 fused
         dw(32, 16, 1, ["bias", "relu6"]): 2,
         dw(32, 16, 2, ["bias", "relu6"]): 1,
-        conv(32, 16, 16, 1, 1, 0, ["bias"]): 2,   # projections
-        conv(32, 8, 24, 1, 1, 0, ["bias"]): 1,
+        conv(32, 16, 16, 1, 1, 0, ["bias", "residual"]): 2,   # projections + x
+        conv(32, 8, 24, 1, 1, 0, ["bias"]): 1,                # stride 2: no shortcut
         conv(24, 8, 64, 1, 1, 0, ["bias", "relu"]): 1,
         workload("matmul", M=1, N=10, K=64, epilogue=["bias"]): 1,
     }

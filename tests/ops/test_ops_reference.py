@@ -56,6 +56,8 @@ def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
                 moved[ch] += vectors["bias"][ch]
             elif stage == "scale_shift":
                 moved[ch] = moved[ch] * vectors["scale"][ch] + vectors["shift"][ch]
+            elif stage == "residual":
+                moved[ch] += np.moveaxis(vectors["residual"], axis, 0)[ch]
             elif stage == "relu":
                 moved[ch] = np.where(moved[ch] > 0, moved[ch], 0.0)
             elif stage == "relu6":
@@ -64,7 +66,8 @@ def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
 
 
 EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
-             ("bias", "relu6")]
+             ("bias", "relu6"), ("residual",), ("bias", "residual", "relu"),
+             ("scale_shift", "residual")]
 
 SMALL = {
     "matmul": dict(M=7, N=5, K=3),

@@ -47,6 +47,8 @@ def test_numpy_integers_accepted():
         (["relu", "bias"], ("bias", "relu")),
         (("relu", "scale_shift"), ("scale_shift", "relu")),
         (("bias",), ("bias",)),
+        (("relu", "residual", "scale_shift"), ("scale_shift", "residual", "relu")),
+        (("residual", "relu6"), ("residual", "relu6")),
     ],
 )
 def test_epilogue_canonical_order(given, canonical):
@@ -213,6 +215,12 @@ def test_arg_specs_order_and_shapes():
     d = workload("depthwise_conv2d", **DW, epilogue=["bias"])
     assert [a.shape for a in d.arg_specs] == [(1, 8, 14, 14), (16, 1, 3, 3), (16,), (1, 16, 7, 7)]
     assert (d.out_h, d.out_w, d.channels) == (7, 7, 16)
+    # the residual has the output's shape and comes after the per-channel vectors
+    r = workload("conv2d", **CONV, epilogue=["relu", "residual", "bias"])
+    assert [(a.name, a.shape) for a in r.arg_specs] == [
+        ("data", (1, 8, 14, 14)), ("weight", (16, 8, 3, 3)), ("bias", (16,)),
+        ("residual", (1, 16, 14, 14)), ("out", (1, 16, 14, 14))]
+    assert str(r).endswith("+bias+residual+relu")
 
 
 def test_out_size_formula():
@@ -231,6 +239,7 @@ def test_out_size_formula():
         workload("batch_matmul", B=2, M=3, N=5, K=7, epilogue=["scale_shift"]),
         workload("conv2d", **CONV, epilogue=["relu"]),
         workload("depthwise_conv2d", **DW),
+        workload("conv2d", **CONV, epilogue=["residual"]),
     ],
     ids=str,
 )
@@ -270,6 +279,8 @@ def test_reference_checks_arguments():
         (workload("conv2d", **CONV, epilogue=["scale_shift", "relu"]),
          2 * 16 * 196 * 72 + 3 * 16 * 196),
         (workload("depthwise_conv2d", **DW, epilogue=["relu"]), 2 * 16 * 49 * 9 + 16 * 49),
+        (workload("depthwise_conv2d", **DW, epilogue=["residual", "relu6"]),
+         2 * 16 * 49 * 9 + 3 * 16 * 49),
     ],
     ids=lambda x: str(x) if isinstance(x, Workload) else "",
 )
@@ -286,7 +297,7 @@ def test_ops_table_describe():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
-        assert d["epilogue"] == ["bias", "scale_shift", "relu", "relu6"]
+        assert d["epilogue"] == ["bias", "scale_shift", "residual", "relu", "relu6"]
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}
     assert conv["dilation"] == {**conv["dilation"], "default": 1, "required": False, "pair": True}

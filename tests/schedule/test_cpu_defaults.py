@@ -149,3 +149,26 @@ def test_conv_default_register_rows_are_whole_vectors(k: int) -> None:
     sp = autotune.config_space(wl, autotune.Target("llvm -mcpu=skylake-avx512"))
     k2 = cpu_conv2d.default_values(wl, AVX512, list(sp.knobs))["tile_k"][-1]
     assert k2 <= 16 or k2 % 16 == 0
+
+
+@pytest.mark.parametrize("vec", ["k", "x"])
+def test_conv_write_back_is_vectorised_along_columns(vec: str) -> None:
+    """Both ways a conv accumulates, it writes `out` (and reads a residual) a vector of
+    output columns at a time: contiguous, not one lane per channel plane."""
+    from autotune.ir.expr import Var, walk
+    from autotune.ir.stmt import For, ForKind, Store, walk_stmts
+
+    wl = autotune.workload("conv2d", epilogue=("bias", "residual", "relu"),
+                           **WORKLOADS["conv2d"])
+    target = autotune.Target("llvm")
+    space = autotune.config_space(wl, target)
+    cfg = space.config(dict(space.default()) | {"vec": vec})
+    func = driver.lower(wl, target, cfg)
+    writes = [(loop, s) for loop in walk_stmts(func.body)
+              if isinstance(loop, For) and loop.kind is ForKind.VECTORIZED
+              for s in walk_stmts(loop.body) if isinstance(s, Store) and s.buffer.name == "out"]
+    assert writes
+    for loop, store in writes:
+        column = store.indices[-1]
+        assert loop.var in {x for x in walk(column) if isinstance(x, Var)}
+        assert all(loop.var not in set(walk(i)) for i in store.indices[:-1])

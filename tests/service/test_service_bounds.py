@@ -305,3 +305,26 @@ def test_check_workload_bounds_dimensions(params: dict[str, Any], field: Any) ->
         check_workload({"op": "conv2d", "params": params}, ("body", "workload"))
     loc = ("body", "workload", "params") + ((field,) if field else ())
     assert info.value.errors()[0]["loc"] == loc
+
+
+def test_check_workload_takes_the_residual_stage() -> None:
+    """The residual epilogue is a stage like the others: canonically ordered, and its array
+    (the output's shape) counts toward the size limits."""
+    from fastapi.exceptions import RequestValidationError
+
+    from autotune.service.validation import MAX_ELEMENTS, check_workload
+
+    conv = {"N": 1, "C": 8, "H": 14, "W": 14, "K": 16, "R": 3, "S": 3, "stride": 1, "pad": 1}
+    wl = check_workload({"op": "conv2d", "params": conv, "epilogue": ["relu", "residual", "bias"]},
+                        ("body", "workload"))
+    assert wl.epilogue == ("bias", "residual", "relu")
+    assert wl.arg_specs[3].shape == wl.output_shape
+    # a 1x1 conv whose input and output each hold just under half the limit: fine alone,
+    # too large with the residual (a third array of the output's size)
+    side = int((MAX_ELEMENTS // 2 - 1) ** 0.5)
+    big = {"N": 1, "C": 1, "H": side, "W": side, "K": 1, "R": 1, "S": 1, "stride": 1, "pad": 0}
+    check_workload({"op": "conv2d", "params": big}, ("body", "workload"))
+    with pytest.raises(RequestValidationError) as info:
+        check_workload({"op": "conv2d", "params": big, "epilogue": ["residual"]},
+                       ("body", "workload"))
+    assert "elements" in info.value.errors()[0]["msg"]
