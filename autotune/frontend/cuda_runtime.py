@@ -16,7 +16,7 @@ from autotune.codegen.cuda.compiler import compile_cuda_batch
 from autotune.codegen.cuda.launcher import DeviceKernel, device_kernel
 from autotune.codegen.cuda.runtime import CudaKernel, load_cuda_kernel
 from autotune.driver import lower
-from autotune.frontend.runtime import KernelGroup, ModuleMaker
+from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.torch import Match
 from autotune.ops import Workload
 from autotune.space import Config

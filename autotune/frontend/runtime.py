@@ -11,16 +11,17 @@ compiled model runs, without compiling them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
 from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
 from autotune.driver import compile_prepacked
+from autotune.frontend.cuda_runtime import cuda_module_maker
+from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.torch import Match, _as_tuple, match_model, trace
 from autotune.ops import Workload, aligned_empty
 from autotune.space import Config
@@ -28,49 +29,6 @@ from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.codegen.kernel import Kernel
-
-# A group's module from (its match, input shapes, output shape, conv arguments).
-ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[str, Any]],
-                       nn.Module]
-
-
-class KernelGroup(nn.Module):
-    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a
-    compiled model: what its kernel computes, and the same on torch (``forward_torch``)."""
-
-    def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
-                 out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
-        super().__init__()
-        self.workload, self.kind, self.place = match.workload, match.kind, match.place
-        self.in_shapes = tuple(tuple(s) for s in in_shapes)
-        self.out_shape = tuple(out_shape)
-        self.conv_args = conv_args
-        self.activation = next((s for s in match.workload.epilogue if s in ("relu", "relu6")),
-                               None)
-
-    def torch_params(self) -> list[torch.Tensor]:
-        """The folded weight (then bias) as torch tensors."""
-        raise NotImplementedError
-
-    def forward_torch(self, *xs: torch.Tensor) -> torch.Tensor:
-        """The same computation on torch (folded weights; any shape that torch accepts)."""
-        params = self.torch_params()
-        bias = params[1] if len(params) > 1 else None
-        if self.kind == "conv":
-            y = F.conv2d(xs[0], params[0], bias, **self.conv_args)
-        elif self.kind == "linear":
-            y = F.linear(xs[0], params[0].t(), bias)
-        else:
-            y = torch.matmul(xs[0], xs[1])
-        if "residual" in self.workload.epilogue:
-            y = y + xs[1]
-        if self.activation == "relu":
-            return torch.relu(y)
-        return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
-
-    def extra_repr(self) -> str:
-        return f"{self.place}: {self.workload}"
-
 
 class KernelModule(KernelGroup):
     """A group run by an autotune kernel on this CPU, on the tensors' own memory."""
@@ -156,8 +114,6 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     matches, _ = match_model(gm)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
-        from autotune.frontend.cuda_runtime import cuda_module_maker
-
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
                       torch.device("cpu"))
         _rewrite(gm, matches, cuda_module_maker(matches, configs, tgt, device))

@@ -1,0 +1,54 @@
+"""`KernelGroup`: one matched group of a compiled model (conv+BN+epilogue, linear, matmul),
+the base of the modules that run it on autotune's kernels (`runtime.KernelModule` on this
+CPU, `cuda_runtime.CudaKernelModule` on a GPU), with the same computation on torch."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autotune.frontend.torch import Match
+
+# A group's module from (its match, input shapes, output shape, conv arguments).
+ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[str, Any]],
+                       nn.Module]
+
+
+class KernelGroup(nn.Module):
+    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a
+    compiled model: what its kernel computes, and the same on torch (``forward_torch``)."""
+
+    def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
+                 out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
+        super().__init__()
+        self.workload, self.kind, self.place = match.workload, match.kind, match.place
+        self.in_shapes = tuple(tuple(s) for s in in_shapes)
+        self.out_shape = tuple(out_shape)
+        self.conv_args = conv_args
+        self.activation = next((s for s in match.workload.epilogue if s in ("relu", "relu6")),
+                               None)
+
+    def torch_params(self) -> list[torch.Tensor]:
+        """The folded weight (then bias) as torch tensors."""
+        raise NotImplementedError
+
+    def forward_torch(self, *xs: torch.Tensor) -> torch.Tensor:
+        """The same computation on torch (folded weights; any shape that torch accepts)."""
+        params = self.torch_params()
+        bias = params[1] if len(params) > 1 else None
+        if self.kind == "conv":
+            y = F.conv2d(xs[0], params[0], bias, **self.conv_args)
+        elif self.kind == "linear":
+            y = F.linear(xs[0], params[0].t(), bias)
+        else:
+            y = torch.matmul(xs[0], xs[1])
+        if "residual" in self.workload.epilogue:
+            y = y + xs[1]
+        if self.activation == "relu":
+            return torch.relu(y)
+        return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
+
+    def extra_repr(self) -> str:
+        return f"{self.place}: {self.workload}"
