@@ -1,22 +1,23 @@
 """`JobStore`: tuning jobs, their leases, their cost models' scores and workers, and the
-service's API keys (model runs are `autotune.db.model_runs`, over the same store)."""
+service's API keys; model runs are its part in `autotune.db.model_runs`."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Mapping, Optional, Sequence
 
 from autotune.db import apikeys, jobs, trials
+from autotune.db.model_runs import ModelRunStore
 from autotune.db.records import (
     ApiKeyRecord,
     JobRecord,
     TargetLike,
     WorkloadLike,
 )
-from autotune.db.store import Store
 
 
-class JobStore(Store):
-    """Jobs and who holds them, and the keys allowed to write them."""
+class JobStore(ModelRunStore):
+    """Jobs and who holds them, the model runs they belong to, and the keys allowed to write
+    them."""
 
     def create_job(self, *, workload: WorkloadLike, target: TargetLike, tuner: str, trials: int,
                    options: Optional[Mapping[str, Any]] = None, owner: Optional[str] = None,

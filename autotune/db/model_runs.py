@@ -13,11 +13,11 @@ from typing import Any, Mapping, Optional, Sequence
 from sqlalchemy import case, func, select
 
 from autotune.db import jobs
-from autotune.db.database import Database
 from autotune.db.entities import ensure_target, ensure_workload
 from autotune.db.lease import is_dead_local
 from autotune.db.records import JobRecord, TargetLike, WorkloadLike, _utc
 from autotune.db.schema import JobRow, ModelRunRow, TargetRow, TrialRow, WorkloadRow, utcnow
+from autotune.db.store import Store
 from autotune.db.trials import TRANSIENT
 
 RUN_STATES = ("running", "done", "failed", "cancelled")
@@ -76,134 +76,131 @@ def _select() -> Any:
     return select(ModelRunRow, TargetRow.key).join(TargetRow, ModelRunRow.target_id == TargetRow.id)
 
 
-def create_run(db: Database, *, name: str, fingerprint: str, target: TargetLike, budget: int,
-               tasks: Sequence[Mapping[str, Any]], unsupported: Sequence[Mapping[str, Any]],
-               owner: str) -> ModelRunRecord:
-    """A new run, running under ``owner``."""
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0; got {budget}")
-    now = utcnow()
-    with db.session(write=True) as s:
-        tid = ensure_target(s, key=target.key, kind=target.kind)
-        row = ModelRunRow(name=name[:200], fingerprint=fingerprint, target_id=tid, budget=budget,
-                          trials_done=0, state="running", tasks=list(tasks),
-                          unsupported=list(unsupported), history=[], owner=owner,
-                          created_at=now, updated_at=now)
-        s.add(row)
-        s.flush()
-        return _record(row, target.key)
+class ModelRunStore(Store):
+    """Model runs, their task jobs and what the database holds for their tasks (a part of
+    the job store)."""
 
+    def create_run(self, *, name: str, fingerprint: str, target: TargetLike, budget: int,
+                   tasks: Sequence[Mapping[str, Any]], unsupported: Sequence[Mapping[str, Any]],
+                   owner: str) -> ModelRunRecord:
+        """A new run, running under ``owner``."""
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0; got {budget}")
+        now = utcnow()
+        with self.session(write=True) as s:
+            tid = ensure_target(s, key=target.key, kind=target.kind)
+            row = ModelRunRow(name=name[:200], fingerprint=fingerprint, target_id=tid,
+                              budget=budget, trials_done=0, state="running", tasks=list(tasks),
+                              unsupported=list(unsupported), history=[], owner=owner,
+                              created_at=now, updated_at=now)
+            s.add(row)
+            s.flush()
+            return _record(row, target.key)
 
-def get_run(db: Database, run_id: int) -> Optional[ModelRunRecord]:
-    with db.session() as s:
-        found = s.execute(_select().where(ModelRunRow.id == run_id)).first()
-        return None if found is None else _record(*found)
+    def get_run(self, run_id: int) -> Optional[ModelRunRecord]:
+        with self.session() as s:
+            found = s.execute(_select().where(ModelRunRow.id == run_id)).first()
+            return None if found is None else _record(*found)
 
+    def list_runs(self, *, offset: int = 0, limit: int = 50
+                  ) -> tuple[list[ModelRunRecord], int]:
+        """One page of runs, newest first, and the total count."""
+        with self.session() as s:
+            total = s.scalar(select(func.count()).select_from(ModelRunRow)) or 0
+            rows = s.execute(_select().order_by(ModelRunRow.id.desc())
+                             .offset(max(offset, 0)).limit(max(limit, 0)))
+            return [_record(*r) for r in rows], int(total)
 
-def list_runs(db: Database, *, offset: int = 0, limit: int = 50
-              ) -> tuple[list[ModelRunRecord], int]:
-    """One page of runs, newest first, and the total count."""
-    with db.session() as s:
-        total = s.scalar(select(func.count()).select_from(ModelRunRow)) or 0
-        rows = s.execute(_select().order_by(ModelRunRow.id.desc())
-                         .offset(max(offset, 0)).limit(max(limit, 0)))
-        return [_record(*r) for r in rows], int(total)
+    def latest_run(self, fingerprint: str, target_key: str) -> Optional[ModelRunRecord]:
+        """The newest run of this task set on this target, or None."""
+        with self.session() as s:
+            found = s.execute(_select().where(ModelRunRow.fingerprint == fingerprint,
+                                              TargetRow.key == target_key)
+                              .order_by(ModelRunRow.id.desc()).limit(1)).first()
+            return None if found is None else _record(*found)
 
+    def take_run(self, run_id: int, *, owner: str, budget: int,
+                 stale_after_s: float = STALE_AFTER_S) -> ModelRunRecord:
+        """Continue a run under ``owner`` with ``budget``; `RunBusy` while another process that
+        is alive and recently active holds it. Its task jobs left active by a dead owner end
+        as cancelled."""
+        now = utcnow()
+        with self.session(write=True) as s:
+            row = s.execute(select(ModelRunRow).where(ModelRunRow.id == run_id)
+                            .with_for_update()).scalar_one()
+            updated = _utc(row.updated_at)
+            fresh = updated is not None and updated > now - timedelta(seconds=stale_after_s)
+            if row.state == "running" and row.owner and row.owner != owner and \
+                    not is_dead_local(row.owner) and fresh:
+                raise RunBusy(f"model run {run_id} is being tuned by {row.owner}")
+            row.owner, row.state, row.budget, row.error = owner, "running", budget, None
+            row.finished_at, row.updated_at = None, now
+            for job in s.scalars(select(JobRow).where(JobRow.model_run_id == run_id,
+                                                           JobRow.state.in_(jobs.ACTIVE_STATES))):
+                jobs._move(job, "cancelled", "interrupted; the model run was resumed", now)
+                jobs._release(job, now)
+            s.flush()
+            return _record(row, s.get(TargetRow, row.target_id).key)  # type: ignore[union-attr]
 
-def latest_run(db: Database, fingerprint: str, target_key: str) -> Optional[ModelRunRecord]:
-    """The newest run of this task set on this target, or None."""
-    with db.session() as s:
-        found = s.execute(_select().where(ModelRunRow.fingerprint == fingerprint,
-                                          TargetRow.key == target_key)
-                          .order_by(ModelRunRow.id.desc()).limit(1)).first()
-        return None if found is None else _record(*found)
+    def update_run(self, run_id: int, *, trials_done: int,
+                   estimated_latency_s: Optional[float], elapsed_s: float) -> None:
+        """Record a round: spending, the latency estimate, and a point of its history."""
+        with self.session(write=True) as s:
+            row = s.get(ModelRunRow, run_id)
+            if row is None:
+                return
+            row.trials_done, row.estimated_latency_s = trials_done, estimated_latency_s
+            # a new list: the JSON column notices assignment, not mutation
+            row.history = [*(row.history or ()), [round(elapsed_s, 3), trials_done,
+                                                  estimated_latency_s]]
+            row.updated_at = utcnow()
 
+    def finish_run(self, run_id: int, *, state: str, error: Optional[str] = None) -> None:
+        """End a run in ``state`` and release it."""
+        if state not in RUN_STATES:
+            raise ValueError(f"model run state must be one of {', '.join(RUN_STATES)}; "
+                             f"got {state!r}")
+        now = utcnow()
+        with self.session(write=True) as s:
+            row = s.get(ModelRunRow, run_id)
+            if row is None:
+                return
+            row.state, row.error, row.owner = state, error, None
+            row.finished_at = row.updated_at = now
 
-def take_run(db: Database, run_id: int, *, owner: str, budget: int,
-             stale_after_s: float = STALE_AFTER_S) -> ModelRunRecord:
-    """Continue a run under ``owner`` with ``budget``; `RunBusy` while another process that
-    is alive and recently active holds it. Its task jobs left active by a dead owner end
-    as cancelled."""
-    now = utcnow()
-    with db.session(write=True) as s:
-        row = s.execute(select(ModelRunRow).where(ModelRunRow.id == run_id)
-                        .with_for_update()).scalar_one()
-        if row.state == "running" and row.owner and row.owner != owner and \
-                not is_dead_local(row.owner) and \
-                _utc(row.updated_at) > now - timedelta(seconds=stale_after_s):  # type: ignore[operator]
-            raise RunBusy(f"model run {run_id} is being tuned by {row.owner}")
-        row.owner, row.state, row.budget, row.error = owner, "running", budget, None
-        row.finished_at, row.updated_at = None, now
-        for job in s.scalars(select(JobRow).where(JobRow.model_run_id == run_id,
-                                                       JobRow.state.in_(jobs.ACTIVE_STATES))):
-            jobs._move(job, "cancelled", "interrupted; the model run was resumed", now)
-            jobs._release(job, now)
-        s.flush()
-        return _record(row, s.get(TargetRow, row.target_id).key)  # type: ignore[union-attr]
+    def create_task_job(self, run_id: int, *, workload: WorkloadLike, target: TargetLike,
+                        tuner: str, trials: int, options: Mapping[str, Any], owner: str,
+                        lease_s: float) -> int:
+        """A job for one task of the run, running under ``owner``; its id."""
+        with self.session(write=True) as s:
+            wid = ensure_workload(s, key=workload.key, op=workload.op)
+            tid = ensure_target(s, key=target.key, kind=target.kind)
+            return jobs.create_job(s, workload_id=wid, target_id=tid, tuner=tuner, trials=trials,
+                                   options=options, owner=owner, lease_s=lease_s,
+                                   model_run_id=run_id)
 
+    def run_jobs(self, run_id: int) -> list[JobRecord]:
+        """The task jobs of a run, oldest first."""
+        with self.session() as s:
+            return jobs._run(s, jobs._records().where(JobRow.model_run_id == run_id)
+                             .order_by(JobRow.id))
 
-def update_run(db: Database, run_id: int, *, trials_done: int,
-               estimated_latency_s: Optional[float], elapsed_s: float) -> None:
-    """Record a round: spending, the latency estimate, and a point of its history."""
-    with db.session(write=True) as s:
-        row = s.get(ModelRunRow, run_id)
-        if row is None:
-            return
-        row.trials_done, row.estimated_latency_s = trials_done, estimated_latency_s
-        # a new list: the JSON column notices assignment, not mutation
-        row.history = [*(row.history or ()), [round(elapsed_s, 3), trials_done,
-                                              estimated_latency_s]]
-        row.updated_at = utcnow()
-
-
-def finish_run(db: Database, run_id: int, *, state: str, error: Optional[str] = None) -> None:
-    """End a run in ``state`` and release it."""
-    if state not in RUN_STATES:
-        raise ValueError(f"model run state must be one of {', '.join(RUN_STATES)}; got {state!r}")
-    now = utcnow()
-    with db.session(write=True) as s:
-        row = s.get(ModelRunRow, run_id)
-        if row is None:
-            return
-        row.state, row.error, row.owner = state, error, None
-        row.finished_at = row.updated_at = now
-
-
-def create_task_job(db: Database, run_id: int, *, workload: WorkloadLike, target: TargetLike,
-                    tuner: str, trials: int, options: Mapping[str, Any], owner: str,
-                    lease_s: float) -> int:
-    """A job for one task of the run, running under ``owner``; its id."""
-    with db.session(write=True) as s:
-        wid = ensure_workload(s, key=workload.key, op=workload.op)
-        tid = ensure_target(s, key=target.key, kind=target.kind)
-        return jobs.create_job(s, workload_id=wid, target_id=tid, tuner=tuner, trials=trials,
-                               options=options, owner=owner, lease_s=lease_s,
-                               model_run_id=run_id)
-
-
-def run_jobs(db: Database, run_id: int) -> list[JobRecord]:
-    """The task jobs of a run, oldest first."""
-    with db.session() as s:
-        return jobs._run(s, jobs._records().where(JobRow.model_run_id == run_id)
-                         .order_by(JobRow.id))
-
-
-def task_trials(db: Database, workload_keys: Sequence[str], target_key: str
-                ) -> dict[str, TaskTrials]:
-    """Per workload key: its records on the target and its best valid cost (one query)."""
-    if not workload_keys:
-        return {}
-    valid = case((TrialRow.error == "none", TrialRow.cost), else_=None)
-    retimed = case((TrialRow.error == "none", TrialRow.retimed_cost), else_=None)
-    # `trials.top`'s ranking: the latest re-timing window's figure where there is one
-    best = func.coalesce(func.min(retimed), func.min(valid))
-    stmt = (select(WorkloadRow.key, func.count(TrialRow.id), best)
-            .join(TrialRow, TrialRow.workload_id == WorkloadRow.id)
-            .join(TargetRow, TrialRow.target_id == TargetRow.id)
-            .where(WorkloadRow.key.in_(list(workload_keys)), TargetRow.key == target_key,
-                   TrialRow.error != TRANSIENT)
-            .group_by(WorkloadRow.key))
-    with db.session() as s:
-        found = {key: TaskTrials(int(n), None if best is None else float(best))
-                 for key, n, best in s.execute(stmt)}
-    return {key: found.get(key, TaskTrials(0, None)) for key in workload_keys}
+    def task_trials(self, workload_keys: Sequence[str], target_key: str
+                    ) -> dict[str, TaskTrials]:
+        """Per workload key: its records on the target and its best valid cost (one query)."""
+        if not workload_keys:
+            return {}
+        valid = case((TrialRow.error == "none", TrialRow.cost), else_=None)
+        retimed = case((TrialRow.error == "none", TrialRow.retimed_cost), else_=None)
+        # `trials.top`'s ranking: the latest re-timing window's figure where there is one
+        best = func.coalesce(func.min(retimed), func.min(valid))
+        stmt = (select(WorkloadRow.key, func.count(TrialRow.id), best)
+                .join(TrialRow, TrialRow.workload_id == WorkloadRow.id)
+                .join(TargetRow, TrialRow.target_id == TargetRow.id)
+                .where(WorkloadRow.key.in_(list(workload_keys)), TargetRow.key == target_key,
+                       TrialRow.error != TRANSIENT)
+                .group_by(WorkloadRow.key))
+        with self.session() as s:
+            found = {key: TaskTrials(int(n), None if best is None else float(best))
+                     for key, n, best in s.execute(stmt)}
+        return {key: found.get(key, TaskTrials(0, None)) for key in workload_keys}

@@ -27,7 +27,6 @@ from autotune.api import (
     tuning_session,
 )
 from autotune.db import Database
-from autotune.db import model_runs as runs
 from autotune.db.lease import HeldJob, LeaseKeeper, held_job, new_owner
 from autotune.frontend.progress import ModelProgress, ProgressPrinter, TaskProgress
 from autotune.frontend.scheduler import TaskScheduler
@@ -141,7 +140,7 @@ class _ModelRun:
         if self.db is None:
             self._prior_best: list[Optional[float]] = [None] * len(self.model.tasks)
             return [0] * len(self.model.tasks)
-        found = runs.task_trials(self.db, [t.workload.key for t in self.model.tasks],
+        found = self.db.task_trials([t.workload.key for t in self.model.tasks],
                                  self.target.key)
         self._prior_best = [found[t.workload.key].best_cost for t in self.model.tasks]
         return [found[t.workload.key].trials for t in self.model.tasks]
@@ -176,20 +175,18 @@ class _ModelRun:
     def _open_run(self) -> None:
         if self.db is None:
             return
-        found = runs.latest_run(self.db, self.model.fingerprint, self.target.key)
+        found = self.db.latest_run(self.model.fingerprint, self.target.key)
         if found is not None:
-            self.run_id = runs.take_run(self.db, found.id, owner=self.owner,
-                                        budget=self.budget).id
+            self.run_id = self.db.take_run(found.id, owner=self.owner, budget=self.budget).id
         else:
-            self.run_id = runs.create_run(
-                self.db, name=self.model.name, fingerprint=self.model.fingerprint,
-                target=self.target, budget=self.budget,
-                tasks=[t.to_dict() for t in self.model.tasks],
+            self.run_id = self.db.create_run(
+                name=self.model.name, fingerprint=self.model.fingerprint, target=self.target,
+                budget=self.budget, tasks=[t.to_dict() for t in self.model.tasks],
                 unsupported=[u.to_dict() for u in self.model.unsupported], owner=self.owner).id
         from autotune.settings import Settings
 
         self.keeper = LeaseKeeper(self.db, self.owner, Settings().job_lease_s).start()
-        runs.update_run(self.db, self.run_id, trials_done=self.spent,
+        self.db.update_run(self.run_id, trials_done=self.spent,
                         estimated_latency_s=self.scheduler.estimated_latency(), elapsed_s=0.0)
 
     def _round(self, i: int, executor: "Executor") -> None:
@@ -239,8 +236,8 @@ class _ModelRun:
     def _job(self, task: Task) -> Optional[int]:
         if self.db is None or self.run_id is None or self.keeper is None:
             return None
-        return runs.create_task_job(
-            self.db, self.run_id, workload=task.workload, target=self.target, tuner=self.tuner,
+        return self.db.create_task_job(
+            self.run_id, workload=task.workload, target=self.target, tuner=self.tuner,
             trials=self.budget - self.spent, options={
                 "seed": self.seed, "batch_size": self.batch, "tuner_options": self.tuner_options,
                 "model_run": self.run_id, "weight": task.weight},
@@ -294,7 +291,7 @@ class _ModelRun:
         latency = self.scheduler.estimated_latency()
         elapsed = time.monotonic() - self.t0
         if self.db is not None and self.run_id is not None:
-            runs.update_run(self.db, self.run_id, trials_done=self.spent,
+            self.db.update_run(self.run_id, trials_done=self.spent,
                             estimated_latency_s=latency, elapsed_s=elapsed)
         snapshot = ModelProgress(self.run_id, rounds, task, self.spent, self.budget, latency,
                                  self._task_progress(), elapsed)
@@ -318,7 +315,7 @@ class _ModelRun:
             return
         if self.keeper is not None:
             self.keeper.stop()
-        runs.finish_run(self.db, self.run_id, state=state, error=error)
+        self.db.finish_run(self.run_id, state=state, error=error)
 
     def _result(self) -> ModelTuneResult:
         tasks = self._task_progress()

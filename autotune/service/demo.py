@@ -56,11 +56,10 @@ def demo_cnn() -> tuple[Any, Any]:
 def demo_done(settings: Settings, trials: int) -> bool:
     """Whether the database already holds a finished demo run of at least ``trials``."""
     from autotune.db import Database
-    from autotune.db import model_runs as runs
 
     db = Database.open(settings.db_url)
     try:
-        found, _ = runs.list_runs(db, limit=1000)
+        found, _ = db.list_runs(limit=1000)
     finally:
         db.dispose()
     return any(r.name == DEMO_NAME and r.state == "done" and r.budget >= trials

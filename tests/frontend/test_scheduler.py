@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from autotune.db import Database
-from autotune.db import model_runs as runs
 from autotune.driver import config_space
 from autotune.frontend import ModelTasks, Task, tune_tasks
 from autotune.frontend.scheduler import TaskScheduler
@@ -94,13 +93,13 @@ def test_budget_goes_where_latency_is(tmp_path: Path):
     est = result.estimated_latency_s
     assert est == pytest.approx(sum(t.weight * t.best_cost for t in result.tasks))
     db = Database(url)
-    run = runs.get_run(db, result.run_id)
+    run = db.get_run(result.run_id)
     assert run.state == "done" and run.trials_done == 160 and run.budget == 160
     assert run.estimated_latency_s == pytest.approx(est)
     lat = [c for _, _, c in run.history if c is not None]
     assert lat[0] > lat[-1]
     assert [n for _, n, _ in run.history] == sorted(n for _, n, _ in run.history)
-    jobs = runs.run_jobs(db, result.run_id)
+    jobs = db.run_jobs(result.run_id)
     assert len(jobs) == 3 and all(j.state == "done" and j.owner is None for j in jobs)
     assert sum(j.trials_done for j in jobs) == 160
     db.dispose()
@@ -122,6 +121,6 @@ def test_a_rerun_spends_only_the_rest_of_the_budget(tmp_path: Path):
     db = Database(url)
     # a job per task that had a round in a call: all three in the first (warm-up)
     tuned_again = [t.job_id for t in again.tasks if t.job_id is not None]
-    assert tuned_again and len(runs.run_jobs(db, first.run_id)) == 3 + len(tuned_again)
-    assert runs.get_run(db, first.run_id).budget == 96
+    assert tuned_again and len(db.run_jobs(first.run_id)) == 3 + len(tuned_again)
+    assert db.get_run(first.run_id).budget == 96
     db.dispose()

@@ -14,7 +14,6 @@ from torch import nn  # noqa: E402
 import autotune  # noqa: E402
 from autotune.api import NoTunedScheduleWarning  # noqa: E402
 from autotune.db import Database  # noqa: E402
-from autotune.db import model_runs as runs  # noqa: E402
 from autotune.measure import MeasureOptions  # noqa: E402
 from tests.frontend.frontend_nets import randomize_bn  # noqa: E402
 
@@ -41,9 +40,9 @@ def test_tune_model_then_compile_model(tmp_path: Path):
     assert [t.trials for t in result.tasks] == [4, 4]  # the budget split by the warm-up
     assert result.estimated_latency_s is not None and result.estimated_latency_s > 0
     db = Database(url)
-    run = runs.get_run(db, result.run_id)
+    run = db.get_run(result.run_id)
     assert run.state == "done" and run.name == "Small" and len(run.tasks) == 2
-    assert all(j.state == "done" for j in runs.run_jobs(db, result.run_id))
+    assert all(j.state == "done" for j in db.run_jobs(result.run_id))
     db.dispose()
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoTunedScheduleWarning)  # every kernel has a record

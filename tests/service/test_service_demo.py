@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from autotune.db import Database
-from autotune.db import model_runs as runs
 from autotune.service.demo import DEMO_NAME
 from tests.service.service_helpers import FAST_MEASURE, free_port, wait_for
 
@@ -107,7 +106,7 @@ def test_ctrl_c_stops_the_demo_run_with_the_service(tmp_path: Path) -> None:
     # The run and its job ended cancelled, recorded by the child before it exited.
     db = Database(f"sqlite:///{tmp_path / 'autotune.db'}")
     try:
-        states = {r.state for r in runs.list_runs(db)[0]}
+        states = {r.state for r in db.list_runs()[0]}
         jobs = {j.state for j in db.list_jobs(limit=50)[0]}
     finally:
         db.dispose()

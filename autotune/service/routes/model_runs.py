@@ -90,7 +90,7 @@ def _summary(run: runs.ModelRunRecord) -> dict[str, Any]:
 def list_model_runs(db: DbDep, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                     limit: Annotated[int, Query(ge=1, le=500)] = 50) -> ModelRunsPage:
     """A page of model runs, newest first."""
-    items, total = runs.list_runs(db, offset=offset, limit=limit)
+    items, total = db.list_runs(offset=offset, limit=limit)
     return ModelRunsPage(items=[ModelRunSummary(**_summary(r)) for r in items], total=total,
                          offset=offset, limit=limit)
 
@@ -100,12 +100,12 @@ def list_model_runs(db: DbDep, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)
 def get_model_run(db: DbDep, run_id: RunId) -> ModelRunDetail:
     """A model run: its tasks (trials, best, share of the latency), the operators left to
     torch, the estimated latency after each round, and its jobs."""
-    run = runs.get_run(db, run_id)
+    run = db.get_run(run_id)
     if run is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model run {run_id}")
-    jobs = runs.run_jobs(db, run_id)
+    jobs = db.run_jobs(run_id)
     keys = [_key(t) for t in run.tasks]
-    held = runs.task_trials(db, keys, run.target_key)
+    held = db.task_trials(keys, run.target_key)
     total = run.estimated_latency_s
     tasks = []
     for i, (task, key) in enumerate(zip(run.tasks, keys)):
