@@ -227,7 +227,10 @@ def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], Non
         return None
     out = torch.empty(module.out_shape, dtype=torch.float32)
     ptrs = [x.data_ptr() for x in args] + [out.data_ptr()]
-    return lambda: call(*ptrs)
+
+    def run(_keep: tuple = (out, args)) -> None:  # _keep: the memory the pointers name
+        call(*ptrs)
+    return run
 
 
 def main() -> None:

@@ -107,7 +107,7 @@ class BoundCall:
     """A `CpuKernel` with some arguments fixed: ``call(*pointers)`` passes the data pointers
     of the other arguments, in order (the output last), straight to the entry: no checks,
     no arrays, no pointer array built per call. The caller owns the contract: each pointer
-    64-byte aligned, to memory of the argument's shape, the output overlapping nothing."""
+    64-byte aligned, to live memory of the argument's shape, the output overlapping nothing."""
 
     def __init__(self, kernel: CpuKernel, fixed: Mapping[int, np.ndarray]) -> None:
         self.kernel, self.fixed = kernel, dict(fixed)  # both kept alive with the call
