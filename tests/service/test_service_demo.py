@@ -29,6 +29,14 @@ def _serve(tmp_path: Path, port: int, log: Path) -> subprocess.Popen:
         stderr=log.open("w"), start_new_session=True)
 
 
+def _items(url: str) -> list[dict]:
+    """The ``items`` of a list endpoint, or none while the service does not answer yet."""
+    try:
+        return httpx.get(url, timeout=5).json()["items"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return []
+
+
 def _interrupt(proc: subprocess.Popen) -> int:
     """Ctrl-C, as a terminal sends it: SIGINT to the whole foreground process group."""
     os.killpg(proc.pid, signal.SIGINT)
@@ -46,10 +54,7 @@ def test_the_demo_tunes_a_model_run_to_watch(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         def run() -> dict:
-            try:
-                items = httpx.get(f"{base}/model-runs", timeout=5).json()["items"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                return {}
+            items = _items(f"{base}/model-runs")
             return items[0] if items else {}
 
         wait_for(lambda: run().get("state") == "running", 120, what="the demo's model run")
@@ -93,11 +98,7 @@ def test_ctrl_c_stops_the_demo_run_with_the_service(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         def running_jobs() -> int:
-            try:
-                items = httpx.get(f"{base}/jobs", timeout=5).json()["items"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                return 0
-            return sum(j["state"] == "running" for j in items)
+            return sum(j["state"] == "running" for j in _items(f"{base}/jobs"))
 
         wait_for(lambda: running_jobs() > 0, 120, what="a job of the demo run")
     finally:

@@ -41,6 +41,7 @@ from autotune.ir.stmt import (
     Store,
     Sync,
     format_stmt,
+    walk_stmts,
 )
 
 Value = Union[int, float, np.ndarray]  # a uniform value, or one per lane
@@ -159,7 +160,7 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
     if len(arrays) != len(func.args):
         raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
     program = _Compiler(func, body).stmt(body)
-    stored = {s.buffer for s in _walk(body) if isinstance(s, Store)}
+    stored = {s.buffer for s in walk_stmts(body) if isinstance(s, Store)}
     globals_: dict[Buffer, _Memory] = {}
     for b, a in zip(func.args, arrays):
         if a.size != b.size:
@@ -177,12 +178,6 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
         program(grid, {}, np.ones(grid.lanes, bool))
     out, mem = arrays[-1], globals_[func.args[-1]]
     out[...] = mem.data.reshape(out.shape).astype(out.dtype)
-
-
-def _walk(s: Stmt):
-    yield s
-    for c in s.children():
-        yield from _walk(c)
 
 
 class _Compiler:
