@@ -1,8 +1,10 @@
 """Expression nodes of the loop IR.
 
-Index arithmetic is int64, tensor data float32. Nodes are immutable; ``Var`` compares
-by identity (two loops may share a name), every other node by structure, with its hash
-computed once at construction (lowering keys its simplification cache by expression).
+Index arithmetic is int64, tensor data float32; float16 and bfloat16 buffers are storage
+types (loading one gives float32, storing into one rounds to nearest even). Nodes are
+immutable; ``Var`` compares by identity (two loops may share a name), every other node by
+structure, with its hash computed once at construction (lowering keys its simplification
+cache by expression).
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ if TYPE_CHECKING:
 INT = "int64"
 FLOAT = "float32"
 BOOL = "bool"
+# storage-only float types: a Load of such a buffer reads float32, a Store rounds to nearest
+HALF_DTYPES = ("float16", "bfloat16")
 
 ExprLike = Union["Expr", int, float]
 
@@ -209,7 +213,7 @@ class Load(Expr):
     def __init__(self, buffer: "Buffer", indices: tuple[Expr, ...]):
         assert len(indices) == len(buffer.shape), (buffer.name, indices)
         self.buffer, self.indices = buffer, tuple(indices)
-        self.dtype = buffer.dtype
+        self.dtype = FLOAT if buffer.dtype in HALF_DTYPES else buffer.dtype
         self._hash = hash(("load", id(buffer), self.indices))
 
     def children(self) -> tuple[Expr, ...]:

@@ -18,6 +18,15 @@ class Scope(str, Enum):
     GLOBAL = "global"  # kernel arguments and runtime-allocated workspaces
     LOCAL = "local"    # per-thread registers / stack (CPU: alloca)
     SHARED = "shared"  # CUDA shared memory of a thread block
+    # CUDA warp-level matrix fragments (nvcuda::wmma): each element of such a buffer is one
+    # fragment, an m x k (A), k x n (B) or m x n (accumulator) tile held by a whole warp
+    WMMA_A = "wmma.matrix_a"
+    WMMA_B = "wmma.matrix_b"
+    WMMA_ACC = "wmma.accumulator"
+
+    @property
+    def is_fragment(self) -> bool:
+        return self.value.startswith("wmma.")
 
 
 def as_scope(scope: str | Scope) -> Scope:
@@ -168,6 +177,124 @@ class Sync(Stmt):
         return Sync, ()
 
 
+# ---------------------------------------------------------------- warp-level matrix ops
+# Tensor-core statements (CUDA only). Each is collective over a warp: all 32 threads of the
+# warp execute it together, with the same operands. Offsets are flat element offsets into
+# a buffer (the fragment's (0, 0) element); ``ldm`` is the leading dimension in elements.
+# ``shape`` is the MMA shape (m, n, k), one that nvcuda::wmma offers for half inputs.
+
+WMMA_SHAPES: tuple[tuple[int, int, int], ...] = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+
+
+def fragment_dims(scope: Scope, shape: tuple[int, int, int]) -> tuple[int, int]:
+    """(rows, columns) of one fragment of ``scope`` for MMA shape (m, n, k)."""
+    m, n, k = shape
+    return {Scope.WMMA_A: (m, k), Scope.WMMA_B: (k, n), Scope.WMMA_ACC: (m, n)}[scope]
+
+
+class MmaFill(Stmt):
+    """Set every element of fragment ``frag[index]`` to ``value``."""
+
+    __slots__ = ("frag", "index", "value", "shape")
+
+    def __init__(self, frag: Buffer, index: tuple[Expr, ...], value: float,
+                 shape: tuple[int, int, int]):
+        self.frag, self.index, self.value, self.shape = frag, tuple(index), float(value), shape
+
+    def __reduce__(self) -> tuple:
+        return MmaFill, (self.frag, self.index, self.value, self.shape)
+
+
+class MmaLoad(Stmt):
+    """Load fragment ``frag[index]`` from ``src``: element (r, c) of the fragment is
+    ``src[offset + r*ldm + c]`` for layout "row", ``src[offset + c*ldm + r]`` for "col"."""
+
+    __slots__ = ("frag", "index", "src", "offset", "ldm", "layout", "shape")
+
+    def __init__(self, frag: Buffer, index: tuple[Expr, ...], src: Buffer, offset: Expr,
+                 ldm: int, layout: str, shape: tuple[int, int, int]):
+        assert layout in ("row", "col"), layout
+        self.frag, self.index, self.src, self.offset = frag, tuple(index), src, offset
+        self.ldm, self.layout, self.shape = int(ldm), layout, shape
+
+    def __reduce__(self) -> tuple:
+        return MmaLoad, (self.frag, self.index, self.src, self.offset, self.ldm, self.layout,
+                         self.shape)
+
+
+class MmaSync(Stmt):
+    """``acc[acc_index] += a[a_index] @ b[b_index]`` on the tensor cores (float32
+    accumulation)."""
+
+    __slots__ = ("acc", "acc_index", "a", "a_index", "b", "b_index", "shape")
+
+    def __init__(self, acc: Buffer, acc_index: tuple[Expr, ...], a: Buffer,
+                 a_index: tuple[Expr, ...], b: Buffer, b_index: tuple[Expr, ...],
+                 shape: tuple[int, int, int]):
+        self.acc, self.acc_index = acc, tuple(acc_index)
+        self.a, self.a_index, self.b, self.b_index = a, tuple(a_index), b, tuple(b_index)
+        self.shape = shape
+
+    def __reduce__(self) -> tuple:
+        return MmaSync, (self.acc, self.acc_index, self.a, self.a_index, self.b, self.b_index,
+                         self.shape)
+
+
+class MmaStore(Stmt):
+    """Store accumulator fragment ``frag[index]`` row-major: element (r, c) goes to
+    ``dst[offset + r*ldm + c]``."""
+
+    __slots__ = ("dst", "offset", "ldm", "frag", "index", "shape")
+
+    def __init__(self, dst: Buffer, offset: Expr, ldm: int, frag: Buffer,
+                 index: tuple[Expr, ...], shape: tuple[int, int, int]):
+        self.dst, self.offset, self.ldm = dst, offset, int(ldm)
+        self.frag, self.index, self.shape = frag, tuple(index), shape
+
+    def __reduce__(self) -> tuple:
+        return MmaStore, (self.dst, self.offset, self.ldm, self.frag, self.index, self.shape)
+
+
+class AsyncCopy(Stmt):
+    """One thread's ``cp.async`` of ``elems`` consecutive elements (4, 8 or 16 bytes) from
+    ``src[src_offset]`` (global) to ``dst[dst_offset]`` (shared). Where ``valid`` is false
+    nothing is read and the destination is zero-filled. The data may land any time until
+    the thread's ``AsyncWait`` that covers the copy's group."""
+
+    __slots__ = ("dst", "dst_offset", "src", "src_offset", "elems", "valid")
+
+    def __init__(self, dst: Buffer, dst_offset: Expr, src: Buffer, src_offset: Expr,
+                 elems: int, valid: Expr | None = None):
+        self.dst, self.dst_offset, self.src, self.src_offset = dst, dst_offset, src, src_offset
+        self.elems, self.valid = int(elems), valid
+
+    def __reduce__(self) -> tuple:
+        return AsyncCopy, (self.dst, self.dst_offset, self.src, self.src_offset, self.elems,
+                           self.valid)
+
+
+class AsyncCommit(Stmt):
+    """Close the thread's current group of ``AsyncCopy`` (``cp.async.commit_group``)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return AsyncCommit, ()
+
+
+class AsyncWait(Stmt):
+    """Wait until at most ``pending`` of the thread's newest committed groups are still in
+    flight (``cp.async.wait_group``); other threads see the data only after a barrier."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: int):
+        self.pending = int(pending)
+
+    def __reduce__(self) -> tuple:
+        return AsyncWait, (self.pending,)
+
+
 @dataclass
 class PrimFunc:
     """A lowered kernel: arguments (inputs, then the output), runtime-allocated workspaces
@@ -220,7 +347,30 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         return out
     if isinstance(s, Sync):
         return [f"{pad}sync_threads()"]
+    if isinstance(s, MmaFill):
+        return [f"{pad}{_frag(s.frag, s.index)} = fill({s.value!r})"]
+    if isinstance(s, MmaLoad):
+        return [f"{pad}{_frag(s.frag, s.index)} = mma_load({s.src.name}[{s.offset!r}], "
+                f"ldm={s.ldm}, {s.layout}, shape={s.shape})"]
+    if isinstance(s, MmaSync):
+        return [f"{pad}{_frag(s.acc, s.acc_index)} += mma({_frag(s.a, s.a_index)}, "
+                f"{_frag(s.b, s.b_index)}, shape={s.shape})"]
+    if isinstance(s, MmaStore):
+        return [f"{pad}mma_store({s.dst.name}[{s.offset!r}], ldm={s.ldm}, "
+                f"{_frag(s.frag, s.index)})"]
+    if isinstance(s, AsyncCopy):
+        cond = "" if s.valid is None else f" if {s.valid!r} else zeros"
+        return [f"{pad}{s.dst.name}[{s.dst_offset!r}:+{s.elems}] = async_copy("
+                f"{s.src.name}[{s.src_offset!r}:+{s.elems}]{cond})"]
+    if isinstance(s, AsyncCommit):
+        return [f"{pad}async_commit()"]
+    if isinstance(s, AsyncWait):
+        return [f"{pad}async_wait({s.pending})"]
     raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def _frag(b: Buffer, index: tuple[Expr, ...]) -> str:
+    return f"{b.name}[{', '.join(map(repr, index))}]"
 
 
 def format_func(f: PrimFunc) -> str:
