@@ -1,0 +1,84 @@
+"""Element types a workload may name, and all that depends on one, in one place.
+
+float32 is computed as float32. float16 and bfloat16 are storage types: every argument of
+the workload (inputs, epilogue vectors, residual, output) is stored in it, products are
+accumulated and epilogues applied in float32, and the result is rounded once, to nearest
+even, when it is stored. The reference is computed from the same rounded inputs in float64,
+so the tolerance of a half type covers that one final rounding, plus float32 accumulation.
+
+numpy has float16 but no bfloat16: a bfloat16 array is held as its uint16 bit patterns
+(the upper half of a float32), which is also how it crosses to a device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type: its storage in numpy and in CUDA C, and how close a kernel's output
+    must come to the reference (``max|out-ref| <= atol + rtol * max|ref|``)."""
+
+    name: str
+    itemsize: int
+    storage: str        # numpy dtype of host arrays
+    c_type: str         # CUDA C type of a kernel argument's elements
+    rtol: float
+    atol: float
+
+    @property
+    def is_half(self) -> bool:
+        return self.itemsize == 2
+
+
+DTYPE_INFO: Mapping[str, DType] = MappingProxyType({
+    "float32": DType("float32", 4, "float32", "float", rtol=1e-4, atol=1e-4),
+    # one rounding to 11 significant bits is 2^-11 relative; allow a few ulps
+    "float16": DType("float16", 2, "float16", "__half", rtol=2e-3, atol=1e-4),
+    # 8 significant bits: 2^-8 relative
+    "bfloat16": DType("bfloat16", 2, "uint16", "__nv_bfloat16", rtol=1e-2, atol=1e-4),
+})
+DTYPES: tuple[str, ...] = tuple(DTYPE_INFO)
+HALF_DTYPES: tuple[str, ...] = tuple(n for n, d in DTYPE_INFO.items() if d.is_half)
+
+
+def dtype_info(name: str) -> DType:
+    """The `DType` called ``name``; ValueError naming the choices for another."""
+    try:
+        return DTYPE_INFO[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}; supported: {', '.join(DTYPES)}") from None
+
+
+def to_storage(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` rounded to nearest even into dtype ``name``'s storage (a new array)."""
+    if name == "bfloat16":
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        # round to nearest even on the 16 dropped bits; NaN stays a (quiet) NaN
+        rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+        out = (rounded >> np.uint32(16)).astype(np.uint16)
+        nan = np.isnan(values)
+        if nan.any():
+            out[nan] = np.uint16(0x7FC0)
+        return out
+    with np.errstate(over="ignore"):  # beyond float16's range is inf, as on the device
+        return np.asarray(values, dtype=dtype_info(name).storage).copy()
+
+
+def to_float32(stored: np.ndarray, name: str) -> np.ndarray:
+    """The float32 values of an array held in dtype ``name``'s storage (exact)."""
+    if name == "bfloat16":
+        bits = np.ascontiguousarray(stored, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+        return bits.view(np.float32)
+    return np.asarray(stored, dtype=np.float32)
+
+
+def round_to(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` as float32 after rounding them to dtype ``name`` (identity for float32)."""
+    if name == "float32":
+        return np.asarray(values, dtype=np.float32)
+    return to_float32(to_storage(values, name), name)
