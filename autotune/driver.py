@@ -31,7 +31,9 @@ class InvalidConfig(ValueError):
 
 @lru_cache(maxsize=256)
 def config_space(workload: Workload, target: Target) -> ConfigSpace:
-    """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable)."""
+    """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable); a
+    `WorkloadError` at ``dtype`` when the target cannot run the workload's dtype."""
+    workload.check_target(target)
     return get_template(workload.op, target.kind).space(workload, target)
 
 
