@@ -129,3 +129,10 @@ def storage_nan(name: str) -> Any:
     """NaN in dtype ``name``'s storage: what an output is filled with before a kernel runs,
     so that elements it never writes show."""
     return to_storage(np.array([np.nan], dtype=np.float32), name)[0]
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The numpy dtype host arrays of element type ``name`` are held in: a workload dtype's
+    storage (bfloat16: uint16), else ``name`` read by numpy (a buffer's int32, say)."""
+    info = DTYPE_INFO.get(name)
+    return np.dtype(info.storage if info is not None else name)
