@@ -55,6 +55,10 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, relu, relu6; residual adds a "
                         "second tensor of the output's shape)")
+    p.add_argument("--prepacked", action="store_true",
+                   help="the form whose constant operand (conv2d's weight, matmul's B) is "
+                        "packed once beforehand, as a compiled model runs it: its own "
+                        "records; llvm targets only")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 
@@ -94,7 +98,8 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
 
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:
-        wl = workload(args.op, epilogue=stages, **parse_params(args.param))
+        wl = workload(args.op, epilogue=stages, prepacked=args.prepacked,
+                      **parse_params(args.param))
         target = Target(args.target)
     except ValueError as exc:
         raise usage_error(str(exc)) from None

@@ -6,12 +6,21 @@ from autotune.ops.conv2d import conv_out_size
 from autotune.ops.epilogue import EPILOGUE_STAGES, canonical_epilogue
 from autotune.ops.registry import OPS, op_spec
 from autotune.ops.spec import OpSpec, ParamSpec, ParamValue
-from autotune.ops.workload import DTYPES, ArgSpec, Workload, WorkloadError, aligned_empty, workload
+from autotune.ops.workload import (
+    DTYPES,
+    PREPACKABLE_OPS,
+    ArgSpec,
+    Workload,
+    WorkloadError,
+    aligned_empty,
+    workload,
+)
 
 __all__ = [
     "DTYPES",
     "EPILOGUE_STAGES",
     "OPS",
+    "PREPACKABLE_OPS",
     "ArgSpec",
     "OpSpec",
     "ParamSpec",

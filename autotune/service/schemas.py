@@ -56,6 +56,11 @@ class WorkloadIn(BaseModel):
         default_factory=dict, json_schema_extra=_PARAMS_SHAPE,
         description="integer sizes; pair params take an int or [h, w] (see GET /api/v1/ops)")
     dtype: DtypeName = "float32"
+    prepacked: bool = Field(
+        default=False,
+        description="tune the form whose constant operand (a conv's weight, matmul's B) is "
+                    "packed once beforehand, as a compiled model runs it, instead of inside "
+                    "every call: its own records; conv2d and matmul on llvm targets only")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "
