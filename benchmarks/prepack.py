@@ -14,13 +14,14 @@ conv of its layer3 (256->256, 14x14: 2.4 MB).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from dataclasses import replace
 
 import autotune
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions
 
-ROUNDS = 3
+ROUNDS = 5
 LAYERS = {
     "conv 512->512 7x7 3x3": autotune.workload("conv2d", N=1, C=512, H=7, W=7, K=512, R=3,
                                                S=3, stride=1, pad=1,
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> None:
                 results = executor.submit(inputs)
                 best = [min(b, r.cost) if r.ok else b for b, r in zip(best, results)]
             rows.append((name, usual.flops(), best, inside_cfg.index == packed_cfg.index))
-    print(f"\ntuned at {args.trials} trials ({args.tuner}) per form on {target.key}; "
-          f"best of {ROUNDS} interleaved rounds, microseconds")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\ntuned at {args.trials} trials ({args.tuner}) per form on {target.key} (load "
+          f"average {load}); best of {ROUNDS} interleaved rounds, microseconds")
     head = (f"{'layer':24s} {'inside':>9s} {'inside->pre':>11s} {'prepacked':>9s} "
             f"{'pre/inside':>10s} {'same config':>11s}")
     print(head)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import autotune
+from autotune.api import NoTunedScheduleWarning
 from autotune.driver import build, config_space, load
 from autotune.measure import ErrorKind, LocalExecutor, MeasureInput, MeasureOptions
 from autotune.measure.correctness import WorkloadData
@@ -140,3 +141,14 @@ def test_both_forms_measure_in_the_real_runner() -> None:
     with LocalExecutor(LLVM, OPTS) as ex:
         results = ex.submit(inputs)
     assert all(r.ok for r in results), [r.error_msg for r in results]
+
+
+def test_the_library_build_of_a_prepacked_workload_is_correct_against_numpy() -> None:
+    wl = _conv()
+    with pytest.warns(NoTunedScheduleWarning):  # no record: the default config
+        kernel = autotune.build(wl, LLVM, db=None)
+    assert kernel.pack is not None  # the default packs the weight into panels
+    args = wl.random_args(1)
+    kernel(*pack_operand(wl, kernel.pack, args))
+    ref = wl.reference(args)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
