@@ -9,7 +9,7 @@ form's best ("prepacked"), each column showing its best round. Prints a table; a
 nothing. Layers: ResNet-18's last 3x3 conv (512->512, 7x7: a 9.4 MB weight) and a 3x3
 conv of its layer3 (256->256, 14x14: 2.4 MB).
 
-    .venv/bin/python benchmarks/prepack.py [--trials 16] [--tuner xgb]
+    .venv/bin/python benchmarks/prepack.py [--trials 16] [--tuner xgb] [--target llvm]
 """
 from __future__ import annotations
 
@@ -45,8 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=16, help="trials per form (default 16)")
     ap.add_argument("--tuner", default="xgb", help="tuner (default xgb)")
+    ap.add_argument("--target", default="llvm",
+                    help="target spec (default llvm; 'llvm -cores=1' times one thread, "
+                         "steadier on a shared host)")
     args = ap.parse_args(argv)
-    target = autotune.Target("llvm")
+    target = autotune.Target(args.target)
     rows = []
     with LocalExecutor(target, OPTIONS) as executor:
         for name, usual in LAYERS.items():
