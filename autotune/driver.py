@@ -32,8 +32,14 @@ class InvalidConfig(ValueError):
 @lru_cache(maxsize=256)
 def config_space(workload: Workload, target: Target) -> ConfigSpace:
     """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable); a
-    `WorkloadError` at ``dtype`` when the target cannot run the workload's dtype."""
+    `WorkloadError` at ``dtype`` when the target cannot run the workload's dtype. A
+    prepacked workload has the space of its usual form, on llvm targets only."""
     workload.check_target(target)
+    if workload.prepacked and target.kind != "llvm":
+        # A CUDA kernel stages the weight through shared memory as given: the prepacked form
+        # would be the same kernel under a second key, splitting its records in two.
+        raise ValueError(f"the prepacked form is for llvm targets; {target.kind} kernels "
+                         "read the constant operand as given (tune the usual form)")
     return get_template(workload.op, target.kind).space(workload, target)
 
 
@@ -49,9 +55,12 @@ def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
 
 def lower(workload: Workload, target: Target | str, config: Config | int | dict | None = None
           ) -> PrimFunc:
-    """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
+    """The loop AST of ``workload`` scheduled by ``config`` (default config when None); of a
+    prepacked workload, the kernel that reads the operand packed (without the packing)."""
     target = Target(target) if isinstance(target, str) else target
     sch, cfg = _schedule(workload, target, config)
+    if workload.prepacked:
+        split_packing(sch, workload.op)
     return _lower(sch, workload, cfg)
 
 
@@ -79,10 +88,24 @@ def _lower(sch: Schedule, workload: Workload, cfg: Config, name: str = "") -> Pr
 
 def build(workload: Workload, target: Target, config: Config | int | dict | None = None
           ) -> Artifact:
-    """Lower and compile to a loadable binary (object code or cubin). Raises on failure."""
+    """Lower and compile to a loadable binary (object code or cubin). Raises on failure.
+    For a prepacked workload the artifact carries the packing kernel too (``pack``; None
+    when the config packs nothing)."""
     t0 = time.perf_counter()
-    artifact = backend_for(target).compile(lower(workload, target, config), target)
+    artifact = _build(workload, target, config, prepack=workload.prepacked)
     return replace(artifact, build_s=time.perf_counter() - t0)  # lowering is part of it
+
+
+def _build(workload: Workload, target: Target, config: Config | int | dict | None,
+           prepack: bool) -> Artifact:
+    sch, cfg = _schedule(workload, target, config)
+    pack_sch = split_packing(sch, workload.op) if prepack else None
+    backend = backend_for(target)
+    artifact = backend.compile(_lower(sch, workload, cfg), target)
+    if pack_sch is None:
+        return artifact
+    pack_func = _lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack")
+    return replace(artifact, pack=backend.compile(pack_func, target))
 
 
 def source(workload: Workload, target: Target, config: Config | int | dict | None = None
@@ -94,8 +117,13 @@ def source(workload: Workload, target: Target, config: Config | int | dict | Non
 
 
 def load(artifact: Artifact, target: Target) -> "Kernel":
-    """Load a built artifact into a callable kernel in this process."""
-    return backend_for(target).load(artifact, target)
+    """Load a built artifact into a callable kernel in this process (its packing kernel, if
+    it has one, as ``kernel.pack``)."""
+    backend = backend_for(target)
+    kernel = backend.load(artifact, target)
+    if artifact.pack is not None:
+        kernel.pack = backend.load(artifact.pack, target)
+    return kernel
 
 
 # The public name `autotune.compile` (exported lazily by autotune/__init__.py): kept.
@@ -112,18 +140,9 @@ def compile_prepacked(workload: Workload, target: Target,
     """``(kernel, pack)`` for a constant operand (a conv's weight, matmul's B): ``kernel``
     takes the operand packed, as ``pack(operand, packed)`` writes it (run it once; see
     `autotune.schedule.prepack`). ``pack`` is None, and ``kernel`` the usual one, when the
-    config packs no constant operand."""
-    sch, cfg = _schedule(workload, target, config)
-    pack_sch = split_packing(sch, workload.op)
-    kernel = _compile_func(_lower(sch, workload, cfg), target)
-    if pack_sch is None:
-        return kernel, None
-    return kernel, _compile_func(_lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack"),
-                                 target)
-
-
-def _compile_func(func: PrimFunc, target: Target) -> "Kernel":
-    return load(backend_for(target).compile(func, target), target)
+    config packs no constant operand. `compile` of a prepacked workload gives the same."""
+    kernel = load(_build(workload, target, config, prepack=True), target)
+    return kernel, kernel.pack
 
 
 def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,

@@ -61,6 +61,10 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="element type of every argument (default float32); float16 and "
                         "bfloat16 are for matmul, batch_matmul and conv2d on cuda targets "
                         "(bfloat16 from sm_80)")
+    p.add_argument("--prepacked", action="store_true",
+                   help="the form whose constant operand (conv2d's weight, matmul's B) is "
+                        "packed once beforehand, as a compiled model runs it: its own "
+                        "records; llvm targets only")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 
@@ -101,7 +105,8 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
 
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:
-        wl = workload(args.op, epilogue=stages, dtype=args.dtype, **parse_params(args.param))
+        wl = workload(args.op, epilogue=stages, dtype=args.dtype, prepacked=args.prepacked,
+                      **parse_params(args.param))
         target = Target(args.target)
         wl.check_target(target)
     except ValueError as exc:

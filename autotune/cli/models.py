@@ -74,7 +74,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     from autotune.measure import MeasureUnavailable
 
     with torch.no_grad():
-        tasks = extract(model, inputs)
+        tasks = extract(model, inputs, target=args.target)
     print(f"{tasks.name}: {len(tasks.tasks)} tasks, {sum(t.weight for t in tasks.tasks)} "
           f"kernels, {len(tasks.unsupported)} unsupported; {args.trials} trials on "
           f"{args.target}, database {shown(db_url(args))}", file=sys.stderr)

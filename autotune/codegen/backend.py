@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from autotune.ir.stmt import PrimFunc
 
@@ -20,6 +20,9 @@ class Artifact:
     source: str  # human-readable generated code (LLVM IR, CUDA C)
     binary: bytes  # object code, cubin
     build_s: float  # seconds spent producing it
+    # a prepacked workload's packing kernel, run once per constant operand; ``func`` reads
+    # the operand as this one writes it (`autotune.schedule.prepack`)
+    pack: Optional["Artifact"] = None
 
 
 class Backend(Protocol):

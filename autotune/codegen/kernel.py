@@ -11,7 +11,11 @@ from autotune.ops.dtypes import storage_dtype
 
 class Kernel:
     """A compiled kernel: ``kernel(*arrays)`` takes the PrimFunc's arguments in order
-    (inputs, then the output) and writes the output in place."""
+    (inputs, then the output) and writes the output in place. ``pack``: for a prepacked
+    workload's kernel, the kernel that packs its constant operand (``pack(operand,
+    packed)``), whose output the kernel takes in the operand's place; else None."""
+
+    pack: "Kernel | None" = None
 
     def __init__(self, func: PrimFunc, source: str, binary: bytes | None, target: Any):
         self.func = func

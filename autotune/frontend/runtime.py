@@ -3,8 +3,9 @@ autotune's kernel on the tensors' own memory (numpy views, no copies), the rest 
 
 A kernel is specialised to the shapes it was extracted at; calls with other shapes, other
 dtypes or that need gradients run the same (folded) computation on torch instead. A conv's
-or linear layer's weight that the schedule packs into panels is packed once, here
-(`autotune.schedule.prepack`), not on every call. On a CUDA target the kernels run on
+or linear layer's weight that the schedule packs into panels is packed once, here, not on
+every call: such a layer's workload is the prepacked form (`autotune.schedule.prepack`),
+tuned and looked up as such. On a CUDA target the kernels run on
 torch's CUDA tensors (`autotune.frontend.cuda_runtime`). `plan_model` lists the kernels a
 compiled model runs, without compiling them.
 """
@@ -19,10 +20,9 @@ from torch import fx, nn
 from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
-from autotune.driver import compile_prepacked
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
-from autotune.frontend.torch import Match, _as_tuple, match_model, trace
+from autotune.frontend.torch import Match, _as_tuple, match_model, prepacks, trace
 from autotune.ops import Workload, aligned_empty
 from autotune.space import Config
 from autotune.target import Target
@@ -93,7 +93,7 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
     """The kernels `compile_model` would build for ``model`` on ``target``, one per
     workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
-    matches, _ = match_model(trace(model, _as_tuple(example_inputs)))
+    matches, _ = match_model(trace(model, _as_tuple(example_inputs)), prepack=prepacks(tgt))
     configs = _configs(matches, tgt, db)
     places: dict[Workload, list[str]] = {}
     for m in matches:
@@ -111,22 +111,19 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     tgt = _supported(as_target(target))
     inputs = _as_tuple(example_inputs)
     gm = trace(model, inputs)
-    matches, _ = match_model(gm)
+    matches, _ = match_model(gm, prepack=prepacks(tgt))
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
                       torch.device("cpu"))
         _rewrite(gm, matches, cuda_module_maker(matches, configs, tgt, device))
         return gm
-    kernels: dict[tuple[Any, bool], tuple[Kernel, Kernel | None]] = {}
+    kernels: dict[Workload, Kernel] = {}
     for m in matches:
-        key = _kernel_key(m)
-        if key not in kernels:
-            config = configs[m.workload]
-            kernels[key] = compile_prepacked(m.workload, tgt, config) if key[1] else (
-                compile_kernel(m.workload, tgt, config), None)
+        if m.workload not in kernels:  # a prepacked workload's kernel comes with its pack
+            kernels[m.workload] = compile_kernel(m.workload, tgt, configs[m.workload])
     _rewrite(gm, matches, lambda m, ins, out, conv: KernelModule(
-        m, *kernels[_kernel_key(m)], ins, out, conv))
+        m, kernels[m.workload], kernels[m.workload].pack, ins, out, conv))
     return gm
 
 
@@ -148,12 +145,6 @@ def _configs(matches: Sequence[Match], tgt: Target, db: DbArg) -> dict[Workload,
             if m.workload not in configs:
                 configs[m.workload] = chosen_config(m.workload, tgt, db=database)
     return configs
-
-
-def _kernel_key(m: Match) -> tuple[Any, bool]:
-    """A match's kernel: its workload, and whether it has a constant operand to prepack (a
-    matmul of two activations has none: its params are empty)."""
-    return m.workload, bool(m.params)
 
 
 def _rewrite(gm: fx.GraphModule, matches: Sequence[Match], make: ModuleMaker) -> None:

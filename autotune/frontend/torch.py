@@ -5,13 +5,15 @@ MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage.
 
 `match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
 from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
+For an llvm target, a conv's or linear layer's workload is its prepacked form
+(``Workload.prepacked``): the model packs its constant weight once, so that is what is tuned.
 """
 from __future__ import annotations
 
 import copy
 import operator
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any, Optional, Sequence
 
@@ -22,7 +24,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.frontend.tasks import ModelTasks, Task, Unsupported
-from autotune.ops import Workload, workload
+from autotune.ops import PREPACKABLE_OPS, Workload, workload
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
@@ -62,8 +64,11 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
     return gm
 
 
-def match_model(gm: fx.GraphModule) -> tuple[list[Match], list[Unsupported]]:
-    """The kernel groups of a traced graph, in graph order, and the unsupported operators."""
+def match_model(gm: fx.GraphModule, *, prepack: bool = False
+                ) -> tuple[list[Match], list[Unsupported]]:
+    """The kernel groups of a traced graph, in graph order, and the unsupported operators;
+    with ``prepack`` (llvm targets), a group with a constant weight has the prepacked form
+    of its workload."""
     modules = dict(gm.named_modules())
     matches: list[Match] = []
     unsupported: list[Unsupported] = []
@@ -75,17 +80,32 @@ def match_model(gm: fx.GraphModule) -> tuple[list[Match], list[Unsupported]]:
             unsupported.append(Unsupported(_place(node), why.op, str(why)))
             continue
         if found is not None:
+            if prepack and found.params and found.workload.op in PREPACKABLE_OPS:
+                found = replace(found, workload=replace(found.workload, prepacked=True))
             matches.append(found)
             claimed.update(found.nodes)
     return matches, unsupported
 
 
-def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> ModelTasks:
+def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
+            target: Any = None) -> ModelTasks:
     """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
     with how many times a forward pass runs it, largest FLOP share first, and the
-    operators left to torch because autotune has no kernel for them."""
-    matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)))
+    operators left to torch because autotune has no kernel for them. ``target`` (a spec
+    or `Target`): the workloads `compile_model` runs there (prepacked ones on llvm)."""
+    matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
+                                       prepack=prepacks(target))
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
+
+
+def prepacks(target: Any) -> bool:
+    """Whether a compiled model packs its constant weights beforehand on ``target`` (a spec
+    or `Target`; None: no target, the usual workloads): on llvm targets."""
+    if target is None:
+        return False
+    from autotune.target import Target
+
+    return (Target(target) if isinstance(target, str) else target).kind == "llvm"
 
 
 def group(matches: Sequence[Match]) -> tuple[Task, ...]:

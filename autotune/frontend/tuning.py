@@ -102,12 +102,14 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
 def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,
                target: TargetArg = "llvm", db: DbArg = SETTINGS_DB, **kwargs: Any
                ) -> ModelTuneResult:
-    """Extract ``model``'s tasks at ``example_inputs`` (`autotune.extract`) and tune them
-    with one budget of ``trials`` (`tune_tasks` takes the other arguments)."""
+    """Extract ``model``'s tasks at ``example_inputs`` for ``target`` (`autotune.extract`:
+    on llvm, the prepacked forms `compile_model` runs) and tune them with one budget of
+    ``trials`` (`tune_tasks` takes the other arguments)."""
     from autotune.frontend.torch import extract
 
-    return tune_tasks(extract(model, example_inputs), trials=trials, target=target, db=db,
-                      **kwargs)
+    tgt = as_target(target)
+    return tune_tasks(extract(model, example_inputs, target=tgt), trials=trials, target=tgt,
+                      db=db, **kwargs)
 
 
 class _ModelRun:

@@ -7,7 +7,15 @@ from autotune.ops.dtypes import DTYPE_INFO, HALF_DTYPES, dtype_info, op_dtypes
 from autotune.ops.epilogue import EPILOGUE_STAGES, canonical_epilogue
 from autotune.ops.registry import OPS, op_spec
 from autotune.ops.spec import OpSpec, ParamSpec, ParamValue
-from autotune.ops.workload import DTYPES, ArgSpec, Workload, WorkloadError, aligned_empty, workload
+from autotune.ops.workload import (
+    DTYPES,
+    PREPACKABLE_OPS,
+    ArgSpec,
+    Workload,
+    WorkloadError,
+    aligned_empty,
+    workload,
+)
 
 __all__ = [
     "DTYPES",
@@ -15,6 +23,7 @@ __all__ = [
     "HALF_DTYPES",
     "EPILOGUE_STAGES",
     "OPS",
+    "PREPACKABLE_OPS",
     "ArgSpec",
     "OpSpec",
     "ParamSpec",

@@ -32,7 +32,10 @@ from autotune.ops.spec import OpSpec, ParamValue, Shape
 __all__ = ["DTYPES", "ArgSpec", "Workload", "WorkloadError", "aligned_empty", "workload"]
 
 _ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
-_WIRE_KEYS = ("op", "params", "epilogue", "dtype")
+_WIRE_KEYS = ("op", "params", "epilogue", "dtype", "prepacked")
+# Ops whose second input a model holds constant (a conv's weight, a linear layer's matrix):
+# their prepacked form reads it packed by a separate kernel (`autotune.schedule.prepack`).
+PREPACKABLE_OPS: frozenset[str] = frozenset({"conv2d", "matmul"})
 
 
 class WorkloadError(ValueError):
@@ -65,6 +68,14 @@ def _check_dtype(op: str, dtype: str) -> None:
         raise WorkloadError(reason, ("dtype",))
 
 
+def _check_prepacked(op: str, prepacked: object) -> None:
+    if not isinstance(prepacked, bool):
+        raise ValueError(f"workload: field 'prepacked' must be a boolean, got {prepacked!r}")
+    if prepacked and op not in PREPACKABLE_OPS:
+        raise ValueError(f"{op}: has no constant operand to prepack; only "
+                         f"{', '.join(sorted(PREPACKABLE_OPS))} have a prepacked form")
+
+
 @dataclass(frozen=True)
 class ArgSpec:
     """One kernel argument: its name, shape and whether the kernel reads or writes it."""
@@ -80,16 +91,20 @@ class Workload:
     """An operator instance. Construct with `workload(...)`; every instance is validated.
 
     `param_items` holds the params in table order, defaults filled, pairs as (h, w).
+    ``prepacked``: the form whose constant operand is packed beforehand, once, as a compiled
+    model runs it; its own database key (only ops in `PREPACKABLE_OPS`).
     """
 
     op: str
     param_items: tuple[tuple[str, ParamValue], ...]
     epilogue: tuple[str, ...] = ()
     dtype: str = "float32"
+    prepacked: bool = False
 
     def __post_init__(self) -> None:
         spec = op_spec(self.op)
         _check_dtype(self.op, self.dtype)
+        _check_prepacked(self.op, self.prepacked)
         items = self.param_items
         values = dict(items.items() if isinstance(items, Mapping) else items)
         if len(values) != len(items):
@@ -181,12 +196,14 @@ class Workload:
         body = ",".join(f"{name}={show(value)}" for name, value in self.param_items)
         # float32 goes unnamed, so that labels and logs from before dtypes read the same
         dtype = "" if self.dtype == "float32" else f":{self.dtype}"
-        return f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue) + dtype
+        return (f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue) + dtype
+                + (" prepacked" if self.prepacked else ""))
 
     # ---- serialisation -------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Wire form: pairs become lists."""
+        """Wire form: pairs become lists; ``prepacked`` only when set (so the key of the
+        usual form is what it always was)."""
         params = {
             name: list(value) if isinstance(value, tuple) else value
             for name, value in self.param_items
@@ -196,6 +213,7 @@ class Workload:
             "params": params,
             "epilogue": list(self.epilogue),
             "dtype": self.dtype,
+            **({"prepacked": True} if self.prepacked else {}),
         }
 
     def to_json(self) -> str:
@@ -209,7 +227,8 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Parse and re-validate the wire form; `epilogue` and `dtype` are optional.
+        """Parse and re-validate the wire form; `epilogue`, `dtype` and `prepacked` are
+        optional.
 
         Raises `WorkloadError` naming the field at fault.
         """
@@ -250,8 +269,11 @@ class Workload:
         dtype = data.get("dtype", "float32")
         with _blame("dtype"):
             _check_dtype(op, dtype)
+        prepacked = data.get("prepacked", False)
+        with _blame("prepacked"):
+            _check_prepacked(op, prepacked)
         with _blame("params"):  # what is left: checks across parameters
-            return cls(op, tuple(params.items()), chain, dtype)
+            return cls(op, tuple(params.items()), chain, dtype, prepacked)
 
     @classmethod
     def from_json(cls, text: Union[str, Mapping[str, Any]]) -> Workload:
@@ -338,8 +360,9 @@ def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> 
 
 
 def workload(
-    op: str, *, epilogue: Union[str, Sequence[str]] = (), dtype: str = "float32", **params: Any
+    op: str, *, epilogue: Union[str, Sequence[str]] = (), dtype: str = "float32",
+    prepacked: bool = False, **params: Any
 ) -> Workload:
     """Build a validated `Workload`, e.g. `workload("matmul", M=64, N=64, K=64)`."""
     chain = (epilogue,) if isinstance(epilogue, str) else tuple(epilogue or ())
-    return Workload(op, tuple(params.items()), chain, dtype)
+    return Workload(op, tuple(params.items()), chain, dtype, prepacked)

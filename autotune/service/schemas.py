@@ -67,6 +67,11 @@ class WorkloadIn(BaseModel):
         default="float32", description="element type of every argument; float16 and bfloat16 "
         "(matmul, batch_matmul, conv2d) accumulate in float32 and run on cuda targets only, "
         "bfloat16 from sm_80 (see GET /api/v1/ops)")
+    prepacked: bool = Field(
+        default=False,
+        description="tune the form whose constant operand (a conv's weight, matmul's B) is "
+                    "packed once beforehand, as a compiled model runs it, instead of inside "
+                    "every call: its own records; conv2d and matmul on llvm targets only")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -42,6 +42,9 @@ def test_tune_model_then_compile_model(tmp_path: Path):
     db = Database(url)
     run = db.get_run(result.run_id)
     assert run.state == "done" and run.name == "Small" and len(run.tasks) == 2
+    # the conv and the linear layer have constant weights: their prepacked forms are tuned
+    assert {t["workload"]["op"]: t["workload"].get("prepacked") for t in run.tasks} == {
+        "conv2d": True, "matmul": True}
     assert all(j.state == "done" for j in db.run_jobs(result.run_id))
     db.dispose()
     with warnings.catch_warnings():

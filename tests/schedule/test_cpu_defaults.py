@@ -172,3 +172,23 @@ def test_conv_write_back_is_vectorised_along_columns(vec: str) -> None:
         column = store.indices[-1]
         assert loop.var in {x for x in walk(column) if isinstance(x, Var)}
         assert all(loop.var not in set(walk(i)) for i in store.indices[:-1])
+
+
+@pytest.mark.parametrize("facts", [AVX2, AVX512])
+def test_strided_depthwise_default_tiles_at_most_a_vector_of_inputs_and_two_rows(
+        facts: CpuFacts) -> None:
+    # MobileNet-V2's stride-2 layers: a strided row gathers its inputs (8 x 32 on AVX-512
+    # ran ~9x slower than 2 x 8)
+    target = autotune.Target(f"llvm -vector-bits={facts.vector_bits}")
+
+    def tile(C: int, H: int, stride: int) -> tuple[int, int]:
+        wl = autotune.workload("depthwise_conv2d", N=1, C=C, H=H, W=H, R=3, S=3,
+                               stride=stride, pad=1)
+        d = cpu_depthwise.default_values(wl, facts, list(autotune.config_space(wl, target).knobs))
+        return d["tile_y"][-1], d["tile_x"][-1]
+
+    for C, H in ((96, 112), (144, 56), (192, 28)):
+        rows, columns = tile(C, H, 2)
+        assert 1 < columns <= facts.lanes // 2 and 1 < rows <= cpu_depthwise.MAX_STRIDED_ROWS
+    assert tile(576, 14, 2) == (7, 7)  # 7x7 output: one row or column alone would be worse
+    assert tile(96, 56, 1)[1] > facts.lanes // 2  # unstrided: wide rows, as before
