@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from autotune.codegen import backend_for
 from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
-from autotune.ops import Workload
+from autotune.ops import Workload, WorkloadError
 from autotune.schedule.lower import LoweringError, lower_schedule
 from autotune.schedule.prepack import split_packing
 from autotune.schedule.schedule import Schedule
@@ -40,6 +40,9 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
         # would be the same kernel under a second key, splitting its records in two.
         raise ValueError(f"the prepacked form is for llvm targets; {target.kind} kernels "
                          "read the constant operand as given (tune the usual form)")
+    if workload.layout != "NCHW" and target.kind != "llvm":
+        raise WorkloadError(f"{workload}: blocked layouts run on llvm targets only; "
+                            f"{target.kind} kernels read NCHW", ("layout",))
     return get_template(workload.op, target.kind).space(workload, target)
 
 

@@ -65,6 +65,10 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="the form whose constant operand (conv2d's weight, matmul's B) is "
                         "packed once beforehand, as a compiled model runs it: its own "
                         "records; llvm targets only")
+    p.add_argument("--layout", default="NCHW", metavar="LAYOUT",
+                   help="conv2d's data and output layout: NCHW (default), or NCHW<x>c with "
+                        "channels blocked by x, as in NCHW16c: its own records; llvm targets "
+                        "only")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 
@@ -106,7 +110,7 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:
         wl = workload(args.op, epilogue=stages, dtype=args.dtype, prepacked=args.prepacked,
-                      **parse_params(args.param))
+                      layout=args.layout, **parse_params(args.param))
         target = Target(args.target)
         wl.check_target(target)
     except ValueError as exc:

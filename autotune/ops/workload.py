@@ -26,13 +26,21 @@ from autotune.ops.epilogue import (
     epilogue_args,
     epilogue_flops,
 )
+from autotune.ops.layout import (
+    NCHW,
+    blocked_shape,
+    from_blocked,
+    layout_block,
+    layout_refusal,
+    to_blocked,
+)
 from autotune.ops.registry import op_spec
 from autotune.ops.spec import OpSpec, ParamValue, Shape
 
 __all__ = ["DTYPES", "ArgSpec", "Workload", "WorkloadError", "aligned_empty", "workload"]
 
 _ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
-_WIRE_KEYS = ("op", "params", "epilogue", "dtype", "prepacked")
+_WIRE_KEYS = ("op", "params", "epilogue", "dtype", "prepacked", "layout")
 # Ops whose second input a model holds constant (a conv's weight, a linear layer's matrix):
 # their prepacked form reads it packed by a separate kernel (`autotune.schedule.prepack`).
 PREPACKABLE_OPS: frozenset[str] = frozenset({"conv2d", "matmul"})
@@ -92,7 +100,8 @@ class Workload:
 
     `param_items` holds the params in table order, defaults filled, pairs as (h, w).
     ``prepacked``: the form whose constant operand is packed beforehand, once, as a compiled
-    model runs it; its own database key (only ops in `PREPACKABLE_OPS`).
+    model runs it; its own database key (only ops in `PREPACKABLE_OPS`). ``layout``: conv2d's
+    data and output in NCHW or channel-blocked NCHW[x]c (`autotune.ops.layout`); its own key.
     """
 
     op: str
@@ -100,6 +109,7 @@ class Workload:
     epilogue: tuple[str, ...] = ()
     dtype: str = "float32"
     prepacked: bool = False
+    layout: str = NCHW
 
     def __post_init__(self) -> None:
         spec = op_spec(self.op)
@@ -110,6 +120,7 @@ class Workload:
         if len(values) != len(items):
             raise ValueError(f"{self.op}: a parameter is given twice in {items!r}")
         normalized = spec.normalize(values)
+        _check_layout(self.op, self.layout, normalized)
         object.__setattr__(self, "param_items", tuple(normalized.items()))
         object.__setattr__(self, "epilogue", canonical_epilogue(self.op, self.epilogue))
 
@@ -140,12 +151,18 @@ class Workload:
 
     @cached_property
     def output_shape(self) -> Shape:
-        return self.spec.output_shape(self.params)
+        """The output argument's shape, in the workload's layout."""
+        return blocked_shape(self.spec.output_shape(self.params), self.block)
+
+    @property
+    def block(self) -> int:
+        """Channels per block of the layout (1 for NCHW)."""
+        return layout_block(self.layout)
 
     @property
     def channels(self) -> int:
         """Length of the per-channel epilogue vectors."""
-        return self.output_shape[self.spec.channel_axis]
+        return self.spec.output_shape(self.params)[self.spec.channel_axis]
 
     @property
     def out_h(self) -> int:
@@ -177,7 +194,8 @@ class Workload:
         params = self.params
         # every argument is in the workload's dtype (epilogue vectors and residual too)
         dt = self.dtype
-        main = [ArgSpec(name, shape, "input", dt) for name, shape in self.spec.inputs(params)]
+        main = [ArgSpec(name, blocked_shape(shape, self.block) if name == "data" else shape,
+                        "input", dt) for name, shape in self.spec.inputs(params)]
         extra = [ArgSpec(name, epilogue_arg_shape(name, self.channels, self.output_shape),
                          "input", dt) for name in epilogue_args(self.epilogue)]
         return (*main, *extra, ArgSpec("out", self.output_shape, "output", dt))
@@ -197,13 +215,14 @@ class Workload:
         # float32 goes unnamed, so that labels and logs from before dtypes read the same
         dtype = "" if self.dtype == "float32" else f":{self.dtype}"
         return (f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue) + dtype
-                + (" prepacked" if self.prepacked else ""))
+                + (" prepacked" if self.prepacked else "")
+                + (f" {self.layout}" if self.layout != NCHW else ""))
 
     # ---- serialisation -------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Wire form: pairs become lists; ``prepacked`` only when set (so the key of the
-        usual form is what it always was)."""
+        """Wire form: pairs become lists; ``prepacked`` only when set and ``layout`` only
+        when blocked (so the key of the usual form is what it always was)."""
         params = {
             name: list(value) if isinstance(value, tuple) else value
             for name, value in self.param_items
@@ -214,6 +233,7 @@ class Workload:
             "epilogue": list(self.epilogue),
             "dtype": self.dtype,
             **({"prepacked": True} if self.prepacked else {}),
+            **({"layout": self.layout} if self.layout != NCHW else {}),
         }
 
     def to_json(self) -> str:
@@ -227,8 +247,8 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
-        """Parse and re-validate the wire form; `epilogue`, `dtype` and `prepacked` are
-        optional.
+        """Parse and re-validate the wire form; `epilogue`, `dtype`, `prepacked` and
+        `layout` are optional.
 
         Raises `WorkloadError` naming the field at fault.
         """
@@ -272,8 +292,11 @@ class Workload:
         prepacked = data.get("prepacked", False)
         with _blame("prepacked"):
             _check_prepacked(op, prepacked)
+        layout = data.get("layout", NCHW)
+        with _blame("layout"):
+            layout_block(layout)
         with _blame("params"):  # what is left: checks across parameters
-            return cls(op, tuple(params.items()), chain, dtype, prepacked)
+            return cls(op, tuple(params.items()), chain, dtype, prepacked, layout)
 
     @classmethod
     def from_json(cls, text: Union[str, Mapping[str, Any]]) -> Workload:
@@ -341,10 +364,14 @@ class Workload:
             exact = to_float32(np.asarray(array), self.dtype) if self.dtype != "float32" \
                 else array
             arrays[spec.name] = np.asarray(exact, dtype=np.float64)
-        main = [arrays[name] for name, _ in self.spec.inputs(self.params)]
+        # a blocked layout: computed in NCHW, then blocked
+        if "residual" in arrays:
+            arrays["residual"] = from_blocked(arrays["residual"])
+        main = [from_blocked(arrays[name]) if name == "data" else arrays[name]
+                for name, _ in self.spec.inputs(self.params)]
         out = self.spec.compute(self.params, *main)
         out = apply_epilogue(out, self.epilogue, arrays, self.spec.channel_axis)
-        return np.ascontiguousarray(out, dtype=np.float32)
+        return to_blocked(np.ascontiguousarray(out, dtype=np.float32), self.block)
 
 
 def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> np.ndarray:
@@ -359,10 +386,18 @@ def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> 
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
+def _check_layout(op: str, layout: str, params: Mapping[str, Any]) -> None:
+    with _blame("layout"):
+        refusal = layout_refusal(op, layout, params)
+    if refusal is not None:
+        name, reason = refusal
+        raise WorkloadError(reason, ("params", name) if name else ("layout",))
+
+
 def workload(
     op: str, *, epilogue: Union[str, Sequence[str]] = (), dtype: str = "float32",
-    prepacked: bool = False, **params: Any
+    prepacked: bool = False, layout: str = NCHW, **params: Any
 ) -> Workload:
     """Build a validated `Workload`, e.g. `workload("matmul", M=64, N=64, K=64)`."""
     chain = (epilogue,) if isinstance(epilogue, str) else tuple(epilogue or ())
-    return Workload(op, tuple(params.items()), chain, dtype, prepacked)
+    return Workload(op, tuple(params.items()), chain, dtype, prepacked, layout)

@@ -72,6 +72,11 @@ class WorkloadIn(BaseModel):
         description="tune the form whose constant operand (a conv's weight, matmul's B) is "
                     "packed once beforehand, as a compiled model runs it, instead of inside "
                     "every call: its own records; conv2d and matmul on llvm targets only")
+    layout: str = Field(
+        default="NCHW", pattern=r"^NCHW([1-9][0-9]?c)?$", max_length=7,
+        description="conv2d's data and output layout: NCHW, or NCHW<x>c with channels "
+                    "blocked by x (2 to 64; C and K multiples of x): data [N, C/x, H, W, x], "
+                    "output and residual [N, K/x, OH, OW, x]; its own records")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -1,0 +1,89 @@
+"""conv2d's blocked layout NCHW[x]c: shapes, key, wire form, reference, refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.ops import Workload, WorkloadError, workload
+from autotune.ops.layout import from_blocked, layout_block, to_blocked
+
+PARAMS = dict(N=1, C=16, H=6, W=5, K=32, R=3, S=3, stride=2, pad=1)
+
+
+def test_default_layout_keeps_the_key() -> None:
+    wl = workload("conv2d", **PARAMS)
+    assert "layout" not in wl.to_dict()
+    assert Workload.from_json(wl.key) == wl
+    blocked = workload("conv2d", layout="NCHW8c", **PARAMS)
+    assert blocked.to_dict()["layout"] == "NCHW8c"
+    assert blocked.key != wl.key
+    assert Workload.from_json(blocked.key) == blocked
+    assert str(blocked).endswith(" NCHW8c")
+
+
+def test_blocked_argument_shapes() -> None:
+    wl = workload("conv2d", layout="NCHW8c", epilogue=["bias", "residual", "relu"], **PARAMS)
+    shapes = {a.name: a.shape for a in wl.arg_specs}
+    assert shapes == {"data": (1, 2, 6, 5, 8), "weight": (32, 16, 3, 3), "bias": (32,),
+                      "residual": (1, 4, 3, 3, 8), "out": (1, 4, 3, 3, 8)}
+    assert wl.channels == 32 and (wl.out_h, wl.out_w) == (3, 3)
+    assert wl.flops() == workload("conv2d", epilogue=["bias", "residual", "relu"],
+                                  **PARAMS).flops()
+
+
+def test_blocked_reference_is_the_nchw_one_blocked() -> None:
+    chain = ["scale_shift", "residual", "relu"]
+    wl = workload("conv2d", layout="NCHW16c", epilogue=chain, **PARAMS)
+    plain = workload("conv2d", epilogue=chain, **PARAMS)
+    args = wl.random_args(3)
+    nchw = [from_blocked(a) if a.ndim == 5 else a for a in args]
+    expected = to_blocked(plain.reference(nchw), 16)
+    np.testing.assert_allclose(wl.reference(args), expected, rtol=1e-6)
+    # the blocked order is not the plain one reshaped: a vector of channels is contiguous
+    assert wl.reference(args)[0, 0, 0, 0, 1] == pytest.approx(
+        plain.reference(nchw)[0, 1, 0, 0], rel=1e-6)
+
+
+def test_blocking_round_trips() -> None:
+    x = np.arange(2 * 32 * 3 * 4, dtype=np.float32).reshape(2, 32, 3, 4)
+    b = to_blocked(x, 8)
+    assert b.shape == (2, 4, 3, 4, 8) and b[1, 2, 1, 3, 5] == x[1, 2 * 8 + 5, 1, 3]
+    np.testing.assert_array_equal(from_blocked(b), x)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(C=12), "params.C"), (dict(K=20), "params.K"), (dict(layout="NCHW8"), "layout"),
+    (dict(layout="NHWC"), "layout"), (dict(layout="NCHW1c"), "layout"),
+    (dict(layout="NCHW99c"), "layout"), (dict(layout=16), "layout")])
+def test_refusals_name_the_field(changes: dict, field: str) -> None:
+    data = {"op": "conv2d", "params": {**PARAMS, "stride": [2, 2], "pad": [1, 1]},
+            "layout": "NCHW8c"}
+    layout = changes.pop("layout", data["layout"])
+    data = {**data, "layout": layout, "params": {**data["params"], **changes}}
+    with pytest.raises(WorkloadError) as err:
+        Workload.from_dict(data)
+    assert err.value.field == field
+    with pytest.raises(ValueError):
+        workload("conv2d", layout=layout, **{**PARAMS, **changes})
+
+
+def test_blocked_layout_is_conv2d_only() -> None:
+    with pytest.raises(WorkloadError) as err:
+        Workload.from_dict({"op": "matmul", "params": {"M": 8, "N": 8, "K": 8},
+                            "layout": "NCHW8c"})
+    assert err.value.field == "layout" and "no blocked layout" in str(err.value)
+    assert layout_block("NCHW") == 1 and layout_block("NCHW16c") == 16
+
+
+def test_api_schema_bounds_the_layout() -> None:
+    from pydantic import ValidationError
+
+    from autotune.service.schemas import WorkloadIn
+
+    body = {"op": "conv2d", "params": {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3,
+                                       "S": 3, "stride": 1, "pad": 1}}
+    assert WorkloadIn.model_validate({**body, "layout": "NCHW16c"}).layout == "NCHW16c"
+    assert Workload.from_dict(WorkloadIn.model_validate(body).model_dump()).layout == "NCHW"
+    for bad in ("NCHW016c", "nchw16c", "NCHW16c" * 10, 16):
+        with pytest.raises(ValidationError):
+            WorkloadIn.model_validate({**body, "layout": bad})
