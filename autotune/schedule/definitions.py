@@ -41,14 +41,16 @@ class OpGraph:
         return Schedule(self.output, self.inputs, self.temps, self.order)
 
 
-def _epilogue(wl: Workload, channel_axis: int):
-    """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue."""
+def _epilogue(wl: Workload, channel_axis: int, channel_of=None):
+    """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue;
+    ``channel_of(axes)``: the channel a per-channel vector is read at (default: the axis
+    ``channel_axis``)."""
     vecs = {a.name: placeholder(a.name, a.shape) for a in _epilogue_args(wl)}
     if not wl.epilogue:
         return [], None
 
     def post(acc: Expr, *axes: Expr) -> Expr:
-        c = axes[channel_axis]
+        c = channel_of(axes) if channel_of is not None else axes[channel_axis]
         out = acc
         for stage in wl.epilogue:
             if stage == "bias":
@@ -185,6 +187,40 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
 
     out = compute("out", wl.output_shape, body, [rc, rr, rs], post=post,
                   axis_names=["n", "k", "y", "x"])
+    return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
+
+
+@lru_cache(maxsize=GRAPHS)
+def conv2d_blocked_graph(wl: Workload) -> OpGraph:
+    """conv2d in NCHW[x]c: out[n, ko, y, x, ki] = sum_{co,r,s,ci}
+    pad(data)[n, co, y*sh + r*dh, x*sw + s*dw, ci] * Wp[ko, co, r, s, ci, ki], the KCRS weight
+    packed to Wp[K/x, C/x, R, S, x(c), x(k)] so that a vector of output channels is
+    contiguous at every (input channel, tap)."""
+    N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
+    (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
+    b = wl.block
+    data, weight = placeholder("data", (N, C // b, H, W, b)), placeholder("weight", (K, C, R, S))
+    extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * b + axes[4])
+    pad = None
+    if ph or pw:
+        pad = compute("data_pad", (N, C // b, H + 2 * ph, W + 2 * pw, b),
+                      lambda n, c, h, w, ci: _guarded(data, (n, c, h - ph, w - pw, ci),
+                                                      [(h - ph, H), (w - pw, W)], lower=True),
+                      axis_names=["n", "c", "h", "w", "ci"])
+    src = pad or data
+    packed = compute("weight_pack", (K // b, C // b, R, S, b, b),
+                     lambda ko, co, r, s, ci, ki: weight[ko * b + ki, co * b + ci, r, s],
+                     axis_names=["ko", "co", "r", "s", "ci", "ki"])
+    rco, rci = reduce_axis(C // b, "rco"), reduce_axis(b, "rci")
+    rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
+
+    def body(n, ko, y, x, ki):
+        return (src[n, rco.var, y * sh + rr.var * dh, x * sw + rs.var * dw, rci.var]
+                * packed[ko, rco.var, rr.var, rs.var, rci.var, ki])
+
+    out = compute("out", wl.output_shape, body, [rco, rci, rr, rs], post=post,
+                  axis_names=["n", "ko", "y", "x", "ki"])
+    temps = [pad, packed] if pad else [packed]
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
 
 

@@ -1,0 +1,156 @@
+"""CPU template for conv2d in a channel-blocked layout (NCHW[x]c).
+
+A vector of x output channels is contiguous in the output (and a residual), and the weight
+is packed to [K/x, C/x, R, S, x(c), x(k)]: the register tile is output pixels (y2 x x2)
+by k2 channel blocks, each step broadcasting one input value per pixel and loading k2
+weight vectors, and the write-back stores whole vectors (oneDNN's nChw16c direct conv).
+Output channel blocks, rows and columns are tiled in three levels; the reduction runs over
+input channel blocks (split), the channels of a block, then the (unrollable) R x S taps.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from autotune.ops import Workload
+from autotune.schedule.definitions import conv2d_blocked_graph
+from autotune.schedule.schedule import Schedule, Stage
+from autotune.schedule.templates.common import (
+    MAX_UNROLLED,
+    all_of,
+    fit_count,
+    innermost_factors,
+    nearest_split,
+    parallel_levels,
+    parallel_outer,
+    register_tile,
+    tail_use,
+    unroll_limit,
+    vector_registers,
+    vector_width,
+)
+from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
+from autotune.target import Target
+from autotune.target.cpu_facts import CpuFacts, facts_of
+
+ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
+          ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
+          ("k0", "k1", "y0", "x0", "y1", "x1"), ("y0", "k0", "x0", "y1", "k1", "x1")]
+MAX_REG_TILE = 512  # accumulator floats, as in the NCHW template
+
+
+def space(wl: Workload, target: Target) -> ConfigSpace:
+    b = wl.block
+    knobs: list[Knob] = [
+        Split("tile_k", wl.dim("K") // b, 3, max_inner=4),  # channel blocks per tile
+        Split("tile_y", wl.out_h, 3, max_inner=8),
+        Split("tile_x", wl.out_w, 3, max_inner=16),
+        Split("tile_rc", wl.dim("C") // b, 2, max_inner=32),
+        Reorder("order", ORDERS),
+        Choice("pad", ["inline", "buffer"]),
+        Annotate("unroll_rs", ["none", "unroll"]),
+        Choice("parallel", [1, 2, 3]),
+    ]
+    facts = facts_of(target)
+    validity = all_of(partial(_tile_reason, b),
+                      unroll_limit(partial(unrolled_step, b, target.vector_lanes,
+                                           wl.dim("R") * wl.dim("S")),
+                                   facts.vector_registers))
+    return ConfigSpace(knobs, default=default_values(wl, facts, knobs), validity=validity,
+                       name="cpu_conv2d_blocked")
+
+
+def _tile_reason(block: int, cfg: Config) -> str | None:
+    tile = cfg["tile_k"][2] * block * cfg["tile_y"][2] * cfg["tile_x"][2]
+    return f"register tile of {tile} floats exceeds {MAX_REG_TILE}" \
+        if tile > MAX_REG_TILE else None
+
+
+def unrolled_step(block: int, lanes: int, taps: int, cfg: Config) -> tuple[int, int]:
+    """(accumulator registers, unrolled taps) of one step over an input channel."""
+    acc = cfg["tile_k"][2] * cfg["tile_y"][2] * cfg["tile_x"][2] * \
+        vector_registers(block, lanes)
+    return acc, taps if cfg["unroll_rs"] == "unroll" else 1
+
+
+def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
+    """A register tile of (y2 x x2) pixels by k2 channel blocks by `register_tile` (pixels
+    broadcast, channel vectors reloaded); input channel blocks so one block's weight and
+    input micro-panels fit half of L1; k1 channel-block tiles whose weights fit half of L2;
+    whole rows per tile; outer loops fused until every core has 4+ tasks."""
+    b, C, R, S = wl.block, wl.dim("C"), wl.dim("R"), wl.dim("S")
+    tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
+    k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k * b, tail_use(tile_k.extent, k)
+                                        * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
+                                       for k in innermost_factors(tile_k)
+                                       for y in innermost_factors(tile_y)
+                                       for x in innermost_factors(tile_x)])
+    panel = R * S * b * (k2 * b + (y2 + R - 1) * (x2 + S - 1)) * 4  # one channel block's
+    rc1 = fit_count(facts.l1d // 2, panel, C // b)
+    k1 = fit_count(facts.l2 // 2, k2 * b * C * R * S * 4, tile_k.extent // k2)
+    tk = nearest_split(tile_k, (k1, k2))
+    ty = nearest_split(tile_y, (1, y2))
+    tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
+    return {
+        "tile_k": tk,
+        "tile_y": ty,
+        "tile_x": tx,
+        "tile_rc": nearest_split(tile_rc, (rc1,)),
+        "order": ORDERS[0],
+        "pad": "buffer",
+        "unroll_rs": "unroll" if k2 * y2 * x2 * vector_registers(b, facts.lanes) * R * S
+        <= MAX_UNROLLED else "none",
+        "parallel": parallel_levels([wl.dim("N") * tk[0], ty[0], tx[0]], facts, 3),
+    }
+
+
+def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
+    v = vector_width(wl.block, target.vector_lanes)
+    g = conv2d_blocked_graph(wl)
+    s = g.schedule()
+    _schedule_pad(s, g.pad, cfg["pad"], v)
+    out = s.cache_write(g.output, "local")
+    st = s[g.output]
+    n, k, y, x, ki = st.axis
+    k0, k1, k2 = st.tile(k, cfg["tile_k"])
+    y0, y1, y2 = st.tile(y, cfg["tile_y"])
+    x0, x1, x2 = st.tile(x, cfg["tile_x"])
+    names = {"k0": k0, "k1": k1, "y0": y0, "y1": y1, "x0": x0, "x1": x1}
+    outer = [n, *(names[a] for a in cfg["order"])]
+    kio, kiv = st.split(ki, factor=v)
+    st.reorder(*outer, k2, y2, x2, kio, kiv)
+    parallel_outer(st, outer, cfg["parallel"] + 1)
+    st.vectorize(kiv)  # the write-back stores whole vectors: channels are contiguous
+
+    out.compute_at(st, outer[-1])
+    rco, rci, rr, rs = out.reduce_axis
+    rc0, rc1 = out.tile(rco, cfg["tile_rc"])
+    out.reorder(rc0, rc1, rci, rr, rs, *out.axis)
+    for a in out.axis[:-1]:
+        out.unroll(a)
+    out.vectorize(out.axis[-1])
+    if cfg["unroll_rs"] == "unroll":
+        out.unroll(rr)
+        out.unroll(rs)
+
+    assert g.packed is not None
+    ps = s[g.packed]
+    ps.parallel(ps.axis[0])
+    _, kv = ps.split(ps.axis[-1], factor=v)
+    ps.vectorize(kv)
+    return s
+
+
+def _schedule_pad(s: Schedule, pad, mode: str, v: int) -> None:
+    """Inline the zero padding into its readers, or materialise it once (in parallel, a
+    vector of channels at a time)."""
+    if pad is None:
+        return
+    ps: Stage = s[pad]
+    if mode == "inline":
+        ps.compute_inline()
+        return
+    n, c, h, w, ci = ps.axis
+    ps.parallel(ps.fuse(n, c))
+    _, cv = ps.split(ci, factor=v)
+    ps.vectorize(cv)

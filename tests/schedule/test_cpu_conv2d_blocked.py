@@ -1,0 +1,91 @@
+"""The CPU template for conv2d in NCHW[x]c: real generated kernels against numpy (strides
+1 and 2, 1x1 / 3x3 / 7x7 windows, padding, residual and activation epilogues), sampled
+configs, the prepacked form, and a default register tile that fits the vector registers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.driver import compile as compile_kernel
+from autotune.driver import compile_prepacked, config_space
+from autotune.ops import WorkloadError, aligned_empty
+from autotune.schedule.templates.cpu_conv2d_blocked import unrolled_step
+from autotune.target.cpu_facts import facts_of
+
+LLVM = autotune.Target("llvm")
+LANES = LLVM.vector_lanes
+
+CASES = [  # (params, epilogue, layout)
+    (dict(N=1, C=32, H=10, W=9, K=32, R=3, S=3, stride=1, pad=1), ["bias", "relu"],
+     f"NCHW{LANES}c"),
+    (dict(N=2, C=16, H=9, W=11, K=32, R=3, S=3, stride=2, pad=1),
+     ["scale_shift", "residual", "relu"], f"NCHW{LANES}c"),
+    (dict(N=1, C=32, H=8, W=8, K=64, R=1, S=1, stride=1, pad=0), ["residual"], "NCHW32c"),
+    (dict(N=1, C=32, H=8, W=7, K=16, R=1, S=1, stride=2, pad=0), [], "NCHW8c"),
+    (dict(N=1, C=16, H=15, W=14, K=16, R=7, S=7, stride=2, pad=3), ["bias", "relu6"],
+     "NCHW8c"),
+]
+
+
+def _check(kernel, wl) -> None:
+    args = wl.random_args(1)
+    kernel(*args)
+    ref = wl.reference(args)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("params, epilogue, layout", CASES)
+def test_default_config_matches_numpy(params: dict, epilogue: list, layout: str) -> None:
+    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+    _check(compile_kernel(wl, LLVM), wl)
+
+
+def test_sampled_configs_match_numpy() -> None:
+    params, epilogue, layout = CASES[1]
+    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+    sp = config_space(wl, LLVM)
+    rng = np.random.default_rng(0)
+    valid = [cfg for cfg in sp.sample(rng, 40) if not sp.invalid_reason(cfg)][:6]
+    assert len(valid) == 6
+    for cfg in valid:
+        _check(compile_kernel(wl, LLVM, cfg), wl)
+
+
+def test_prepacked_blocked_conv_reads_the_weight_packed_by_blocks() -> None:
+    params, epilogue, layout = CASES[0]
+    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, prepacked=True,
+                           **params)
+    kernel, pack = compile_prepacked(wl, LLVM)
+    assert pack is not None
+    args = wl.random_args(2)
+    packed = aligned_empty(pack.arg_buffers[-1].shape)
+    pack(args[1], packed)
+    assert packed.shape == (32 // LANES, 32 // LANES, 3, 3, LANES, LANES)
+    # Wp[ko, co, r, s, ci, ki] = W[ko*x + ki, co*x + ci, r, s]
+    assert packed[0, 0, 1, 2, 3, 1] == args[1][1, 3, 1, 2]
+    kernel(args[0], packed, *args[2:])
+    ref = wl.reference(args)
+    np.testing.assert_allclose(args[-1], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+def test_default_register_tile_fits_the_vector_registers() -> None:
+    facts = facts_of(LLVM)
+    for params, epilogue, layout in CASES:
+        wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+        cfg = config_space(wl, LLVM).default()
+        acc, _ = unrolled_step(wl.block, LANES, 1, cfg)
+        assert acc <= facts.vector_registers, (wl, cfg)
+    resnet = autotune.workload("conv2d", N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1,
+                               pad=1, layout=f"NCHW{LANES}c")
+    cfg = config_space(resnet, LLVM).default()
+    acc, _ = unrolled_step(resnet.block, LANES, 1, cfg)
+    assert 3 * facts.vector_registers // 4 >= acc >= facts.vector_registers // 4, cfg
+
+
+def test_cuda_refuses_a_blocked_layout() -> None:
+    params, _, layout = CASES[0]
+    wl = autotune.workload("conv2d", layout=layout, **params)
+    with pytest.raises(WorkloadError, match="llvm targets only") as err:
+        config_space(wl, autotune.Target("cuda -arch=sm_90"))
+    assert err.value.field == "layout"
