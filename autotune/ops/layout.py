@@ -71,8 +71,6 @@ def to_blocked(array: np.ndarray, block: int) -> np.ndarray:
 
 
 def from_blocked(array: np.ndarray) -> np.ndarray:
-    """An NCHW[x]c array (5-D) in NCHW; a 4-D array is returned as it is."""
-    if array.ndim == 4:
-        return array
+    """An NCHW[x]c array (5-D) in NCHW (a contiguous copy)."""
     n, co, h, w, ci = array.shape
     return np.ascontiguousarray(array.transpose(0, 1, 4, 2, 3).reshape(n, co * ci, h, w))

@@ -364,11 +364,11 @@ class Workload:
             exact = to_float32(np.asarray(array), self.dtype) if self.dtype != "float32" \
                 else array
             arrays[spec.name] = np.asarray(exact, dtype=np.float64)
-        # a blocked layout: computed in NCHW, then blocked
-        if "residual" in arrays:
-            arrays["residual"] = from_blocked(arrays["residual"])
-        main = [from_blocked(arrays[name]) if name == "data" else arrays[name]
-                for name, _ in self.spec.inputs(self.params)]
+        if self.block > 1:  # computed in NCHW, then blocked
+            for name in ("data", "residual"):
+                if name in arrays:
+                    arrays[name] = from_blocked(arrays[name])
+        main = [arrays[name] for name, _ in self.spec.inputs(self.params)]
         out = self.spec.compute(self.params, *main)
         out = apply_epilogue(out, self.epilogue, arrays, self.spec.channel_axis)
         return to_blocked(np.ascontiguousarray(out, dtype=np.float32), self.block)
