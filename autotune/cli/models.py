@@ -40,6 +40,9 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                    help="a function returning (model, example_inputs), e.g. "
                         "benchmarks.models:resnet18")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
+    p.add_argument("--layout", default="nchw", choices=["nchw", "auto"],
+                   help="conv layouts: nchw (default), or auto: channel-blocked NCHW<lanes>c "
+                        "where the channels allow, transformed at the chains' edges (llvm)")
     p.add_argument("--db", metavar="URL", default=None,
                    help="database URL (default: $AUTOTUNE_DB_URL or sqlite:///autotune.db)")
 
@@ -74,7 +77,10 @@ def run_tune_model(args: argparse.Namespace) -> int:
     from autotune.measure import MeasureUnavailable
 
     with torch.no_grad():
-        tasks = extract(model, inputs, target=args.target)
+        try:
+            tasks = extract(model, inputs, target=args.target, layout=args.layout)
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
     print(f"{tasks.name}: {len(tasks.tasks)} tasks, {sum(t.weight for t in tasks.tasks)} "
           f"kernels, {len(tasks.unsupported)} unsupported; {args.trials} trials on "
           f"{args.target}, database {shown(db_url(args))}", file=sys.stderr)
@@ -120,7 +126,11 @@ def run_bench_model(args: argparse.Namespace) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False  # torch in fp32, as the kernels
         torch.backends.cudnn.allow_tf32 = False
         sync = torch.cuda.synchronize
-    compiled = compile_model(model, inputs, target=args.target, db=db_url(args))
+    try:
+        compiled = compile_model(model, inputs, target=args.target, db=db_url(args),
+                                 layout=args.layout)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
     with torch.no_grad():
         eager = median_time(lambda: (model(*inputs), sync()), args.repeat)
         tuned = median_time(lambda: (compiled(*inputs), sync()), args.repeat)

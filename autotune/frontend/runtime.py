@@ -6,8 +6,10 @@ dtypes or that need gradients run the same (folded) computation on torch instead
 or linear layer's weight that the schedule packs into panels is packed once, here, not on
 every call: such a layer's workload is the prepacked form (`autotune.schedule.prepack`),
 tuned and looked up as such. On a CUDA target the kernels run on
-torch's CUDA tensors (`autotune.frontend.cuda_runtime`). `plan_model` lists the kernels a
-compiled model runs, without compiling them.
+torch's CUDA tensors (`autotune.frontend.cuda_runtime`). With ``layout="auto"`` (llvm), convs
+run in a channel-blocked layout where they can, transformed only at the edges of blocked
+chains (`autotune.frontend.layouts`). `plan_model` lists the kernels a compiled model runs,
+without compiling them.
 """
 from __future__ import annotations
 
@@ -17,13 +19,28 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from torch import fx, nn
 
-from autotune.api import SETTINGS_DB, DbArg, TargetArg, as_target, chosen_config, open_database
+from autotune.api import (
+    SETTINGS_DB,
+    DbArg,
+    TargetArg,
+    as_target,
+    best,
+    chosen_config,
+    open_database,
+)
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
+from autotune.frontend.layouts import (
+    LayoutTransform,
+    check_layout_mode,
+    choose_layouts,
+    insert_transforms,
+)
 from autotune.frontend.torch import Match, _as_tuple, match_model, prepacks, trace
 from autotune.ops import Workload, aligned_empty
+from autotune.ops.layout import blocked_shape
 from autotune.space import Config
 from autotune.target import Target
 
@@ -36,7 +53,9 @@ class KernelModule(KernelGroup):
     def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
                  in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
                  conv_args: dict[str, Any]) -> None:
-        super().__init__(match, in_shapes, out_shape, conv_args)
+        block = match.workload.block  # a blocked conv reads and writes NCHW[block]c
+        super().__init__(match, [blocked_shape(tuple(s), block) for s in in_shapes],
+                         blocked_shape(tuple(out_shape), block), conv_args)
         self.kernel = kernel
         self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
         self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
@@ -51,7 +70,11 @@ class KernelModule(KernelGroup):
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
-            return self.forward_torch(*xs)
+            block = self.workload.block
+            if block == 1:
+                return self.forward_torch(*xs)
+            plain = [LayoutTransform(block, False)(x) for x in xs]
+            return LayoutTransform(block, True)(self.forward_torch(*plain))
         out = torch.empty(self.out_shape, dtype=torch.float32)
         if self._call is not None:
             ptrs = [x.data_ptr() for x in xs]
@@ -89,11 +112,11 @@ class PlannedKernel:
 
 
 def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-               db: DbArg = SETTINGS_DB) -> tuple[PlannedKernel, ...]:
+               db: DbArg = SETTINGS_DB, layout: str = "nchw") -> tuple[PlannedKernel, ...]:
     """The kernels `compile_model` would build for ``model`` on ``target``, one per
     workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
-    matches, _ = match_model(trace(model, _as_tuple(example_inputs)), prepack=prepacks(tgt))
+    _, matches = _matches(trace(model, _as_tuple(example_inputs)), tgt, db, layout)
     configs = _configs(matches, tgt, db)
     places: dict[Workload, list[str]] = {}
     for m in matches:
@@ -102,16 +125,18 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
 
 
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB) -> fx.GraphModule:
+                  db: DbArg = SETTINGS_DB, layout: str = "nchw") -> fx.GraphModule:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
     per workload). The result is called like the model; the rest of it runs on torch.
     On a CUDA target the folded weights are put on the example inputs' device (move the
-    result with ``.to()`` to run elsewhere)."""
+    result with ``.to()`` to run elsewhere). ``layout``: "nchw" runs every layer in NCHW;
+    "auto" (llvm) runs convs in NCHW[lanes]c where `layouts.choose_layouts` says so, with
+    `LayoutTransform` modules where a blocked chain starts and ends."""
     tgt = _supported(as_target(target))
     inputs = _as_tuple(example_inputs)
     gm = trace(model, inputs)
-    matches, _ = match_model(gm, prepack=prepacks(tgt))
+    _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
@@ -124,7 +149,31 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
             kernels[m.workload] = compile_kernel(m.workload, tgt, configs[m.workload])
     _rewrite(gm, matches, lambda m, ins, out, conv: KernelModule(
         m, kernels[m.workload], kernels[m.workload].pack, ins, out, conv))
+    if layout == "auto":
+        modules = dict(gm.named_modules())
+
+        def block_of(node: fx.Node) -> int:
+            module = modules.get(str(node.target))
+            return module.workload.block if isinstance(module, KernelModule) else 1
+
+        insert_transforms(gm, block_of)
     return gm
+
+
+def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
+             ) -> tuple[list[Match], list[Match]]:
+    """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
+    ``db`` where both layouts of a conv have some)."""
+    check_layout_mode(layout, tgt)
+    matches, _ = match_model(gm, prepack=prepacks(tgt))
+    if layout == "nchw":
+        return matches, matches
+    with open_database(db, create=False) as database:
+        def cost_of(wl: Workload) -> float | None:
+            found = best(wl, tgt, db=database)
+            return None if found is None else found.cost
+
+        return matches, choose_layouts(gm, matches, tgt, cost_of)
 
 
 def _supported(tgt: Target) -> Target:

@@ -88,13 +88,22 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False
 
 
 def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
-            target: Any = None) -> ModelTasks:
+            target: Any = None, layout: str = "nchw") -> ModelTasks:
     """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
     with how many times a forward pass runs it, largest FLOP share first, and the
     operators left to torch because autotune has no kernel for them. ``target`` (a spec
-    or `Target`): the workloads `compile_model` runs there (prepacked ones on llvm)."""
+    or `Target`): the workloads `compile_model` runs there (prepacked ones on llvm);
+    ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
+    (`autotune.frontend.layouts.default_layouts`)."""
     matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
                                        prepack=prepacks(target))
+    if layout != "nchw":
+        from autotune.frontend.layouts import check_layout_mode, default_layouts
+        from autotune.target import Target
+
+        tgt = Target(target or "llvm") if not isinstance(target, Target) else target
+        check_layout_mode(layout, tgt)
+        matches = default_layouts(matches, tgt)
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 

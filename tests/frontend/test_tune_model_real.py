@@ -53,3 +53,40 @@ def test_tune_model_then_compile_model(tmp_path: Path):
     with torch.no_grad():
         want = model(x)
         assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+class Blockable(nn.Module):
+    """Two 16-channel convs and a residual: a blocked chain on a CPU of 8 or 16 lanes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + x)
+
+
+@pytest.mark.slow
+def test_tune_model_tunes_the_blocked_layouts_compile_model_runs(tmp_path: Path):
+    lanes = autotune.Target("llvm").vector_lanes
+    if 16 % lanes:
+        pytest.skip("16 channels are not a multiple of the vector lanes")
+    url = f"sqlite:///{tmp_path / 'model.db'}"
+    model, x = Blockable().eval(), torch.randn(1, 16, 8, 8)
+    result = autotune.tune_model(model, (x,), trials=4, db=url, measure_options=FAST,
+                                 layout="auto")
+    assert result.trials_done == 4 and not result.failed
+    db = Database(url)
+    run = db.get_run(result.run_id)
+    assert {t["workload"].get("layout") for t in run.tasks} == {f"NCHW{lanes}c"}
+    db.dispose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoTunedScheduleWarning)  # every kernel has a record
+        compiled = autotune.compile_model(model, (x,), db=url, layout="auto")
+    from autotune.frontend.layouts import transforms
+
+    assert len(transforms(compiled)) == 2  # into the chain at the input, out at the output
+    with torch.no_grad():
+        want = model(x)
+        assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())

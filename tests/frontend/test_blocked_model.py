@@ -1,0 +1,103 @@
+"""`compile_model(layout="auto")`: convs whose channels the vector lanes divide run in
+NCHW[lanes]c, chained without transforms; transforms only where a chain starts or ends."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import autotune
+from autotune.db import Database
+from autotune.frontend.layouts import LayoutTransform, transforms
+from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
+from autotune.measure import MeasureResult
+from autotune.driver import config_space
+from tests.frontend.frontend_nets import TinyResNet, randomize_bn
+
+LLVM = autotune.Target("llvm")
+LANES = LLVM.vector_lanes
+
+
+def _model() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return randomize_bn(TinyResNet()), (torch.randn(1, 3, 32, 32),)
+
+
+def _compiled(db: str | None = None, layout: str = "auto") -> torch.nn.Module:
+    model, inputs = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no records: default configs
+        return compile_model(model, inputs, target=LLVM, db=db, layout=layout)
+
+
+def _check(compiled: torch.nn.Module) -> None:
+    model, inputs = _model()
+    with torch.no_grad():
+        want, got = model(*inputs), compiled(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+@pytest.mark.skipif(16 % LANES != 0, reason="TinyResNet's 16-channel layers need lanes | 16")
+def test_blocked_chain_matches_torch_with_two_transforms() -> None:
+    compiled = _compiled()
+    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)
+               if m.kind == "conv"}
+    # the stem (3 input channels) stays NCHW; every other conv is blocked
+    assert layouts.pop("stem.0") == "NCHW"
+    assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 7
+    # one into the blocked layout after the max-pool, one out of it before the avg-pool
+    steps = transforms(compiled)
+    assert [t.to_blocked for t in steps] == [True, False]
+    _check(compiled)
+    # other shapes fall back to torch, the blocked layers unblocking and reblocking
+    model, _ = _model()
+    x = torch.randn(1, 3, 40, 40)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_nchw_layout_has_no_transforms() -> None:
+    compiled = _compiled(layout="nchw")
+    assert transforms(compiled) == []
+    assert all(m.workload.layout == "NCHW" for m in kernel_modules(compiled))
+
+
+@pytest.mark.skipif(16 % LANES != 0, reason="TinyResNet's 16-channel layers need lanes | 16")
+def test_records_choose_nchw_where_it_is_faster(tmp_path: Path) -> None:
+    model, inputs = _model()
+    url = f"sqlite:///{tmp_path / 'layouts.db'}"
+    plan = {p.places[0]: p.workload for p in plan_model(model, inputs, target=LLVM,
+                                                         db=None, layout="auto")}
+    # layer2.conv1 (16 -> 32, stride 2): NCHW much faster than blocked in the records
+    blocked_wl = plan["layer2.conv1"]
+    plain_wl = autotune.workload("conv2d", epilogue=blocked_wl.epilogue, prepacked=True,
+                                 **dict(blocked_wl.param_items))
+    db = Database.open(url)
+    for wl, cost in ((plain_wl, 1e-6), (blocked_wl, 1e-3)):
+        cfg = config_space(wl, LLVM).default()
+        db.add_trials(wl, LLVM, None, [(cfg, MeasureResult(costs=(cost,)))], wl.flops())
+    db.dispose()
+    compiled = _compiled(db=url)
+    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
+    assert layouts["layer2.conv1"] == "NCHW"
+    assert layouts["layer2.conv2"] == f"NCHW{LANES}c"
+    # its input comes from a blocked layer: one more transform, out of the blocked layout
+    # (shared with nothing else) and one into it for its output's blocked reader
+    assert len(transforms(compiled)) == 4
+    _check(compiled)
+
+
+def test_auto_is_refused_on_cuda() -> None:
+    model, inputs = _model()
+    with pytest.raises(ValueError, match="llvm targets"):
+        plan_model(model, inputs, target="cuda -arch=sm_90", db=None, layout="auto")
+
+
+def test_extract_auto_gives_the_blocked_forms() -> None:
+    model, inputs = _model()
+    tasks = autotune.extract(model, inputs, target=LLVM, layout="auto")
+    convs = [t.workload for t in tasks.tasks if t.workload.op == "conv2d"]
+    assert {wl.layout for wl in convs} == {"NCHW", f"NCHW{LANES}c"}
+    assert isinstance(LayoutTransform(LANES, True), torch.nn.Module)
