@@ -10,10 +10,10 @@ import torch
 
 import autotune
 from autotune.db import Database
+from autotune.driver import config_space
 from autotune.frontend.layouts import LayoutTransform, transforms
 from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
 from autotune.measure import MeasureResult
-from autotune.driver import config_space
 from tests.frontend.frontend_nets import TinyResNet, randomize_bn
 
 LLVM = autotune.Target("llvm")
