@@ -89,3 +89,13 @@ def test_cuda_refuses_a_blocked_layout() -> None:
     with pytest.raises(WorkloadError, match="llvm targets only") as err:
         config_space(wl, autotune.Target("cuda -arch=sm_90"))
     assert err.value.field == "layout"
+
+
+@pytest.mark.parametrize("reduce", ["taps_channels", "channels_taps"])
+@pytest.mark.parametrize("unroll, pad", [("unroll", "inline"), ("none", "buffer")])
+def test_reduction_orders_and_padding_match_numpy(reduce: str, unroll: str, pad: str) -> None:
+    params, epilogue, layout = CASES[1]
+    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+    values = config_space(wl, LLVM).default().to_dict()["knobs"]
+    config = {"knobs": {**values, "reduce": reduce, "unroll_rs": unroll, "pad": pad}}
+    _check(compile_kernel(wl, LLVM, config), wl)
