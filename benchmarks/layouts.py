@@ -4,7 +4,9 @@ config and, with --trials > 0, at the best of a fresh tune of that many trials.
 
 In ROUNDS interleaved rounds every (layer, form, config) is timed; each column shows its
 best round. "transform" is torch's permute-copy of the layer's input into the blocked
-layout (what a blocked chain pays where it starts), timed the same way. Prints a table;
+layout (what a blocked chain pays where it starts), timed the same way. Then the whole
+ResNet-18 compiled with `layout="nchw"` and `layout="auto"` at default configs (no
+records), against torch eager, in interleaved rounds (best round's median). Prints tables;
 asserts nothing. The host may be shared: the load average is printed.
 
     .venv/bin/python benchmarks/layouts.py [--trials 8] [--tuner xgb] [--target llvm]
@@ -13,17 +15,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
+import warnings
 from dataclasses import replace
 
 import torch
 
 import autotune
 from autotune.driver import config_space
-from autotune.frontend.layouts import LayoutTransform
+from autotune.frontend.layouts import LayoutTransform, transforms
+from autotune.frontend.runtime import compile_model, kernel_modules
 from autotune.measure import LocalExecutor, MeasureInput, MeasureOptions
 from autotune.ops.layout import blocked
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import interleaved, resnet18  # noqa: E402
 
 ROUNDS = 5
 # (C, K, H, stride) of ResNet-18's 3x3 convs at 224x224, batch 1
@@ -60,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="target spec (default llvm; 'llvm -cores=1' times one thread)")
     ap.add_argument("--layers", type=int, default=len(LAYERS),
                     help=f"the first N layers only (default all {len(LAYERS)})")
+    ap.add_argument("--no-model", action="store_true", help="skip the whole-model table")
     args = ap.parse_args(argv)
     target = autotune.Target(args.target)
     block = target.vector_lanes
@@ -95,6 +104,31 @@ def main(argv: list[str] | None = None) -> None:
         ratio = min(best[1::2]) / min(best[0::2])  # best blocked over best NCHW
         print(f"{name:20s} " + " ".join(f"{b * 1e6:10.1f}" for b in best)
               + f" {ratio:8.2f} {move * 1e6:9.1f}")
+    if not args.no_model:
+        whole_model(target)
+
+
+def whole_model(target: autotune.Target) -> None:
+    """ResNet-18 compiled both ways at default configs, and torch, interleaved."""
+    model, inputs = resnet18()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no records: default configs, as intended
+        compiled = {layout: compile_model(model, inputs, target=target, db=None,
+                                          layout=layout) for layout in ("nchw", "auto")}
+    auto = compiled["auto"]
+    blocked_layers = sum(m.workload.layout != "NCHW" for m in kernel_modules(auto))
+    with torch.no_grad():
+        want = model(*inputs)
+        error = max((c(*inputs) - want).abs().max().item() for c in compiled.values())
+        times = interleaved({"torch": lambda: model(*inputs),
+                             **{k: (lambda c=c: c(*inputs)) for k, c in compiled.items()}},
+                            ROUNDS, 20)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nResNet-18, batch 1, default configs, on {target.key} (load average {load}): "
+          f"auto runs {blocked_layers} of {len(kernel_modules(auto))} kernels blocked with "
+          f"{len(transforms(auto))} transforms; max |error| vs torch {error:.1e}; best "
+          f"round's median of 20 calls, ms")
+    print("  ".join(f"{name} {min(t) * 1e3:.2f}" for name, t in times.items()))
 
 
 if __name__ == "__main__":
