@@ -86,12 +86,13 @@ def check_workload(data: Mapping[str, Any], loc: Loc) -> Workload:
 
 
 def _padded_shapes(wl: Workload) -> list[tuple[int, ...]]:
-    """The zero-padded copy of a convolution's input (NCHW), which a schedule may allocate."""
+    """The zero-padded copy of a convolution's input (NCHW, or NCHW[x]c: a block of channels
+    last), which a schedule may allocate."""
     pad = wl.params.get("pad")
     if not isinstance(pad, tuple) or pad == (0, 0):
         return []
-    n, c, h, w = wl.arg_specs[0].shape
-    return [(n, c, h + 2 * pad[0], w + 2 * pad[1])]
+    n, c, h, w, *block = wl.arg_specs[0].shape
+    return [(n, c, h + 2 * pad[0], w + 2 * pad[1], *block)]
 
 
 def check_target(spec: str, loc: Loc, *, measured_here: bool = False) -> Target:
