@@ -63,17 +63,27 @@ def blockable(wl: Workload, block: int) -> bool:
 
 
 def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
-    """``matches`` with each blockable conv in NCHW[lanes]c: the layouts `choose_layouts`
-    gives without records, which `tune_model(layout="auto")` tunes."""
+    """``matches`` with each blockable conv that reads from or feeds another blockable conv
+    in NCHW[lanes]c (a lone one would pay a transform on each side for one kernel): the
+    layouts `choose_layouts` gives without records, which `tune_model(layout="auto")`
+    tunes."""
     block = target.vector_lanes
+    can = {m.nodes[-1] for m in matches if blockable(m.workload, block)}
+    linked: set[str] = set()
+    for m in matches:
+        if m.nodes[-1] in can:
+            near = can.intersection(m.inputs)
+            if near:
+                linked.update(near)
+                linked.add(m.nodes[-1])
     return [replace(m, workload=replace(m.workload, layout=blocked(block)))
-            if blockable(m.workload, block) else m for m in matches]
+            if m.nodes[-1] in linked else m for m in matches]
 
 
 def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,
                    cost_of: CostOf) -> list[Match]:
-    """``matches`` with each blockable conv (C and K multiples of the vector lanes) in
-    NCHW[lanes]c, unless both forms have records and the NCHW one is faster counting the
+    """``matches`` with the convs `default_layouts` picks in NCHW[lanes]c, unless both
+    forms have records and the NCHW one is faster counting the
     transforms each would need next to its neighbours' layouts (one pass in graph order);
     a conv whose NCHW form alone has records stays NCHW."""
     block = target.vector_lanes

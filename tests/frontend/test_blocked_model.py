@@ -14,7 +14,7 @@ from autotune.driver import config_space
 from autotune.frontend.layouts import LayoutTransform, transforms
 from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
 from autotune.measure import MeasureResult
-from tests.frontend.frontend_nets import TinyResNet, randomize_bn
+from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn
 
 LLVM = autotune.Target("llvm")
 LANES = LLVM.vector_lanes
@@ -68,8 +68,10 @@ def test_nchw_layout_has_no_transforms() -> None:
 def test_records_choose_nchw_where_it_is_faster(tmp_path: Path) -> None:
     model, inputs = _model()
     url = f"sqlite:///{tmp_path / 'layouts.db'}"
-    plan = {p.places[0]: p.workload for p in plan_model(model, inputs, target=LLVM,
-                                                         db=None, layout="auto")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = plan_model(model, inputs, target=LLVM, db=None, layout="auto")
+    plan = {p.places[0]: p.workload for p in planned}
     # layer2.conv1 (16 -> 32, stride 2): NCHW much faster than blocked in the records
     blocked_wl = plan["layer2.conv1"]
     plain_wl = autotune.workload("conv2d", epilogue=blocked_wl.epilogue, prepacked=True,
@@ -101,3 +103,24 @@ def test_extract_auto_gives_the_blocked_forms() -> None:
     convs = [t.workload for t in tasks.tasks if t.workload.op == "conv2d"]
     assert {wl.layout for wl in convs} == {"NCHW", f"NCHW{LANES}c"}
     assert isinstance(LayoutTransform(LANES, True), torch.nn.Module)
+
+
+@pytest.mark.skipif(LANES != 16, reason="the transform count is worked out for 16 lanes")
+def test_mobilenet_blocks_only_linked_convs() -> None:
+    torch.manual_seed(0)
+    model, inputs = randomize_bn(TinyMobileNet()), (torch.randn(1, 3, 32, 32),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(model, inputs, target=LLVM, db=None, layout="auto")
+    blocked = [m.place for m in kernel_modules(compiled) if m.workload.layout != "NCHW"]
+    # the first expand conv reads the stem (3 channels) and feeds a depthwise conv: alone,
+    # it stays NCHW; each projection feeds the next block's expansion: a chain of two
+    assert blocked == ["blocks.0.block.6", "blocks.1.block.0", "blocks.1.block.6",
+                       "blocks.2.block.0"]
+    # into: block 0's projection (its input and its residual), block 1's projection;
+    # out of: the expansions of blocks 1 and 2 before their depthwise convs
+    assert sorted(t.to_blocked for t in transforms(compiled)) == [False, False, True, True,
+                                                                   True]
+    with torch.no_grad():
+        want, got = model(*inputs), compiled(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
