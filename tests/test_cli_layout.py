@@ -18,3 +18,24 @@ def test_layout_the_channels_do_not_fit_is_a_usage_error(capsys, db) -> None:  #
     assert code == 2 and "needs C=16 to be a multiple of 32" in err
     code, _, err = run(capsys, "best", *CONV, "--layout", "NHWC")
     assert code == 2 and "unknown layout 'NHWC'" in err
+
+
+def tiny_resnet():
+    """A model spec for the CLI: (model, example inputs)."""
+    import torch
+
+    from tests.frontend.frontend_nets import TinyResNet, randomize_bn
+
+    torch.manual_seed(0)
+    return randomize_bn(TinyResNet()), (torch.randn(1, 3, 32, 32),)
+
+
+def test_bench_model_runs_the_blocked_layouts(capsys, db) -> None:  # noqa: F811
+    code, out, err = run(capsys, "bench-model", "tests.test_cli_layout:tiny_resnet",
+                         "--layout", "auto", "--repeat", "2")
+    assert code == 0, err
+    diff = float(out.split("max abs diff")[1])
+    assert diff < 1e-4, out
+    code, _, err = run(capsys, "bench-model", "tests.test_cli_layout:tiny_resnet",
+                       "--layout", "nhwc")
+    assert code == 2 and "invalid choice: 'nhwc'" in err
