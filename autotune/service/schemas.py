@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
 from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, op_dtypes
+from autotune.ops.layout import LAYOUT_OPS, NCHW
 
 MAX_TRIALS = 100_000
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -49,6 +50,13 @@ _OP_DTYPES: Any = [  # JSON Schema (to pydantic, a JsonValue)
     {"if": {"properties": {"op": {"const": op}}, "required": ["op"]},
      "then": {"properties": {"dtype": {"enum": list(op_dtypes(op))}}}}
     for op in OPS if op_dtypes(op) != DTYPES]
+# NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block` takes it
+# (a test holds the two together).
+_LAYOUT_PATTERN = r"^NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?$"
+# Only conv2d has a blocked layout (`autotune.ops.layout`); the others are NCHW or nothing.
+_OP_LAYOUTS: Any = {"if": {"properties": {"op": {"not": {"enum": sorted(LAYOUT_OPS)}}},
+                           "required": ["op"]},
+                    "then": {"properties": {"layout": {"const": NCHW}}}}
 
 
 class WorkloadIn(BaseModel):
@@ -57,7 +65,7 @@ class WorkloadIn(BaseModel):
     # strict: a JSON false is not a 0, nor "64" a 64 (what the schema promises is what counts)
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}],
-        "allOf": _OP_DTYPES})
+        "allOf": [*_OP_DTYPES, _OP_LAYOUTS]})
 
     op: OpName = Field(description="operator name (see GET /api/v1/ops)")
     params: dict[str, Any] = Field(
@@ -73,7 +81,7 @@ class WorkloadIn(BaseModel):
                     "packed once beforehand, as a compiled model runs it, instead of inside "
                     "every call: its own records; conv2d and matmul on llvm targets only")
     layout: str = Field(
-        default="NCHW", pattern=r"^NCHW([1-9][0-9]?c)?$", max_length=7,
+        default=NCHW, pattern=_LAYOUT_PATTERN, max_length=7,
         description="conv2d's data and output layout: NCHW, or NCHW<x>c with channels "
                     "blocked by x (2 to 64; C and K multiples of x): data [N, C/x, H, W, x], "
                     "output and residual [N, K/x, OH, OW, x]; its own records")

@@ -87,3 +87,20 @@ def test_api_schema_bounds_the_layout() -> None:
     for bad in ("NCHW016c", "nchw16c", "NCHW16c" * 10, 16):
         with pytest.raises(ValidationError):
             WorkloadIn.model_validate({**body, "layout": bad})
+
+
+def test_api_schema_pattern_is_the_validators_range() -> None:
+    import re
+
+    from autotune.ops.layout import MAX_BLOCK
+    from autotune.service.schemas import _LAYOUT_PATTERN
+
+    for x in range(0, 100):
+        name = f"NCHW{x}c"
+        valid = 2 <= x <= MAX_BLOCK
+        assert bool(re.fullmatch(_LAYOUT_PATTERN, name)) == valid, name
+        if valid:
+            assert layout_block(name) == x
+        else:
+            with pytest.raises(ValueError):
+                layout_block(name)
