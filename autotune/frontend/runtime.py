@@ -113,8 +113,8 @@ class PlannedKernel:
 
 def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
                db: DbArg = SETTINGS_DB, layout: str = "nchw") -> tuple[PlannedKernel, ...]:
-    """The kernels `compile_model` would build for ``model`` on ``target``, one per
-    workload in graph order, with the configs it would pick; nothing is compiled."""
+    """The kernels `compile_model` would build for ``model`` on ``target`` with ``layout``,
+    one per workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
     _, matches = _matches(trace(model, _as_tuple(example_inputs)), tgt, db, layout)
     configs = _configs(matches, tgt, db)
