@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from autotune.codegen import backend_for
@@ -32,7 +33,11 @@ class InvalidConfig(ValueError):
 @lru_cache(maxsize=256)
 def config_space(workload: Workload, target: Target) -> ConfigSpace:
     """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable)."""
-    return get_template(workload.op, target.kind).space(workload, target)
+    return _template(workload, target).space(workload, target)
+
+
+def _template(workload: Workload, target: Target) -> ModuleType:
+    return get_template(workload.op, target.kind, workload.dtype)
 
 
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
@@ -49,19 +54,31 @@ def lower(workload: Workload, target: Target | str, config: Config | int | dict 
           ) -> PrimFunc:
     """The loop AST of ``workload`` scheduled by ``config`` (default config when None)."""
     target = Target(target) if isinstance(target, str) else target
-    sch, cfg = _schedule(workload, target, config)
-    return _lower(sch, workload, cfg)
+    cfg = _valid_config(workload, target, config)
+    template = _template(workload, target)
+    if hasattr(template, "lower"):  # the template builds the loop AST itself
+        try:
+            func: PrimFunc = template.lower(workload, target, cfg)
+        except LoweringError as e:
+            raise InvalidConfig(str(e)) from e
+        func.attrs.update(workload=workload.key, config_index=cfg.index)
+        return func
+    return _lower(_schedule(workload, target, cfg), workload, cfg)
 
 
-def _schedule(workload: Workload, target: Target, config: Config | int | dict | None
-              ) -> tuple[Schedule, Config]:
+def _valid_config(workload: Workload, target: Target, config: Config | int | dict | None
+                  ) -> Config:
     sp = config_space(workload, target)
     cfg = _as_config(sp, config)
     reason = sp.invalid_reason(cfg)
     if reason:
         raise InvalidConfig(reason)
+    return cfg
+
+
+def _schedule(workload: Workload, target: Target, cfg: Config) -> Schedule:
     try:
-        return get_template(workload.op, target.kind).schedule(workload, target, cfg), cfg
+        return _template(workload, target).schedule(workload, target, cfg)
     except LoweringError as e:
         raise InvalidConfig(str(e)) from e
 
@@ -110,8 +127,11 @@ def compile_prepacked(workload: Workload, target: Target,
     """``(kernel, pack)`` for a constant operand (a conv's weight, matmul's B): ``kernel``
     takes the operand packed, as ``pack(operand, packed)`` writes it (run it once; see
     `autotune.schedule.prepack`). ``pack`` is None, and ``kernel`` the usual one, when the
-    config packs no constant operand."""
-    sch, cfg = _schedule(workload, target, config)
+    config packs no constant operand (always, for a template that builds its loop AST)."""
+    cfg = _valid_config(workload, target, config)
+    if hasattr(_template(workload, target), "lower"):
+        return _compile_func(lower(workload, target, cfg), target), None
+    sch = _schedule(workload, target, cfg)
     pack_sch = split_packing(sch, workload.op)
     kernel = _compile_func(_lower(sch, workload, cfg), target)
     if pack_sch is None:
@@ -135,6 +155,7 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
 
     from autotune.codegen.cuda.compiler import prepare_kernel
     from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+    from autotune.ops.dtypes import to_float32
 
     target = Target(target) if isinstance(target, str) else target
     if target.kind != "cuda":
@@ -144,7 +165,7 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     args = workload.random_args(seed)
     ref = np.asarray(workload.reference(args[:-1]), dtype=np.float64)
     run_kernel(func, body, launch, args)
-    out = np.asarray(args[-1], dtype=np.float64)
+    out: np.ndarray = to_float32(args[-1], workload.dtype).astype(np.float64)  # exact
     nan = np.isnan(out)
     if nan.any():
         at = tuple(int(i) for i in np.unravel_index(int(np.argmax(nan)), out.shape))
