@@ -155,7 +155,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     from autotune.driver import config_space  # codegen loads only when tuning
     from autotune.measure.options import MeasureOptions
 
-    config_space(wl, tgt)  # no template for this op on this target: fail before any job
+    config_space(wl, tgt)  # no template, or a dtype the target refuses: fail before any job
     if executor is None:
         check_measurable(tgt)
         measure_options = measure_options or MeasureOptions.from_settings(Settings())
@@ -385,6 +385,7 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
     kernel is cached in-process by (workload, target, config index), so repeats do not compile.
     """
     wl, tgt = as_workload(workload), as_target(target)
+    wl.check_target(tgt)  # before the record lookup, whose space check would swallow it
     config = chosen_config(wl, tgt, db=db, url=url)
 
     def make() -> "Kernel":

@@ -32,12 +32,10 @@ class InvalidConfig(ValueError):
 
 @lru_cache(maxsize=256)
 def config_space(workload: Workload, target: Target) -> ConfigSpace:
-    """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable)."""
+    """The schedule space of ``workload`` on ``target`` (cached: spaces are immutable); a
+    `WorkloadError` at ``dtype`` when the target cannot run the workload's dtype."""
+    workload.check_target(target)
     return _template(workload, target).space(workload, target)
-
-
-def _template(workload: Workload, target: Target) -> ModuleType:
-    return get_template(workload.op, target.kind, workload.dtype)
 
 
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:

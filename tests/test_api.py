@@ -319,3 +319,41 @@ def test_library_and_loop_default_to_the_same_tuner(monkeypatch, wl, target, spa
     by_library, made[:] = set(made), []
     tune_loop(wl, target, space, SyntheticExecutor(objective), trials=2, retime=0)
     assert by_library == set(made) == {DEFAULT_TUNER} and DEFAULT_TUNER == "xgb"
+
+
+# ---- dtypes: refused before anything is built or recorded ------------------------------
+
+HALF = {**WL, "dtype": "float16"}
+
+
+@pytest.mark.parametrize("call", ["tune", "build", "config_space", "lower", "compile", "source"])
+def test_a_half_dtype_on_a_cpu_target_is_refused_naming_dtype(call, url, tmp_path):
+    from autotune import driver
+    from autotune.ops import WorkloadError
+
+    wl = autotune.Workload.from_dict(HALF)
+    calls = {
+        "tune": lambda: autotune.tune(HALF, "llvm", db=url, trials=4, progress=False),
+        "build": lambda: autotune.build(wl, "llvm", db=url),
+        "config_space": lambda: autotune.config_space(wl, autotune.Target("llvm")),
+        "lower": lambda: autotune.lower(wl, "llvm"),
+        "compile": lambda: autotune.compile(wl, "llvm"),
+        "source": lambda: driver.source(wl, autotune.Target("llvm")),
+    }
+    with pytest.raises(WorkloadError, match="dtype 'float16' is not supported on llvm") as err:
+        calls[call]()
+    assert err.value.field == "dtype"
+    assert not (tmp_path / "api.db").exists()  # no job, not even a database
+
+
+def test_tune_tasks_refuses_a_half_task_on_a_cpu_before_a_run(url, tmp_path):
+    from autotune.frontend.tasks import ModelTasks, Task
+    from autotune.frontend.tuning import tune_tasks
+    from autotune.ops import WorkloadError
+
+    half = autotune.Workload.from_dict({"op": "conv2d", "dtype": "bfloat16", "params": dict(
+        N=1, C=8, H=8, W=8, K=8, R=3, S=3, stride=1, pad=1)})
+    model = ModelTasks("m", (Task(half, 1, ("conv",)),), ())
+    with pytest.raises(WorkloadError, match="bfloat16") as err:
+        tune_tasks(model, trials=4, target="llvm", db=url)
+    assert err.value.loc == ("dtype",) and not (tmp_path / "api.db").exists()

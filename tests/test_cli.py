@@ -49,6 +49,18 @@ def test_ops_lists_every_operator(capsys):
     for op in ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d"):
         assert op in out
     assert "dilation=1" in out and "bias, scale_shift, residual, relu, relu6" in out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:5]}
+    assert "float32,float16,bfloat16" in rows["conv2d"]
+    assert "float16" not in rows["depthwise_conv2d"]
+
+
+def test_a_dtype_is_part_of_the_task(capsys, db, synthetic):
+    # float32 records of a shape are not float16's: the half workload has none on cuda
+    assert run(capsys, "tune", *TASK, "--trials", "8", "--tuner", "random")[0] == 0
+    code, _, err = run(capsys, "best", *TASK, "--dtype", "float16", "--target", "cuda")
+    assert code == 1 and "no valid record for matmul(M=64,N=64,K=64):float16 on cuda" in err
+    code, out, _ = run(capsys, "trials", *TASK, "--dtype", "float16", "--target", "cuda")
+    assert code == 0 and "matmul(M=64,N=64,K=64):float16 on cuda -arch=sm_90: 0 trials" in out
 
 
 def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):
@@ -117,6 +129,13 @@ def test_run_is_gone_serve_demo_replaces_it(capsys):
     (["tune", *TASK, "--tuner", "ga", "--tuner-option", "pop_size=1"], 2,
      "option 'pop_size' must be >= 2"),
     (["tune", *TASK, "--trials", "0"], 2, "--trials must be >= 1"),
+    (["tune", *TASK, "--dtype", "float16"], 2,
+     "matmul(M=64,N=64,K=64):float16: dtype 'float16' is not supported on llvm (CPU) targets"),
+    (["best", *TASK, "--dtype", "bfloat16"], 2, "is not supported on llvm (CPU) targets"),
+    (["tune", "depthwise_conv2d", "-p", "N=1", "-p", "C=4", "-p", "H=8", "-p", "W=8", "-p", "R=3",
+      "-p", "S=3", "-p", "stride=1", "-p", "pad=1", "--dtype", "float16", "--target", "cuda"], 2,
+     "dtype 'float16' is not supported for depthwise_conv2d"),
+    (["tune", *TASK, "--dtype", "float64"], 2, "invalid choice: 'float64'"),
     (["best", *TASK, "--db", "nosuchdialect://x"], 2, "bad database URL"),
     (["best", *TASK, "--db", "postgresql://u@127.0.0.1:9/x"], 1, "database error"),
     (["import", "--db", "sqlite:///:memory:", "/nonexistent.jsonl"], 1, "No such file"),

@@ -48,6 +48,8 @@ def add_db(p: argparse.ArgumentParser) -> None:
 
 
 def add_task(p: argparse.ArgumentParser) -> None:
+    from autotune.ops.dtypes import DTYPES
+
     p.add_argument("op", help="operator name (see 'autotune ops')")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="operator parameter, repeatable: -p M=1024; pairs as -p stride=2,2")
@@ -55,6 +57,10 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, relu, relu6; residual adds a "
                         "second tensor of the output's shape)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="element type of every argument (default float32); float16 and "
+                        "bfloat16 are for matmul, batch_matmul and conv2d on cuda targets "
+                        "(bfloat16 from sm_80)")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 
@@ -88,14 +94,16 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
-    """The workload and target the arguments name (usage errors for bad ones)."""
+    """The workload and target the arguments name (usage errors for bad ones, and for a
+    dtype the target refuses)."""
     from autotune.ops import workload
     from autotune.target import Target
 
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:
-        wl = workload(args.op, epilogue=stages, **parse_params(args.param))
+        wl = workload(args.op, epilogue=stages, dtype=args.dtype, **parse_params(args.param))
         target = Target(args.target)
+        wl.check_target(target)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     return wl, target

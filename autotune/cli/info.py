@@ -15,14 +15,16 @@ if TYPE_CHECKING:
 
 
 def _run_ops(args: argparse.Namespace) -> int:
-    from autotune.ops import EPILOGUE_STAGES, OPS
+    from autotune.ops import EPILOGUE_STAGES, OPS, op_dtypes
 
     rows = []
     for name, spec in OPS.items():
         params = " ".join(p.name if p.required else f"{p.name}={p.default}" for p in spec.params)
-        rows.append([name, params, spec.doc])
-    print_table(["op", "parameters (=default)", "computes"], rows)
+        rows.append([name, params, ",".join(op_dtypes(name)), spec.doc])
+    print_table(["op", "parameters (=default)", "dtypes", "computes"], rows)
     print(f"epilogue stages: {', '.join(EPILOGUE_STAGES)}")
+    print("float16 and bfloat16 run on cuda targets only (bfloat16 from sm_80); products are "
+          "accumulated in float32")
     return 0
 
 

@@ -6,8 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from autotune.ir.stmt import Buffer, PrimFunc
-
-_F32 = np.dtype(np.float32)
+from autotune.ops.dtypes import storage_dtype
 
 
 class Kernel:
@@ -19,6 +18,8 @@ class Kernel:
         self.source = source  # human-readable generated code (LLVM IR, CUDA C)
         self.binary = binary  # compiled image when the backend has one (cubin), else None
         self.target = target
+        # host arrays in each argument's storage dtype (float16; bfloat16 as uint16 bits)
+        self.arg_dtypes = tuple(storage_dtype(b.dtype) for b in func.args)
 
     @property
     def name(self) -> str:
@@ -47,9 +48,9 @@ class Kernel:
             raise TypeError(f"kernel {self.name!r} takes {len(bufs)} arrays ({names}), "
                             f"got {len(arrays)}")
         last = len(bufs) - 1
-        for i, (a, b) in enumerate(zip(arrays, bufs)):
+        for i, (a, b, dt) in enumerate(zip(arrays, bufs, self.arg_dtypes)):
             # fast path first: this runs on every call
-            if (isinstance(a, np.ndarray) and a.dtype == _F32 and a.shape == b.shape
+            if (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == b.shape
                     and a.flags.c_contiguous and (i < last or a.flags.writeable)):
                 continue
             self._arg_error(i, b, a, is_output=i == last)
@@ -58,8 +59,9 @@ class Kernel:
         what = f"argument {i} ({b.name}) of kernel {self.name!r}"
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{what}: expected a numpy.ndarray, got {type(a).__name__}")
-        if a.dtype != _F32:
-            raise TypeError(f"{what}: expected dtype float32, got {a.dtype}")
+        if a.dtype != self.arg_dtypes[i]:
+            held = "" if b.dtype == self.arg_dtypes[i].name else f" (held as {self.arg_dtypes[i]})"
+            raise TypeError(f"{what}: expected dtype {b.dtype}{held}, got {a.dtype}")
         if a.shape != b.shape:
             raise ValueError(f"{what}: expected shape {b.shape}, got {a.shape}")
         if not a.flags.c_contiguous:

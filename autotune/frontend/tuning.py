@@ -78,6 +78,8 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
         raise ValueError(f"tune_model: need trials >= 0 and batch_size >= 1; got {trials}, "
                          f"{batch_size}")
     tgt = as_target(target)
+    for task in model.tasks:  # a dtype the target refuses: fail before any run or job
+        task.workload.check_target(tgt)
     if executor is None:
         check_measurable(tgt)
     with open_database(db) as database:

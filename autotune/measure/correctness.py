@@ -2,6 +2,8 @@
 
 Criterion: ``max|out - ref| <= atol + rtol * max|ref|``: one scale for the whole output,
 because fp32 reductions err in proportion to the output's magnitude, not each element's.
+A half output (in its storage form) is widened exactly first, and checked under the larger
+of the run's tolerances and its dtype's (`tolerance`).
 """
 from __future__ import annotations
 
@@ -11,11 +13,22 @@ from typing import Any, Optional
 import numpy as np
 
 from autotune.lru import LRU
+from autotune.ops.dtypes import dtype_info, storage_nan, to_float32
 
 
-def check_output(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> Optional[str]:
-    """None when ``out`` matches ``ref``; else why not (NaN count or the max error)."""
-    out = np.asarray(out)
+def tolerance(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
+    """The (rtol, atol) an output of ``dtype`` is checked under: the larger of the run's
+    (``MeasureOptions``) and the dtype's own (`autotune.ops.dtypes.DTYPE_INFO`)."""
+    info = dtype_info(dtype)
+    return max(rtol, info.rtol), max(atol, info.atol)
+
+
+def check_output(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
+                 dtype: str = "float32") -> Optional[str]:
+    """None when ``out`` (in ``dtype``'s storage form) matches the float32 ``ref`` under
+    `tolerance`; else why not (NaN count or the max error)."""
+    rtol, atol = tolerance(dtype, rtol, atol)
+    out = to_float32(np.asarray(out), dtype) if dtype != "float32" else np.asarray(out)
     if out.shape != ref.shape:
         return f"output shape {out.shape} differs from the reference's {ref.shape}"
     nan = np.isnan(out)
@@ -59,7 +72,7 @@ class WorkloadData:
         e = self._entry(workload, seed)
         for w, p in zip(e.work[:-1], e.pristine[:-1]):
             np.copyto(w, p)
-        e.work[-1].fill(np.nan)  # unwritten elements show as NaN
+        e.work[-1].fill(storage_nan(workload_dtype(workload)))  # unwritten elements show as NaN
         return e.work, e.reference
 
     def _entry(self, workload: Any, seed: int) -> _Entry:
@@ -73,3 +86,8 @@ class WorkloadData:
             self._entries.put(key, e)
         return e
 
+
+
+def workload_dtype(workload: Any) -> str:
+    """The workload's dtype name (float32 for test workloads that name none)."""
+    return str(getattr(workload, "dtype", "float32"))

@@ -29,6 +29,7 @@ class MeasureOptions:
     run_timeout: float = 10.0
     n_build_workers: int = field(default_factory=_cpu_count)
     check_correctness: bool = True
+    # a half dtype's own tolerances apply where larger (`correctness.tolerance`)
     rtol: float = 1e-4
     atol: float = 1e-4
     seed: int = 0

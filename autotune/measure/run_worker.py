@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from autotune.measure.build_worker import describe
-from autotune.measure.correctness import WorkloadData, check_output
+from autotune.measure.correctness import WorkloadData, check_output, workload_dtype
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.measure.timing import CacheFlusher, kernel_timer, time_repeats
@@ -53,7 +53,8 @@ def measure(artifact: Any, workload: Any, target: Any, options: MeasureOptions,
     except Exception as err:
         return MeasureResult.failure(ErrorKind.RUNTIME, describe(err))
     if options.check_correctness:
-        wrong = check_output(args[-1], ref, options.rtol, options.atol)
+        wrong = check_output(args[-1], ref, options.rtol, options.atol,
+                             workload_dtype(workload))
         if wrong:
             return MeasureResult.failure(ErrorKind.WRONG_ANSWER, wrong)
     flush = flusher if options.flush_cache and getattr(target, "kind", "llvm") == "llvm" else None

@@ -3,6 +3,7 @@
 Pure numpy; nothing here imports the rest of autotune.
 """
 from autotune.ops.conv2d import conv_out_size
+from autotune.ops.dtypes import DTYPE_INFO, HALF_DTYPES, dtype_info, op_dtypes
 from autotune.ops.epilogue import EPILOGUE_STAGES, canonical_epilogue
 from autotune.ops.registry import OPS, op_spec
 from autotune.ops.spec import OpSpec, ParamSpec, ParamValue
@@ -10,6 +11,8 @@ from autotune.ops.workload import DTYPES, ArgSpec, Workload, WorkloadError, alig
 
 __all__ = [
     "DTYPES",
+    "DTYPE_INFO",
+    "HALF_DTYPES",
     "EPILOGUE_STAGES",
     "OPS",
     "ArgSpec",
@@ -21,6 +24,8 @@ __all__ = [
     "aligned_empty",
     "canonical_epilogue",
     "conv_out_size",
+    "dtype_info",
+    "op_dtypes",
     "op_spec",
     "workload",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -82,3 +82,57 @@ def round_to(values: np.ndarray, name: str) -> np.ndarray:
     if name == "float32":
         return np.asarray(values, dtype=np.float32)
     return to_float32(to_storage(values, name), name)
+
+
+# The operators a half dtype exists for: those the tensor-core template serves.
+HALF_OPS: tuple[str, ...] = ("matmul", "batch_matmul", "conv2d")
+# bfloat16 tensor-core MMA (and its arithmetic in cuda_bf16.h) starts with Ampere.
+_BF16_MIN_SM = 80
+
+
+def op_dtypes(op: str) -> tuple[str, ...]:
+    """The dtypes operator ``op`` may be given in."""
+    return DTYPES if op in HALF_OPS else ("float32",)
+
+
+def op_refusal(op: str, dtype: str) -> str | None:
+    """Why ``op`` cannot take ``dtype`` (None when it can): unknown, or half on an op
+    without a half kernel."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_INFO:
+        return f"{op}: unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}"
+    if dtype not in op_dtypes(op):
+        return (f"{op}: dtype {dtype!r} is not supported for {op}; half dtypes exist for "
+                f"{', '.join(HALF_OPS)} only (use float32)")
+    return None
+
+
+def target_refusal(dtype: str, kind: str, arch: str = "") -> str | None:
+    """Why a target of ``kind`` (``arch`` for cuda, e.g. ``sm_80``) cannot run ``dtype``
+    (None when it can): half dtypes run on CUDA tensor cores only, bfloat16 from sm_80."""
+    if dtype == "float32":
+        return None
+    if kind != "cuda":
+        return (f"dtype {dtype!r} is not supported on {kind} (CPU) targets: half-precision "
+                f"kernels run on CUDA tensor cores only; use float32, or a cuda target")
+    if dtype == "bfloat16" and _sm(arch) < _BF16_MIN_SM:
+        return (f"dtype 'bfloat16' needs a cuda target of sm_{_BF16_MIN_SM} or later "
+                f"(bfloat16 tensor-core MMA starts there); this target is {arch}")
+    return None
+
+
+def _sm(arch: str) -> int:
+    digits = arch.removeprefix("sm_")
+    return int(digits) if digits.isdigit() else 0
+
+
+def storage_nan(name: str) -> Any:
+    """NaN in dtype ``name``'s storage: what an output is filled with before a kernel runs,
+    so that elements it never writes show."""
+    return to_storage(np.array([np.nan], dtype=np.float32), name)[0]
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The numpy dtype host arrays of element type ``name`` are held in: a workload dtype's
+    storage (bfloat16: uint16), else ``name`` read by numpy (a buffer's int32, say)."""
+    info = DTYPE_INFO.get(name)
+    return np.dtype(info.storage if info is not None else name)

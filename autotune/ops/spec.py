@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
+from autotune.ops.dtypes import op_dtypes
 from autotune.ops.epilogue import EPILOGUE_STAGES
 
 ParamValue = Union[int, tuple[int, int]]
@@ -124,6 +125,7 @@ class OpSpec:
             "doc": self.doc,
             "params": [spec.describe() for spec in self.params],
             "epilogue": list(EPILOGUE_STAGES),
+            "dtypes": list(op_dtypes(self.name)),
         }
 
 

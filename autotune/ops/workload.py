@@ -10,6 +10,15 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
+from autotune.ops.dtypes import (
+    DTYPES,
+    dtype_info,
+    op_refusal,
+    storage_nan,
+    target_refusal,
+    to_float32,
+    to_storage,
+)
 from autotune.ops.epilogue import (
     apply_epilogue,
     canonical_epilogue,
@@ -20,7 +29,8 @@ from autotune.ops.epilogue import (
 from autotune.ops.registry import op_spec
 from autotune.ops.spec import OpSpec, ParamValue, Shape
 
-DTYPES: tuple[str, ...] = ("float32",)
+__all__ = ["DTYPES", "ArgSpec", "Workload", "WorkloadError", "aligned_empty", "workload"]
+
 _ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
 _WIRE_KEYS = ("op", "params", "epilogue", "dtype")
 
@@ -50,8 +60,9 @@ def _blame(*loc: str) -> Iterator[None]:
 
 
 def _check_dtype(op: str, dtype: str) -> None:
-    if dtype not in DTYPES:
-        raise ValueError(f"{op}: unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
+    reason = op_refusal(op, dtype)
+    if reason:
+        raise WorkloadError(reason, ("dtype",))
 
 
 @dataclass(frozen=True)
@@ -136,15 +147,25 @@ class Workload:
             raise AttributeError(f"{self.op} has no spatial output axes")
         return self.output_shape[axis]
 
+    def check_target(self, target: Any) -> None:
+        """Raise a `WorkloadError` at ``dtype`` when ``target`` (an `autotune.target.Target`:
+        its ``kind`` and ``arch``) cannot run this workload's dtype: half dtypes on a CPU,
+        bfloat16 below sm_80."""
+        reason = target_refusal(self.dtype, target.kind, getattr(target, "arch", ""))
+        if reason:
+            raise WorkloadError(f"{self}: {reason}", ("dtype",))
+
     @cached_property
     def arg_specs(self) -> tuple[ArgSpec, ...]:
         """Kernel arguments in order: main inputs, epilogue arrays (per-channel vectors, a
         residual of the output's shape), then `out`."""
         params = self.params
-        main = [ArgSpec(name, shape, "input") for name, shape in self.spec.inputs(params)]
+        # every argument is in the workload's dtype (epilogue vectors and residual too)
+        dt = self.dtype
+        main = [ArgSpec(name, shape, "input", dt) for name, shape in self.spec.inputs(params)]
         extra = [ArgSpec(name, epilogue_arg_shape(name, self.channels, self.output_shape),
-                         "input") for name in epilogue_args(self.epilogue)]
-        return (*main, *extra, ArgSpec("out", self.output_shape, "output"))
+                         "input", dt) for name in epilogue_args(self.epilogue)]
+        return (*main, *extra, ArgSpec("out", self.output_shape, "output", dt))
 
     def flops(self) -> int:
         """2 per multiply-accumulate of the main op (padding taps included), plus the
@@ -158,7 +179,9 @@ class Workload:
             return f"({value[0]},{value[1]})" if isinstance(value, tuple) else str(value)
 
         body = ",".join(f"{name}={show(value)}" for name, value in self.param_items)
-        return f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue)
+        # float32 goes unnamed, so that labels and logs from before dtypes read the same
+        dtype = "" if self.dtype == "float32" else f":{self.dtype}"
+        return f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue) + dtype
 
     # ---- serialisation -------------------------------------------------------------
 
@@ -244,25 +267,34 @@ class Workload:
     # ---- data ------------------------------------------------------------------------
 
     def random_args(self, seed: int) -> list[np.ndarray]:
-        """Aligned float32 arrays in argument order: inputs uniform in [-1, 1) without
-        zeros, the output filled with NaN so unwritten elements show."""
+        """Aligned arrays in argument order, in the dtype's storage form
+        (`autotune.ops.dtypes`): inputs uniform in [-1, 1) rounded to the dtype (so within
+        [-1, 1]), without
+        zeros; the output filled with NaN so unwritten elements show."""
         rng = np.random.default_rng(seed)
+        name = self.dtype
         args = []
         for arg in self.arg_specs:
-            array = aligned_empty(arg.shape)
+            array = aligned_empty(arg.shape, name)
             if arg.role == "output":
-                array.fill(np.nan)
-            else:
-                rng.random(out=array, dtype=np.float32)
-                array *= 2
-                array -= 1
-                array[array == 0] = 0.5  # zero inputs hide indexing bugs
+                array.fill(storage_nan(name))
+                args.append(array)
+                continue
+            values = rng.random(arg.shape, dtype=np.float32)
+            values *= 2
+            values -= 1
+            stored = to_storage(values, name)
+            # zero inputs hide indexing bugs; checked after rounding (tiny values flush)
+            stored[to_float32(stored, name) == 0] = to_storage(np.array([0.5], np.float32), name)
+            np.copyto(array, stored)
             args.append(array)
         return args
 
     def reference(self, args: Sequence[np.ndarray]) -> np.ndarray:
         """Expected output (float32) from numpy, given the inputs (and optionally `out`,
-        which is ignored) in argument order. Accumulates in float64."""
+        which is ignored) in argument order, in the dtype's storage form. Computed in
+        float64 from the inputs' exact values (a half output is not rounded: the dtype's
+        tolerance covers that)."""
         specs = self.arg_specs
         inputs = specs[:-1]
         if len(args) not in (len(inputs), len(specs)):
@@ -270,6 +302,7 @@ class Workload:
                 f"{self.op}: reference takes {len(inputs)} inputs "
                 f"({', '.join(a.name for a in inputs)}), got {len(args)} arrays"
             )
+        storage = np.dtype(dtype_info(self.dtype).storage)
         arrays: dict[str, np.ndarray] = {}
         for spec, array in zip(inputs, args):
             if tuple(np.shape(array)) != spec.shape:
@@ -277,7 +310,15 @@ class Workload:
                     f"{self.op}: argument {spec.name!r} has shape {np.shape(array)}, "
                     f"expected {spec.shape}"
                 )
-            arrays[spec.name] = np.asarray(array, dtype=np.float64)
+            if self.dtype != "float32" and np.asarray(array).dtype != storage:
+                raise ValueError(
+                    f"{self.op}: argument {spec.name!r} is {np.asarray(array).dtype}; a "
+                    f"{self.dtype} workload takes its storage form ({storage}: see "
+                    f"autotune.ops.dtypes.to_storage)"
+                )
+            exact = to_float32(np.asarray(array), self.dtype) if self.dtype != "float32" \
+                else array
+            arrays[spec.name] = np.asarray(exact, dtype=np.float64)
         main = [arrays[name] for name, _ in self.spec.inputs(self.params)]
         out = self.spec.compute(self.params, *main)
         out = apply_epilogue(out, self.epilogue, arrays, self.spec.channel_axis)
@@ -285,7 +326,10 @@ class Workload:
 
 
 def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
+    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary;
+    ``dtype`` is a workload dtype (held in its storage form: bfloat16 as uint16) or any
+    numpy dtype."""
+    dtype = dtype_info(dtype).storage if dtype in DTYPES else dtype
     itemsize = np.dtype(dtype).itemsize
     nbytes = int(np.prod(shape)) * itemsize
     buffer: np.ndarray = np.empty(nbytes + align, dtype=np.uint8)

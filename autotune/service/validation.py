@@ -110,6 +110,15 @@ def check_target(spec: str, loc: Loc, *, measured_here: bool = False) -> Target:
     return target
 
 
+def check_dtype(wl: Workload, target: Target, loc: Loc) -> None:
+    """422 at ``<loc>.dtype`` when ``target`` cannot run the workload's dtype (half on a
+    CPU target, bfloat16 below sm_80)."""
+    try:
+        wl.check_target(target)
+    except WorkloadError as err:
+        raise invalid((*loc, *err.loc), str(err)) from None
+
+
 def check_space(wl: Workload, target: Target, loc: Loc) -> None:
     """422 when no schedule template covers the op on this kind of target."""
     from autotune import driver
@@ -167,6 +176,7 @@ def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
     (``measured_here``: see `check_target`)."""
     wl = check_workload(body.workload.model_dump(), ("body", "workload"))
     target = check_target(body.target, ("body", "target"), measured_here=measured_here)
+    check_dtype(wl, target, ("body", "workload"))
     from autotune.search.registry import DEFAULT_TUNER
 
     tuner = body.tuner or DEFAULT_TUNER

@@ -122,3 +122,21 @@ def test_driver_errors_name_the_call_and_code(stub):
     assert (_int(stub, "pushes"), _int(stub, "pops")) == (2, 2)  # each push popped
     with pytest.raises(CudaDriverError, match=r"cuDeviceGet\(1\) failed"):
         DeviceKernel(b"", "k", (1, 1, 1), (1, 1, 1), 0, 1, [], ordinal=1).launch([0])
+
+
+def test_half_workspaces_are_sized_by_their_storage_and_zeroed_whole(stub):
+    from autotune.codegen.cuda.runtime import CudaKernel
+    from autotune.ir.stmt import Buffer, PrimFunc, Seq
+
+    args = (Buffer("A", (3,), "float16"), Buffer("out", (3,), "float16"))
+    func = PrimFunc("k", args, Seq([]),
+                    workspaces=(Buffer("w", (3,), "bfloat16"),),
+                    attrs={"launch": {"grid": (1, 1, 1), "block": (32, 1, 1)},
+                           "cuda_kernel": "k"})
+    dk = device_kernel(CudaKernel(func, "", b"\x7fELF", target()), 0)
+    assert dk.workspace_bytes == (6,)  # 3 bfloat16 elements, not 3 floats
+    ctypes.c_int.in_dll(stub, "nargs").value = 3
+    dk.launch([0x10, 0x20])
+    # 6 bytes round up to 2 words, all of them zeroed
+    assert list((ctypes.c_uint64 * 3).in_dll(stub, "args")) == [0x10, 0x20, 0x50000 + 8]
+    assert ctypes.c_uint64.in_dll(stub, "memset_words").value == 2

@@ -2,6 +2,8 @@
 says clearly why it cannot run; on a GPU host (marker ``cuda_device``) it matches numpy."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -72,3 +74,54 @@ def test_device_arrays_and_event_timing(gpu, nvcc):
     out = np.empty_like(args[-1])
     gpu.memcpy_dtoh(out, dev[-1])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+# ---- half arguments: held and copied in their storage form ------------------------------
+
+def _half_kernel(dtype: str, source: str = "", binary: bytes = b"") -> CudaKernel:
+    """``out[i] = 2 * A[i]`` over 40 elements of ``dtype``, as a hand-written kernel."""
+    from autotune.ir.stmt import Buffer, PrimFunc, Seq
+
+    args = (Buffer("A", (40,), dtype), Buffer("out", (40,), dtype))
+    func = PrimFunc("twice", args, Seq([]), attrs={
+        "launch": {"grid": (1, 1, 1), "block": (64, 1, 1)}, "cuda_kernel": "twice"})
+    return CudaKernel(func, source, binary, target())
+
+
+@pytest.mark.parametrize("dtype, held", [("float16", np.float16), ("bfloat16", np.uint16)])
+def test_half_arguments_are_checked_against_their_storage_dtype(dtype, held):
+    k = _half_kernel(dtype)
+    assert k.arg_dtypes == (np.dtype(held),) * 2
+    k.check_args([np.zeros(40, held), np.zeros(40, held)])
+    shown = dtype if held is np.float16 else f"{dtype} (held as uint16)"
+    with pytest.raises(TypeError, match=rf"argument 0 \(A\) of kernel 'twice': expected dtype "
+                                        rf"{re.escape(shown)}, got float32"):
+        k.check_args([np.zeros(40, np.float32), np.zeros(40, held)])
+
+
+HALF_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void twice(const T* __restrict__ a, T* __restrict__ out) {
+  int i = threadIdx.x;
+  if (i < 40) out[i] = FROM(2.0f * TO(a[i]));
+}
+"""
+
+
+@pytest.mark.cuda_device
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_arrays_cross_to_the_device_uncast(dtype, gpu, nvcc):
+    from autotune.codegen.cuda.nvcc import nvcc_cubin
+    from autotune.ops.dtypes import to_float32, to_storage
+
+    c_type, to, frm = {"float16": ("__half", "__half2float", "__float2half_rn"),
+                       "bfloat16": ("__nv_bfloat16", "__bfloat162float",
+                                    "__float2bfloat16_rn")}[dtype]
+    source = f"#define T {c_type}\n#define TO {to}\n#define FROM {frm}\n" + HALF_SOURCE
+    cubin, _ = nvcc_cubin(source, target().arch)
+    k = _half_kernel(dtype, source, cubin)
+    a = to_storage(np.linspace(-1, 1, 40, dtype=np.float32), dtype)
+    out = to_storage(np.full(40, np.nan, np.float32), dtype)
+    k(a, out)
+    np.testing.assert_array_equal(to_float32(out, dtype), 2 * to_float32(a, dtype))

@@ -72,3 +72,24 @@ def test_cache_flush_runs_between_repeats_on_cpu_only():
         r = measure(fake_build(wl, None, "copy"), wl, target, opts, fake_load, WorkloadData(),
                     flusher)
         assert r.ok and getattr(flusher, "count", 0) == flushes
+
+
+def test_a_half_workload_is_checked_in_its_dtype():
+    """The runner compares the widened storage output under bfloat16's tolerance (a numpy
+    stand-in for the GPU kernel, which this host cannot run: it stores the rounded result)."""
+    from autotune.ops import workload
+    from autotune.ops.dtypes import to_storage
+
+    wl = workload("matmul", M=16, N=16, K=128, dtype="bfloat16")
+
+    def load(artifact, target):
+        def kernel(a, b, out):
+            out[...] = to_storage(wl.reference([a, b]) * artifact, "bfloat16")
+        return kernel
+
+    def run(artifact):
+        return measure(artifact, wl, None, FAST, load, WorkloadData(), CacheFlusher(1 << 16))
+
+    assert run(1.0).ok
+    wrong = run(1.05)
+    assert wrong.error == ErrorKind.WRONG_ANSWER and "max abs error" in wrong.error_msg

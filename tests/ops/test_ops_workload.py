@@ -117,7 +117,7 @@ def test_from_dict_accepts_wire_form_without_epilogue():
         ({"op": "matmul", "params": [1, 2]}, "params"),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": 5}, "epilogue"),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": -4}}, "K"),
-        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float16"}, "dtype"),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, "dtype"),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["gelu"]}, "gelu"),
     ],
 )
@@ -137,7 +137,8 @@ def test_from_dict_revalidates(data, field):
         ({"op": "matmul", "params": {"M": 2, "N": 3}}, ("params", "K")),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "Q": 1}}, ("params", "Q")),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["gelu"]}, ("epilogue",)),
-        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float16"}, ("dtype",)),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, ("dtype",)),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": ["float16"]}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "a.b": 1}}, ("params", "a.b")),
     ],
 )
@@ -157,7 +158,9 @@ def test_from_json_rejects_bad_text():
 
 BAD = [
     ("unknown op", "softmax", {}, (), "float32", "op 'softmax'.*known ops: batch_matmul, conv2d"),
-    ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float16", "dtype"),
+    ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float64", "dtype"),
+    ("half depthwise", "depthwise_conv2d", DW, (), "float16",
+     "dtype 'float16' is not supported for depthwise"),
     ("unknown param", "matmul", dict(M=1, N=1, K=1, L=2), (), "float32", "'L'"),
     ("missing param", "matmul", dict(M=1, N=1), (), "float32", "missing parameter 'K'"),
     ("zero", "matmul", dict(M=0, N=1, K=1), (), "float32", "'M'=0"),

@@ -396,3 +396,56 @@ def test_job_settings_round_trip_and_old_rows_read(serve, tmp_path) -> None:
         db.set_job_state(old.id, "cancelled")
         got = client.get(f"/api/v1/jobs/{old.id}").json()
         assert got["seed"] == 2 and got["measure_options"] == {} and "batch_size" not in got
+
+
+# ---- dtypes ----------------------------------------------------------------------------
+
+def test_a_half_dtype_on_a_cpu_target_is_a_422_naming_dtype(serve) -> None:
+    client = serve()
+    for dtype in ("float16", "bfloat16"):
+        response = client.post("/api/v1/jobs", json={"workload": {**_mm(), "dtype": dtype},
+                                                     "target": "llvm"}, headers=_key(client))
+        assert response.status_code == 422, response.text
+        (detail,) = response.json()["detail"]
+        assert detail["loc"] == ["body", "workload", "dtype"]
+        assert f"dtype '{dtype}' is not supported on llvm (CPU) targets" in detail["msg"]
+    assert client.get("/api/v1/jobs", headers=_key(client)).json()["total"] == 0
+
+
+def test_a_half_dtype_on_cuda_is_refused_only_as_an_unmeasurable_target_is(serve) -> None:
+    # on this host (no GPU) a cuda target is refused at the target, whatever the dtype
+    import os
+
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this host may have a CUDA GPU")
+    client = serve()
+    for dtype in ("float32", "float16"):
+        response = client.post("/api/v1/jobs", json={"workload": {**_mm(), "dtype": dtype},
+                                                     "target": "cuda -arch=sm_80"},
+                               headers=_key(client))
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "target"]
+
+
+def test_a_half_cuda_job_is_accepted_where_jobs_measure_elsewhere(serve) -> None:
+    # on a Ray cluster the workers measure: the service takes the job and shows its dtype
+    client = serve(ray_address="127.0.0.1:1")
+    headers = _key(client)
+    response = client.post("/api/v1/jobs", json={
+        "workload": {**_mm(), "dtype": "bfloat16"}, "target": "cuda -arch=sm_90",
+        "trials": 4, "tuner": "random"}, headers=headers)
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["workload"]["dtype"] == "bfloat16"
+    assert job["label"] == "matmul(M=64,N=64,K=64):bfloat16"
+    listed = client.get("/api/v1/jobs", headers=headers).json()["items"]
+    assert [j["workload"]["dtype"] for j in listed] == ["bfloat16"]
+
+
+def test_ops_list_the_dtypes_of_each_op(serve) -> None:
+    client = serve()
+    ops = {op["name"]: op for op in client.get("/api/v1/ops", headers=_key(client)).json()}
+    assert ops["conv2d"]["dtypes"] == ["float32", "float16", "bfloat16"]
+    assert ops["depthwise_conv2d"]["dtypes"] == ["float32"]
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["WorkloadIn"]
+    assert schema["properties"]["dtype"]["enum"] == ["float32", "float16", "bfloat16"]

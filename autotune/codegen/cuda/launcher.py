@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from autotune.codegen.cuda.runtime import CudaKernel, NoCudaDevice
+from autotune.ops.dtypes import storage_dtype
 
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 _LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
@@ -149,10 +150,10 @@ class DeviceKernel:
                                                 self.entry.encode()),
                    f"cuModuleGetFunction({self.entry})")
             for nbytes in self.workspace_bytes:
-                ptr = ctypes.c_uint64()
-                _check(lib, lib.cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 4)), "cuMemAlloc")
+                ptr, words = ctypes.c_uint64(), -(-max(nbytes, 4) // 4)  # half: odd sizes
+                _check(lib, lib.cuMemAlloc_v2(ctypes.byref(ptr), 4 * words), "cuMemAlloc")
                 workspaces.append(ptr.value)
-                _check(lib, lib.cuMemsetD32_v2(ptr.value, 0, max(nbytes, 4) // 4), "cuMemsetD32")
+                _check(lib, lib.cuMemsetD32_v2(ptr.value, 0, words), "cuMemsetD32")
         finally:
             lib.cuCtxPopCurrent_v2(ctypes.byref(_P()))
         # the module and workspaces live as long as this object (the primary context stays
@@ -173,4 +174,5 @@ def device_kernel(kernel: CudaKernel, ordinal: int = 0) -> DeviceKernel:
     """``kernel``'s cubin as a `DeviceKernel` of device ``ordinal``."""
     return DeviceKernel(kernel.binary or b"", kernel.entry, kernel.grid, kernel.block,
                         kernel.dynamic_shared, len(kernel.func.args),
-                        [4 * b.size for b in kernel.func.workspaces], ordinal)
+                        [b.size * storage_dtype(b.dtype).itemsize
+                         for b in kernel.func.workspaces], ordinal)

@@ -1,5 +1,9 @@
 """``CudaKernel``: a cubin loaded with pycuda, callable on numpy or device arrays.
 
+Arrays cross to and from the device as they are held, never cast: each argument in its
+buffer's storage dtype (float32, float16, or bfloat16 as uint16 bits; see
+`autotune.ops.dtypes`), so a half kernel reads and writes the bits the host holds.
+
 Loading is lazy: without pycuda or a GPU a kernel still exists (its ``source`` and
 ``binary`` can be read) and calling it raises ``RuntimeError("no CUDA device is present:
 ...")``. The CUDA context is the device's primary context, made current in the calling
@@ -15,8 +19,7 @@ import numpy as np
 
 from autotune.codegen.kernel import Kernel
 from autotune.ir.stmt import Buffer, PrimFunc
-
-_F32 = np.dtype(np.float32)
+from autotune.ops.dtypes import storage_dtype
 
 
 class NoCudaDevice(RuntimeError):
@@ -148,7 +151,7 @@ class CudaKernel(Kernel):
             self.check_args(arrays)
         if all(isinstance(a, np.ndarray) for a in arrays):
             if self._staging is None:
-                self._staging = [cuda.mem_alloc(max(b.size, 1) * 4) for b in bufs]
+                self._staging = [cuda.mem_alloc(_nbytes(b)) for b in bufs]
             for dev, a in zip(self._staging[:-1], arrays[:-1]):
                 cuda.memcpy_htod(dev, a)
             out, dev_out = arrays[-1], self._staging[-1]
@@ -159,30 +162,37 @@ class CudaKernel(Kernel):
         self(*arrays)
 
 
+def _nbytes(b: Buffer) -> int:
+    """Bytes of a device copy of ``b`` (at least one element)."""
+    return max(b.size, 1) * storage_dtype(b.dtype).itemsize
+
+
 def _zeroed(cuda: Any, b: Buffer) -> Any:
-    mem = cuda.mem_alloc(max(b.size, 1) * 4)
-    cuda.memset_d32(mem, 0, max(b.size, 1))
+    nbytes = _nbytes(b)
+    mem = cuda.mem_alloc(nbytes)
+    cuda.memset_d8(mem, 0, nbytes)  # bytes: a half buffer may be an odd number of words
     return mem
 
 
 def _pointer(a: Any, b: Buffer, i: int, kernel: str) -> int:
     """Device address of argument ``i``, checking shape and dtype where the object says."""
     what = f"argument {i} ({b.name}) of kernel {kernel!r}"
+    dt = storage_dtype(b.dtype)
     if isinstance(a, np.ndarray):
         raise TypeError(f"{what}: mix of numpy and device arrays; pass all of one kind")
     iface = getattr(a, "__cuda_array_interface__", None)
     if iface is not None:
         if tuple(iface["shape"]) != b.shape:
             raise ValueError(f"{what}: expected shape {b.shape}, got {tuple(iface['shape'])}")
-        if np.dtype(iface["typestr"]) != _F32:
-            raise TypeError(f"{what}: expected float32, got {np.dtype(iface['typestr'])}")
-        if iface.get("strides") not in (None, tuple(s * 4 for s in b.strides)):
+        if np.dtype(iface["typestr"]) != dt:
+            raise TypeError(f"{what}: expected {_named(b, dt)}, got {np.dtype(iface['typestr'])}")
+        if iface.get("strides") not in (None, tuple(s * dt.itemsize for s in b.strides)):
             raise ValueError(f"{what}: device array must be C-contiguous")
         return int(iface["data"][0])
     gpudata = getattr(a, "gpudata", None)  # pycuda GPUArray
     if gpudata is not None:
-        if tuple(a.shape) != b.shape or np.dtype(a.dtype) != _F32:
-            raise ValueError(f"{what}: expected float32{list(b.shape)}, got "
+        if tuple(a.shape) != b.shape or np.dtype(a.dtype) != dt:
+            raise ValueError(f"{what}: expected {_named(b, dt)}{list(b.shape)}, got "
                              f"{np.dtype(a.dtype)}{list(a.shape)}")
         return int(gpudata)
     try:
@@ -190,3 +200,8 @@ def _pointer(a: Any, b: Buffer, i: int, kernel: str) -> int:
     except TypeError:
         raise TypeError(f"{what}: expected a numpy array or a device array, "
                         f"got {type(a).__name__}") from None
+
+
+def _named(b: Buffer, dt: np.dtype) -> str:
+    """``b``'s dtype as an error names it: ``bfloat16 (uint16)`` where storage differs."""
+    return b.dtype if b.dtype == dt.name else f"{b.dtype} ({dt})"
