@@ -38,6 +38,10 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
     return _template(workload, target).space(workload, target)
 
 
+def _template(workload: Workload, target: Target) -> ModuleType:
+    return get_template(workload.op, target.kind, workload.dtype)
+
+
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
     if config is None:
         return sp.default()
