@@ -127,6 +127,12 @@ def tiling_reason(t: Tiling, lim: CudaLimits) -> str | None:
         return f"{t.stages} pipeline stages; 1 or 2 are supported"
     if t.stages == 2 and sm_version(lim) < 80:
         return f"stages 2 (cp.async double buffering) needs sm_80 or later, not {lim.arch}"
+    for name, ldm, unit in (("A", t.lda, 8), ("B", t.ldb, 8), ("staging", t.ldc, 4)):
+        if ldm % unit:
+            return f"ldm {ldm} of the {name} tile is not a multiple of {unit} elements"
+    reason = _alignment_reason(t)
+    if reason:
+        return reason
     if t.threads > lim.max_threads_per_block:
         return f"{t.threads} threads per block > limit {lim.max_threads_per_block}"
     if t.shared_bytes > lim.max_shared_per_block:
@@ -134,10 +140,7 @@ def tiling_reason(t: Tiling, lim: CudaLimits) -> str | None:
     budget = register_budget(lim)
     if t.registers > budget:
         return f"{t.registers} fragment registers per thread > budget {budget}"
-    for name, ldm, unit in (("A", t.lda, 8), ("B", t.ldb, 8), ("staging", t.ldc, 4)):
-        if ldm % unit:
-            return f"ldm {ldm} of the {name} tile is not a multiple of {unit} elements"
-    return _alignment_reason(t)
+    return None
 
 
 def _alignment_reason(t: Tiling) -> str | None:

@@ -115,7 +115,7 @@ def _im2col(wl: Workload, data: Buffer) -> Operand:
 
 
 def _buffers(wl: Workload) -> dict[str, Buffer]:
-    return {a.name: Buffer(a.name, a.shape, wl.dtype) for a in wl.arg_specs}
+    return {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
 
 
 def lower_tensorcore(wl: Workload, t: Tiling) -> PrimFunc:
