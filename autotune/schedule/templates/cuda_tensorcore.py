@@ -218,4 +218,4 @@ def _shrink(extent: int, warps: int, frags: int, unit: int) -> tuple[int, int]:
 def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
     """The kernel of ``cfg`` as a loop AST (see `cuda_tensorcore_lower`)."""
     from autotune.schedule.templates.cuda_tensorcore_lower import lower_tensorcore
-    return lower_tensorcore(wl, tiling(cfg))
+    return lower_tensorcore(wl, tiling(cfg), sm_version(limits(target)) >= 80)

@@ -118,8 +118,9 @@ def _buffers(wl: Workload) -> dict[str, Buffer]:
     return {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
 
 
-def lower_tensorcore(wl: Workload, t: Tiling) -> PrimFunc:
-    """The tensor-core kernel of ``wl`` tiled by ``t`` (see the module docstring)."""
+def lower_tensorcore(wl: Workload, t: Tiling, async_copies: bool = True) -> PrimFunc:
+    """The tensor-core kernel of ``wl`` tiled by ``t`` (see the module docstring); without
+    ``async_copies`` (below sm_80) every fill is by element stores."""
     bufs = _buffers(wl)
     batch, M, N, K = gemm_dims(wl)
     if wl.op == "conv2d":
@@ -128,21 +129,22 @@ def lower_tensorcore(wl: Workload, t: Tiling) -> PrimFunc:
         batched = wl.op == "batch_matmul"
         a_op = _row_major(bufs["A"], M, K, batched)
         b_op = _row_major(bufs["B"], K, N, batched)
-    return _Kernel(wl, t, bufs, (batch, M, N, K), a_op, b_op).func()
+    return _Kernel(wl, t, bufs, (batch, M, N, K), a_op, b_op, async_copies).func()
 
 
-def _vector(op: Operand, t: Tiling) -> int:
+def _vector(op: Operand, t: Tiling, async_copies: bool) -> int:
     """Elements per cp.async for ``op``: the widest of VECTORS up to the knob that divides
     the operand's row length (so a vector never crosses a row end); 1 (element stores)
     when its rows are not contiguous or none divides."""
-    if op.flat is None:
+    if op.flat is None or not async_copies:
         return 1
     return next((v for v in VECTORS if v <= t.vector and op.row_len % v == 0), 1)
 
 
 class _Kernel:
     def __init__(self, wl: Workload, t: Tiling, bufs: dict[str, Buffer],
-                 dims: tuple[int, int, int, int], a_op: Operand, b_op: Operand):
+                 dims: tuple[int, int, int, int], a_op: Operand, b_op: Operand,
+                 async_copies: bool):
         self.wl, self.t, self.bufs = wl, t, bufs
         self.batch, self.M, self.N, self.K = dims
         self.a_op, self.b_op = a_op, b_op
@@ -158,7 +160,7 @@ class _Kernel:
         self.fa = Buffer("a_frag", (t.frags[0],), dt, Scope.WMMA_A)
         self.fb = Buffer("b_frag", (t.frags[1],), dt, Scope.WMMA_B)
         self.acc = Buffer("acc", t.frags, FLOAT, Scope.WMMA_ACC)
-        self.va, self.vb = _vector(a_op, t), _vector(b_op, t)
+        self.va, self.vb = _vector(a_op, t, async_copies), _vector(b_op, t, async_copies)
         self.asynchronous = max(self.va, self.vb) > 1
 
     # ------------------------------------------------------------------ whole kernel
