@@ -82,7 +82,7 @@ def test_float16_source_is_typed_half():
     assert "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, " \
            "nvcuda::wmma::row_major> a_frag[" in src
     assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in src  # 64 % 8 == 0: 16 bytes
-    assert "cp.async.wait_group 1;" in src and "cp.async.commit_group;" in src
+    assert "cp.async.wait_group 0;" in src and "cp.async.commit_group;" in src
     assert "__float2half_rn(" in src and "__half2float(bias[" in src
 
 

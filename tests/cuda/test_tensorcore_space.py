@@ -129,7 +129,11 @@ def test_lowered_matmul_uses_fragments_and_cp_async():
     assert {s.layout for s in loads} == {"row"} and {s.ldm for s in loads} == {t.lda, t.ldb}
     copies = _stmts(func, AsyncCopy)
     assert copies and all(c.elems == 8 and c.valid is not None for c in copies)
-    assert [w.pending for w in _stmts(func, AsyncWait)] == [1]  # double buffering
+    assert [w.pending for w in _stmts(func, AsyncWait)] == [0]  # double buffering
+    sp = driver.config_space(wl, target())
+    three = driver.lower(wl, target(), sp.config({**dict(sp.default()), "stages": 3,
+                                                  "frags_m": 2, "frags_n": 1}))
+    assert [w.pending for w in _stmts(three, AsyncWait)] == [1]
     assert len(_stmts(func, MmaSync)) == 1 and len(_stmts(func, MmaStore)) == 1
     scopes = {s.buffer.scope for s in walk_stmts(func.body) if hasattr(s, "buffer")}
     assert {Scope.WMMA_A, Scope.WMMA_B, Scope.WMMA_ACC, Scope.SHARED} <= scopes

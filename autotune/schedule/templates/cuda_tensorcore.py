@@ -26,6 +26,7 @@ STAGING_PAD = 4              # floats added to a staging row (keeps ldm a multip
 WARP_COUNTS = (1, 2, 4)
 FRAG_COUNTS = (1, 2, 4, 8)
 BLOCK_KS = (16, 32, 64)
+STAGES = (1, 2, 3)            # 1: fill, barrier, compute, barrier; 2+: cp.async pipeline
 VECTORS = (8, 4, 2)          # halves per cp.async: 16, 8 and 4 bytes
 SHAPE_NAMES = tuple("x".join(map(str, s)) for s in WMMA_SHAPES)
 
@@ -123,10 +124,11 @@ def tiling_reason(t: Tiling, lim: CudaLimits) -> str | None:
     if t.bm < m or t.bn < n or t.block_k < k or t.block_k % k:
         return (f"MMA shape {m}x{n}x{k} larger than the tile {t.bm}x{t.bn}x{t.block_k} "
                 "(or BK not a multiple of k)")
-    if t.stages not in (1, 2):
-        return f"{t.stages} pipeline stages; 1 or 2 are supported"
-    if t.stages == 2 and sm_version(lim) < 80:
-        return f"stages 2 (cp.async double buffering) needs sm_80 or later, not {lim.arch}"
+    if t.stages not in STAGES:
+        return f"{t.stages} pipeline stages; {', '.join(map(str, STAGES))} are supported"
+    if t.stages > 1 and sm_version(lim) < 80:
+        return (f"stages {t.stages} (cp.async multi-buffering) needs sm_80 or later, "
+                f"not {lim.arch}")
     for name, ldm, unit in (("A", t.lda, 8), ("B", t.ldb, 8), ("staging", t.ldc, 4)):
         if ldm % unit:
             return f"ldm {ldm} of the {name} tile is not a multiple of {unit} elements"
@@ -181,7 +183,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("frags_m", list(FRAG_COUNTS)),
         Choice("frags_n", list(FRAG_COUNTS)),
         Choice("block_k", list(BLOCK_KS)),
-        Choice("stages", [1, 2]),
+        Choice("stages", list(STAGES)),
         Choice("pad", [0, 8]),
         Choice("unroll_k", [False, True]),
         Choice("vector", list(VECTORS)),

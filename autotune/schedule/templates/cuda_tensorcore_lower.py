@@ -5,10 +5,10 @@ of WM*WN warps. The k loop fills the shared A (BM x BK) and B (BK x BN) tiles (c
 of up to 16 bytes where a row of the operand is contiguous and its length a multiple of
 the vector, per-element guarded stores elsewhere; tails are zero-filled), then each warp
 loads its FM A and FN B fragments per MMA k step and accumulates FM x FN fragments. With
-two stages the fill of tile t+1 is in flight while tile t is computed. The epilogue goes
-one fragment of every warp at a time through a float32 staging tile in shared memory,
-where the threads of each warp read their fragment back, apply the epilogue in float32
-and store the output under bounds guards.
+S stages (cp.async) the fills of tiles t+1..t+S-1 are in flight while tile t is computed.
+The epilogue goes one fragment of every warp at a time through a float32 staging tile in
+shared memory, where the threads of each warp read their fragment back, apply the
+epilogue in float32 and store the output under bounds guards.
 """
 from __future__ import annotations
 
@@ -185,27 +185,35 @@ class _Kernel:
 
     # ------------------------------------------------------------------ main loop
     def _main_loop(self) -> Stmt:
+        """One stage: fill, barrier, compute, barrier per k tile. S stages (cp.async
+        multi-buffering): tiles 0..S-2 are in flight before the loop; step ko waits until
+        tile ko has landed (at most S-2 newer groups pending), a barrier publishes it and
+        orders every thread's reads of the stage about to be refilled (read in step ko-1)
+        before the fill of tile ko+S-1, then computes tile ko while that copy is in flight:
+        one barrier per k tile."""
         t = self.t
         tiles = -(-self.K // t.block_k)
         ko = Var("ko")
+        commit = [AsyncCommit()] if self.asynchronous else []
         if t.stages == 1:
             step = [self._fill(ko, Const(0))]
             if self.asynchronous:
                 step += [AsyncCommit(), AsyncWait(0)]
             step += [Sync(), self._compute(Const(0)), Sync()]
             return For(ko, tiles, ForKind.SERIAL, Seq(step))
-        nxt = ko + 1
-        prefetch: Stmt = self._fill(nxt, nxt % 2)
-        if tiles > 1:
-            prefetch = IfThenElse(_in(nxt, tiles), prefetch)
-        else:
-            prefetch = Seq([])
-        head = [self._fill(Const(0), Const(0))]
-        step = [prefetch]
+        ahead = t.stages - 1
+        head: list[Stmt] = []
+        for kt in range(min(ahead, tiles)):
+            head += [self._fill(Const(kt), Const(kt)), *commit]
+        head += commit * max(0, ahead - tiles)  # one group per tile keeps the waits' count
+        nxt = ko + ahead
+        prefetch: Stmt = Seq([])
+        if tiles > ahead:
+            prefetch = IfThenElse(_in(nxt, tiles), self._fill(nxt, nxt % t.stages))
+        step = []
         if self.asynchronous:
-            head.append(AsyncCommit())
-            step += [AsyncCommit(), AsyncWait(1)]
-        step += [Sync(), self._compute(ko % 2), Sync()]
+            step.append(AsyncWait(t.stages - 2))
+        step += [Sync(), prefetch, *commit, self._compute(ko % t.stages)]
         return Seq([*head, For(ko, tiles, ForKind.SERIAL, Seq(step))])
 
     def _fill(self, kt: Expr, stage: Expr) -> Stmt:
