@@ -144,3 +144,27 @@ def test_no_warp_collective_statement_under_a_thread_guard():
     func = _tiny(body)
     with pytest.raises(CudaCodegenError, match="warp-collective"):
         prepare(func, Launch((1, 1, 1), (32, 1, 1), 0))
+
+
+def test_passes_carry_the_new_statements():
+    """One block: the launch loops are one trip, so their indices become 0 inside the Mma
+    and Async statements too; every such statement survives, and so do the barriers
+    before reads of shared memory (only the one after the last staging read is idle)."""
+    from autotune.codegen.cuda.compiler import prepare_kernel
+    from autotune.ir.analysis import stmt_exprs
+    from autotune.ir.expr import walk
+    from autotune.ir.stmt import AsyncCommit, AsyncCopy, AsyncWait, walk_stmts
+
+    wl = autotune.workload("matmul", M=32, N=32, K=64, dtype="float16")
+    func = driver.lower(wl, target())
+    body, launch = prepare_kernel(func, target())
+    assert launch.grid == (1, 1, 1)
+    kinds = (MmaFill, MmaLoad, MmaSync, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)
+
+    def count(s):
+        return {k.__name__: sum(isinstance(x, k) for x in walk_stmts(s)) for k in kinds}
+    assert count(body) == count(func.body)
+    syncs = [sum(isinstance(x, Sync) for x in walk_stmts(s)) for s in (func.body, body)]
+    assert syncs == [3, 2]  # k loop, staging; the trailing one guards nothing
+    names = {x.name for e in stmt_exprs(body) for x in walk(e) if isinstance(x, Var)}
+    assert not names & {"bx", "by", "bz"}
