@@ -6,22 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.codegen.cuda.passes import Launch
 from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
-from autotune.ir.expr import Const, Var, cmp
+from autotune.ir.expr import Const, cmp
 from autotune.ir.stmt import (
     Allocate,
-    AsyncCommit,
-    AsyncCopy,
-    AsyncWait,
     Buffer,
     For,
-    ForKind,
     IfThenElse,
-    MmaFill,
     MmaLoad,
-    MmaStore,
-    MmaSync,
     PrimFunc,
     Scope,
     Seq,
@@ -29,18 +21,9 @@ from autotune.ir.stmt import (
     Sync,
 )
 from autotune.ops.dtypes import dtype_info, to_float32, to_storage
+from tests.cuda.tc_kernels import T, async_pipeline, launch_1d, random_half, wmma_matmul
 
 HALVES = ["float16", "bfloat16"]
-
-
-def _launch(body, threads: int, blocks: int = 1):
-    bx, tx = Var("bx"), Var("tx")
-    return (For(bx, blocks, ForKind.BLOCK_X, For(tx, threads, ForKind.THREAD_X, body(bx, tx))),
-            Launch((blocks, 1, 1), (threads, 1, 1), 0))
-
-
-def _half(rng, shape, dtype):
-    return to_storage(rng.uniform(-1, 1, shape).astype(np.float32), dtype)
 
 
 def _run(func, launch, args):
@@ -60,8 +43,8 @@ def test_half_buffers_arrive_and_leave_in_storage_form_and_stores_round(dtype):
     def body(bx, tx):
         return Allocate(tile, Seq([Store(tile, (tx,), x[tx] * Const(1 / 3)), Sync(),
                                    Store(y, (tx,), tile[(tx + 1) % n] * Const(3.0))]))
-    stmt, launch = _launch(body, n)
-    xs = _half(np.random.default_rng(0), n, dtype)
+    stmt, launch = launch_1d(body, n)
+    xs = random_half(np.random.default_rng(0), n, dtype)
     out = _run(PrimFunc("k", (x, y), stmt), launch, [xs, to_storage(np.full(n, np.nan), dtype)])
     assert out.dtype == xs.dtype  # storage form: float16, or uint16 bits for bfloat16
     third = to_float32(to_storage(to_float32(xs, dtype) * np.float32(1 / 3), dtype), dtype)
@@ -72,53 +55,10 @@ def test_half_buffers_arrive_and_leave_in_storage_form_and_stores_round(dtype):
 
 # ---------------------------------------------------------------- wmma
 
-def _wmma(shape=(16, 16, 16), dtype="float16", ksteps=1, b_layout="row", *, threads=32,
-          lda=None, a_offset=0, fill=True, barrier=True, mma_guard=None, a_offset_of=None,
-          warp1_copies=False, acc_index=0):
-    """C = A @ B by warp 0: fragments through the tensor cores, the accumulator stored to
-    shared memory, then copied out by every thread. B is K x N row-major, or for "col"
-    stored as its transpose (N x K). ``lda`` pads A's rows. ``warp1_copies``: only warp 1
-    (threads 32..63) copies the result out."""
-    m, n, k = shape
-    K = k * ksteps
-    lda = lda or K
-    A = Buffer("A", (m, lda), dtype)
-    B = Buffer("B", (K, n) if b_layout == "row" else (n, K), dtype)
-    C = Buffer("C", (m, n), dtype)
-    fa, fb = Buffer("fa", (1,), dtype, Scope.WMMA_A), Buffer("fb", (1,), dtype, Scope.WMMA_B)
-    fc = Buffer("fc", (1,), "float32", Scope.WMMA_ACC)
-    csh = Buffer("c_sh", (m * n,), "float32", Scope.SHARED)
-    kk = Var("kk")
-    z = (Const(0),)
-
-    def body(bx, tx):
-        a_off = kk * k + a_offset if a_offset_of is None else a_offset_of(tx)
-        b_off = kk * k * n if b_layout == "row" else kk * k
-        step = Seq([MmaLoad(fa, z, A, a_off, lda, "row", shape),
-                    MmaLoad(fb, z, B, b_off, n if b_layout == "row" else K, b_layout, shape),
-                    MmaSync(fc, z, fa, z, fb, z, shape)])
-        mma = Seq([*([MmaFill(fc, (Const(acc_index),), 0.0, shape)] if fill else []),
-                   For(kk, ksteps, ForKind.SERIAL, step), MmaStore(csh, Const(0), n, fc, z, shape)])
-        if mma_guard is not None:
-            mma = IfThenElse(mma_guard(tx), mma)
-        elif threads > 32:
-            mma = IfThenElse(cmp("<", tx, 32), mma)  # warp 0 computes
-        i = Var("i")
-        width = 32 if warp1_copies else threads
-        e = i * width + (tx - 32 if warp1_copies else tx)
-        copy = For(i, m * n // width, ForKind.SERIAL, Store(C, (e // n, e % n), csh[e]))
-        if warp1_copies:
-            copy = IfThenElse(cmp(">=", tx, 32), copy)
-        parts = [mma, *([Sync()] if barrier else []), copy]
-        return Allocate(csh, Allocate(fa, Allocate(fb, Allocate(fc, Seq(parts)))))
-    stmt, launch = _launch(body, threads)
-    return PrimFunc("wmma", (A, B, C), stmt), launch
-
-
 def _wmma_args(func, dtype, seed=0):
     rng = np.random.default_rng(seed)
     A, B, C = func.args
-    return [_half(rng, A.shape, dtype), _half(rng, B.shape, dtype),
+    return [random_half(rng, A.shape, dtype), random_half(rng, B.shape, dtype),
             to_storage(np.full(C.shape, np.nan), dtype)]
 
 
@@ -138,12 +78,12 @@ def _check_matmul(func, launch, dtype, b_layout="row", k_used=None):
 @pytest.mark.parametrize("shape", [(16, 16, 16), (32, 8, 16), (8, 32, 16)],
                          ids=["16x16x16", "32x8x16", "8x32x16"])
 def test_one_warp_wmma_matmul_matches_numpy(shape, dtype):
-    _check_matmul(*_wmma(shape, dtype), dtype)
+    _check_matmul(*wmma_matmul(shape, dtype), dtype)
 
 
 @pytest.mark.parametrize("dtype", HALVES)
 def test_wmma_accumulates_over_k_with_a_col_major_b_and_padded_rows(dtype):
-    func, launch = _wmma((16, 16, 16), dtype, ksteps=3, b_layout="col", lda=56)
+    func, launch = wmma_matmul((16, 16, 16), dtype, ksteps=3, b_layout="col", lda=56)
     _check_matmul(func, launch, dtype, "col", k_used=48)
 
 
@@ -155,64 +95,64 @@ def _raises(kind, func, launch, dtype="float16"):
 
 
 def test_a_warp_collective_op_that_some_lanes_skip_is_divergent():
-    e = _raises("divergent_warp", *_wmma(mma_guard=lambda tx: cmp("<", tx, 20)))
+    e = _raises("divergent_warp", *wmma_matmul(mma_guard=lambda tx: cmp("<", tx, 20)))
     assert (e.warp, e.block, e.thread) == (0, (0, 0, 0), (20, 0, 0))
     assert "fill" in e.statement and "20 of its 32 lanes" in str(e)
 
 
 def test_a_warp_of_fewer_than_32_threads_is_divergent():
     """A 48-thread block: its second warp has 16 threads, none of them can run wmma."""
-    e = _raises("divergent_warp", *_wmma(threads=48, mma_guard=lambda tx: cmp(">=", tx, 32)))
+    e = _raises("divergent_warp", *wmma_matmul(threads=48, mma_guard=lambda tx: cmp(">=", tx, 32)))
     assert e.warp == 1 and "only 16 threads" in str(e)
 
 
 def test_an_offset_that_differs_across_the_warp_is_nonuniform():
-    e = _raises("nonuniform_warp", *_wmma(a_offset_of=lambda tx: (tx // 16) * 16))
+    e = _raises("nonuniform_warp", *wmma_matmul(a_offset_of=lambda tx: (tx // 16) * 16))
     assert e.warp == 0 and e.thread == (0, 0, 0) and e.other_thread == (16, 0, 0)
     assert "offset" in str(e) and "A[" in e.statement
 
 
 def test_ldm_that_is_not_a_multiple_of_16_bytes_is_misaligned():
-    _check_matmul(*_wmma(lda=24), "float16", k_used=16)  # 48 bytes: fine
-    e = _raises("misaligned", *_wmma(lda=20))            # 40 bytes
+    _check_matmul(*wmma_matmul(lda=24), "float16", k_used=16)  # 48 bytes: fine
+    e = _raises("misaligned", *wmma_matmul(lda=20))            # 40 bytes
     assert e.buffer == "A" and "ldm 20" in str(e) and e.warp == 0
 
 
 def test_a_pointer_that_is_not_32_byte_aligned_is_misaligned():
-    e = _raises("misaligned", *_wmma(lda=24, a_offset=8))  # 16 bytes past A's start
+    e = _raises("misaligned", *wmma_matmul(lda=24, a_offset=8))  # 16 bytes past A's start
     assert (e.buffer, e.index) == ("A", 8) and "32-byte" in str(e)
 
 
 def test_a_fragment_used_before_it_is_written_is_uninitialized():
-    e = _raises("uninitialized", *_wmma(fill=False))
+    e = _raises("uninitialized", *wmma_matmul(fill=False))
     assert (e.buffer, e.index, e.warp) == ("fc", 0, 0) and "mma(" in e.statement
 
 
 def test_a_fragment_load_past_the_buffer_is_out_of_bounds():
-    e = _raises("out_of_bounds", *_wmma(a_offset=32))
+    e = _raises("out_of_bounds", *wmma_matmul(a_offset=32))
     assert e.buffer == "A" and e.index == 256 and e.warp == 0
 
 
 def test_a_fragment_index_past_the_fragment_array_is_out_of_bounds():
-    e = _raises("out_of_bounds", *_wmma(acc_index=1))
+    e = _raises("out_of_bounds", *wmma_matmul(acc_index=1))
     assert (e.buffer, e.index, e.warp) == ("fc", 1, 0) and "fill" in e.statement
 
 
 def test_other_warps_reading_an_mma_store_without_a_barrier_race():
-    _check_matmul(*_wmma(threads=64, warp1_copies=True), "float16")  # with the barrier
-    e = _raises("race", *_wmma(threads=64, barrier=False, warp1_copies=True))
+    _check_matmul(*wmma_matmul(threads=64, warp1_copies=True), "float16")  # with the barrier
+    e = _raises("race", *wmma_matmul(threads=64, barrier=False, warp1_copies=True))
     assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0)  # warp 0's lane 0 stored
     assert e.thread == (32, 0, 0) and e.warp is None and "c_sh[" in e.statement
 
 
 def test_its_own_lanes_also_need_a_barrier_after_an_mma_store():
-    e = _raises("race", *_wmma(threads=32, barrier=False))
+    e = _raises("race", *wmma_matmul(threads=32, barrier=False))
     assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0) and e.thread != (0, 0, 0)
 
 
 def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
     """A float* where wmma wants a half*: nvcc would refuse it."""
-    func, launch = _wmma()
+    func, launch = wmma_matmul()
     A, B, C = func.args
     wrong = Buffer("A", A.shape, "float32")
     func = PrimFunc("wmma", (wrong, B, C), _swap_buffer(func.body, A, wrong))
@@ -239,46 +179,15 @@ def _swap_buffer(s, old, new):
 
 # ---------------------------------------------------------------- cp.async
 
-T = 256  # elements per stage: 32 threads x 8 halves (16 bytes each)
-
-
-def _pipeline(stages=4, dtype="float16", *, wait=1, first_sync=True, last_sync=True,
-              commit=True, dst_skew=0, n_src=None, valid=None):
-    """Stream ``x`` through two shared stages with cp.async (double buffering): stage s+1 is
-    in flight while stage s is read; out[s*T + j] = 2 * x[s*T + (j + 8) % T] (each thread
-    reads its neighbour's copy, so the barrier after the wait matters)."""
-    x = Buffer("x", (n_src or stages * T,), dtype)
-    out = Buffer("out", (stages * T,), dtype)
-    sh = Buffer("sh", (2 * T,), dtype, Scope.SHARED)
-    s, i = Var("s"), Var("i")
-
-    def body(bx, tx):
-        def copy(stage, buf):
-            return AsyncCopy(sh, buf * T + tx * 8 + dst_skew, x, stage * T + tx * 8, 8,
-                             None if valid is None else valid(tx, stage))
-        j = tx * 8 + i
-        loop = Seq([IfThenElse(cmp("<", s + 1, stages), copy(s + 1, (s + 1) % 2)),
-                    *([AsyncCommit()] if commit else []), AsyncWait(wait),
-                    *([Sync()] if first_sync else []),
-                    For(i, 8, ForKind.SERIAL,
-                        Store(out, (s * T + j,), sh[(s % 2) * T + (j + 8) % T] * Const(2.0))),
-                    *([Sync()] if last_sync else [])])
-        # (the barrier after the prologue leaves only the wait's landing to order the reads)
-        return Allocate(sh, Seq([copy(Const(0), Const(0)), AsyncCommit(), Sync(),
-                                 For(s, stages, ForKind.SERIAL, loop)]))
-    stmt, launch = _launch(body, 32)
-    return PrimFunc("pipe", (x, out), stmt), launch
-
-
 def _pipe_args(func, dtype="float16"):
     x, out = func.args
-    return [_half(np.random.default_rng(1), x.shape, dtype),
+    return [random_half(np.random.default_rng(1), x.shape, dtype),
             to_storage(np.full(out.shape, np.nan), dtype)]
 
 
 @pytest.mark.parametrize("dtype", HALVES)
 def test_a_double_buffered_cp_async_pipeline_is_right(dtype):
-    func, launch = _pipeline(dtype=dtype)
+    func, launch = async_pipeline(dtype=dtype)
     args = _pipe_args(func, dtype)
     xs = to_float32(args[0], dtype).reshape(4, T)
     out = to_float32(_run(func, launch, args), dtype).reshape(4, T)
@@ -294,30 +203,30 @@ def _pipe_raises(kind, func, launch):
 
 def test_reading_a_stage_before_the_wait_covers_it_is_async_pending():
     """wait_group 2 leaves the two newest groups in flight: the stage about to be read too."""
-    e = _pipe_raises("async_pending", *_pipeline(wait=2))
+    e = _pipe_raises("async_pending", *async_pipeline(wait=2))
     assert e.buffer == "sh" and e.index == 8 and e.thread == (0, 0, 0)
     assert e.other_thread == (1, 0, 0) and "sh[" in e.statement
 
 
 def test_a_wait_does_not_cover_copies_not_yet_committed():
-    e = _pipe_raises("async_pending", *_pipeline(wait=0, commit=False, stages=2))
+    e = _pipe_raises("async_pending", *async_pipeline(wait=0, commit=False, stages=2))
     assert e.buffer == "sh"
 
 
 def test_landed_data_needs_a_barrier_before_other_threads_read_it():
     """The copies were issued a barrier earlier; the data lands at each thread's wait."""
-    e = _pipe_raises("race", *_pipeline(first_sync=False))
+    e = _pipe_raises("race", *async_pipeline(first_sync=False))
     assert e.buffer == "sh" and e.thread == (0, 0, 0) and e.other_thread == (1, 0, 0)
     assert "sh[" in e.statement
 
 
 def test_a_copy_into_a_stage_others_still_read_races_without_the_trailing_barrier():
-    e = _pipe_raises("race", *_pipeline(last_sync=False))
+    e = _pipe_raises("race", *async_pipeline(last_sync=False))
     assert e.buffer == "sh" and "async_copy" in e.statement
 
 
 def test_a_copy_whose_address_is_not_aligned_to_its_size_is_misaligned():
-    e = _pipe_raises("misaligned", *_pipeline(dst_skew=4))  # 8 bytes into a 16-byte copy
+    e = _pipe_raises("misaligned", *async_pipeline(dst_skew=4))  # 8 bytes into a 16-byte copy
     assert e.buffer == "sh" and e.index == 4 and e.thread == (0, 0, 0)
 
 
@@ -328,10 +237,10 @@ def test_invalid_copies_read_nothing_and_zero_fill():
 
     def valid(tx, stage):
         return cmp("<", stage * T + tx * 8, n_src)
-    func, launch = _pipeline(n_src=n_src, valid=valid)
+    func, launch = async_pipeline(n_src=n_src, valid=valid)
     args = _pipe_args(func)
     xs = np.concatenate([to_float32(args[0], "float16"), np.zeros(T - 128, np.float32)])
     out = to_float32(_run(func, launch, args), "float16").reshape(4, T)
     assert np.array_equal(out, 2 * np.roll(xs.reshape(4, T), -8, axis=1))
-    e = _pipe_raises("out_of_bounds", *_pipeline(n_src=n_src))
+    e = _pipe_raises("out_of_bounds", *async_pipeline(n_src=n_src))
     assert e.buffer == "x" and e.index == n_src
