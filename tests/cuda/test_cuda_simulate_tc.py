@@ -1,0 +1,246 @@
+"""The execution model on tensor-core and cp.async kernels: hand-built kernels that are right
+match numpy within the dtype's tolerance, and each kind of fault a GPU would not report is
+raised, named and placed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+from autotune.ir.expr import Const, cmp
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    IfThenElse,
+    MmaLoad,
+    PrimFunc,
+    Scope,
+    Seq,
+    Store,
+    Sync,
+)
+from autotune.ops.dtypes import dtype_info, to_float32, to_storage
+from tests.cuda.tc_kernels import T, async_pipeline, launch_1d, random_half, wmma_matmul
+
+HALVES = ["float16", "bfloat16"]
+
+
+def _run(func, launch, args):
+    run_kernel(func, func.body, launch, args)
+    return args[-1]
+
+
+# ---------------------------------------------------------------- half buffers
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_half_buffers_arrive_and_leave_in_storage_form_and_stores_round(dtype):
+    """x / 3 is inexact: the store into a half buffer rounds it once, to nearest even."""
+    n = 64
+    x, y = Buffer("x", (n,), dtype), Buffer("y", (n,), dtype)
+    tile = Buffer("tile", (n,), dtype, Scope.SHARED)
+
+    def body(bx, tx):
+        return Allocate(tile, Seq([Store(tile, (tx,), x[tx] * Const(1 / 3)), Sync(),
+                                   Store(y, (tx,), tile[(tx + 1) % n] * Const(3.0))]))
+    stmt, launch = launch_1d(body, n)
+    xs = random_half(np.random.default_rng(0), n, dtype)
+    out = _run(PrimFunc("k", (x, y), stmt), launch, [xs, to_storage(np.full(n, np.nan), dtype)])
+    assert out.dtype == xs.dtype  # storage form: float16, or uint16 bits for bfloat16
+    third = to_float32(to_storage(to_float32(xs, dtype) * np.float32(1 / 3), dtype), dtype)
+    want = to_storage(np.roll(third, -1) * np.float32(3.0), dtype)
+    assert np.array_equal(out, want)
+    assert not np.array_equal(to_float32(out, dtype), np.roll(to_float32(xs, dtype), -1))
+
+
+# ---------------------------------------------------------------- wmma
+
+def _wmma_args(func, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    A, B, C = func.args
+    return [random_half(rng, A.shape, dtype), random_half(rng, B.shape, dtype),
+            to_storage(np.full(C.shape, np.nan), dtype)]
+
+
+def _check_matmul(func, launch, dtype, b_layout="row", k_used=None):
+    args = _wmma_args(func, dtype)
+    a = to_float32(args[0], dtype).astype(np.float64)[:, :k_used]
+    b = to_float32(args[1], dtype).astype(np.float64)
+    ref = a @ (b if b_layout == "row" else b.T)
+    out = to_float32(_run(func, launch, args), dtype)
+    info = dtype_info(dtype)
+    err = np.max(np.abs(out - ref))
+    assert err <= info.atol + info.rtol * np.max(np.abs(ref)), err
+    return err
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("shape", [(16, 16, 16), (32, 8, 16), (8, 32, 16)],
+                         ids=["16x16x16", "32x8x16", "8x32x16"])
+def test_one_warp_wmma_matmul_matches_numpy(shape, dtype):
+    _check_matmul(*wmma_matmul(shape, dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_wmma_accumulates_over_k_with_a_col_major_b_and_padded_rows(dtype):
+    func, launch = wmma_matmul((16, 16, 16), dtype, ksteps=3, b_layout="col", lda=56)
+    _check_matmul(func, launch, dtype, "col", k_used=48)
+
+
+def _raises(kind, func, launch, dtype="float16"):
+    with pytest.raises(CudaExecutionError) as info:
+        _run(func, launch, _wmma_args(func, dtype))
+    assert info.value.kind == kind, info.value
+    return info.value
+
+
+def test_a_warp_collective_op_that_some_lanes_skip_is_divergent():
+    e = _raises("divergent_warp", *wmma_matmul(mma_guard=lambda tx: cmp("<", tx, 20)))
+    assert (e.warp, e.block, e.thread) == (0, (0, 0, 0), (20, 0, 0))
+    assert "fill" in e.statement and "20 of its 32 lanes" in str(e)
+
+
+def test_a_warp_of_fewer_than_32_threads_is_divergent():
+    """A 48-thread block: its second warp has 16 threads, none of them can run wmma."""
+    e = _raises("divergent_warp", *wmma_matmul(threads=48, mma_guard=lambda tx: cmp(">=", tx, 32)))
+    assert e.warp == 1 and "only 16 threads" in str(e)
+
+
+def test_an_offset_that_differs_across_the_warp_is_nonuniform():
+    e = _raises("nonuniform_warp", *wmma_matmul(a_offset_of=lambda tx: (tx // 16) * 16))
+    assert e.warp == 0 and e.thread == (0, 0, 0) and e.other_thread == (16, 0, 0)
+    assert "offset" in str(e) and "A[" in e.statement
+
+
+def test_ldm_that_is_not_a_multiple_of_16_bytes_is_misaligned():
+    _check_matmul(*wmma_matmul(lda=24), "float16", k_used=16)  # 48 bytes: fine
+    e = _raises("misaligned", *wmma_matmul(lda=20))            # 40 bytes
+    assert e.buffer == "A" and "ldm 20" in str(e) and e.warp == 0
+
+
+def test_a_pointer_that_is_not_32_byte_aligned_is_misaligned():
+    e = _raises("misaligned", *wmma_matmul(lda=24, a_offset=8))  # 16 bytes past A's start
+    assert (e.buffer, e.index) == ("A", 8) and "32-byte" in str(e)
+
+
+def test_a_fragment_used_before_it_is_written_is_uninitialized():
+    e = _raises("uninitialized", *wmma_matmul(fill=False))
+    assert (e.buffer, e.index, e.warp) == ("fc", 0, 0) and "mma(" in e.statement
+
+
+def test_a_fragment_load_past_the_buffer_is_out_of_bounds():
+    e = _raises("out_of_bounds", *wmma_matmul(a_offset=32))
+    assert e.buffer == "A" and e.index == 256 and e.warp == 0
+
+
+def test_a_fragment_index_past_the_fragment_array_is_out_of_bounds():
+    e = _raises("out_of_bounds", *wmma_matmul(acc_index=1))
+    assert (e.buffer, e.index, e.warp) == ("fc", 1, 0) and "fill" in e.statement
+
+
+def test_other_warps_reading_an_mma_store_without_a_barrier_race():
+    _check_matmul(*wmma_matmul(threads=64, warp1_copies=True), "float16")  # with the barrier
+    e = _raises("race", *wmma_matmul(threads=64, barrier=False, warp1_copies=True))
+    assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0)  # warp 0's lane 0 stored
+    assert e.thread == (32, 0, 0) and e.warp is None and "c_sh[" in e.statement
+
+
+def test_its_own_lanes_also_need_a_barrier_after_an_mma_store():
+    e = _raises("race", *wmma_matmul(threads=32, barrier=False))
+    assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0) and e.thread != (0, 0, 0)
+
+
+def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
+    """A float* where wmma wants a half*: nvcc would refuse it."""
+    func, launch = wmma_matmul()
+    A, B, C = func.args
+    wrong = Buffer("A", A.shape, "float32")
+    func = PrimFunc("wmma", (wrong, B, C), _swap_buffer(func.body, A, wrong))
+    args = [np.zeros(A.shape, np.float32), *_wmma_args(func, "float16")[1:]]
+    with pytest.raises(CudaExecutionError) as info:
+        _run(func, launch, args)
+    assert info.value.kind == "invalid_statement" and info.value.buffer == "A"
+
+
+def _swap_buffer(s, old, new):
+    """``s`` with every MmaLoad from ``old`` reading ``new``."""
+    if isinstance(s, MmaLoad) and s.src is old:
+        return MmaLoad(s.frag, s.index, new, s.offset, s.ldm, s.layout, s.shape)
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _swap_buffer(s.body, old, new))
+    if isinstance(s, Seq):
+        return Seq([_swap_buffer(c, old, new) for c in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _swap_buffer(s.body, old, new))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _swap_buffer(s.then, old, new))
+    return s
+
+
+# ---------------------------------------------------------------- cp.async
+
+def _pipe_args(func, dtype="float16"):
+    x, out = func.args
+    return [random_half(np.random.default_rng(1), x.shape, dtype),
+            to_storage(np.full(out.shape, np.nan), dtype)]
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_double_buffered_cp_async_pipeline_is_right(dtype):
+    func, launch = async_pipeline(dtype=dtype)
+    args = _pipe_args(func, dtype)
+    xs = to_float32(args[0], dtype).reshape(4, T)
+    out = to_float32(_run(func, launch, args), dtype).reshape(4, T)
+    assert np.array_equal(out, 2 * np.roll(xs, -8, axis=1))
+
+
+def _pipe_raises(kind, func, launch):
+    with pytest.raises(CudaExecutionError) as info:
+        _run(func, launch, _pipe_args(func))
+    assert info.value.kind == kind, info.value
+    return info.value
+
+
+def test_reading_a_stage_before_the_wait_covers_it_is_async_pending():
+    """wait_group 2 leaves the two newest groups in flight: the stage about to be read too."""
+    e = _pipe_raises("async_pending", *async_pipeline(wait=2))
+    assert e.buffer == "sh" and e.index == 8 and e.thread == (0, 0, 0)
+    assert e.other_thread == (1, 0, 0) and "sh[" in e.statement
+
+
+def test_a_wait_does_not_cover_copies_not_yet_committed():
+    e = _pipe_raises("async_pending", *async_pipeline(wait=0, commit=False, stages=2))
+    assert e.buffer == "sh"
+
+
+def test_landed_data_needs_a_barrier_before_other_threads_read_it():
+    """The copies were issued a barrier earlier; the data lands at each thread's wait."""
+    e = _pipe_raises("race", *async_pipeline(first_sync=False))
+    assert e.buffer == "sh" and e.thread == (0, 0, 0) and e.other_thread == (1, 0, 0)
+    assert "sh[" in e.statement
+
+
+def test_a_copy_into_a_stage_others_still_read_races_without_the_trailing_barrier():
+    e = _pipe_raises("race", *async_pipeline(last_sync=False))
+    assert e.buffer == "sh" and "async_copy" in e.statement
+
+
+def test_a_copy_whose_address_is_not_aligned_to_its_size_is_misaligned():
+    e = _pipe_raises("misaligned", *async_pipeline(dst_skew=4))  # 8 bytes into a 16-byte copy
+    assert e.buffer == "sh" and e.index == 4 and e.thread == (0, 0, 0)
+
+
+def test_invalid_copies_read_nothing_and_zero_fill():
+    """The last stage's source is cut short: its copies are marked invalid and read past the
+    end of x, which is fine; without ``valid`` the same copies are out of bounds."""
+    n_src = 3 * T + 128
+
+    def valid(tx, stage):
+        return cmp("<", stage * T + tx * 8, n_src)
+    func, launch = async_pipeline(n_src=n_src, valid=valid)
+    args = _pipe_args(func)
+    xs = np.concatenate([to_float32(args[0], "float16"), np.zeros(T - 128, np.float32)])
+    out = to_float32(_run(func, launch, args), "float16").reshape(4, T)
+    assert np.array_equal(out, 2 * np.roll(xs.reshape(4, T), -8, axis=1))
+    e = _pipe_raises("out_of_bounds", *async_pipeline(n_src=n_src))
+    assert e.buffer == "x" and e.index == n_src
