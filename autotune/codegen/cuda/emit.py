@@ -264,7 +264,8 @@ class _Emitter:
         if isinstance(s, AsyncCommit):
             return 'asm volatile("cp.async.commit_group;\\n" ::);'
         if isinstance(s, AsyncWait):
-            return f'asm volatile("cp.async.wait_group {s.pending};\\n" ::);'
+            # the clobber keeps the compiler from moving shared accesses across the wait
+            return f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");'
         raise TypeError(f"unknown statement {type(s).__name__}")
 
     def _async_copy(self, s: AsyncCopy) -> str:
