@@ -47,8 +47,9 @@ Layout of ``extract(func)`` (``N_AST`` floats), in this order:
    their share of all flops, lg MMA operations (per warp); lg bytes loaded into fragments
    from global and from shared memory, lg bytes stored from fragments to global and to
    shared; lg cp.async bytes, bytes per cp.async; lg commits, waits and barriers (per
-   block); copy stages in flight; lg accumulator and A/B fragment bytes per thread; lg
-   argument bytes of half and of float32 elements; lg MMA flops per fragment byte loaded.
+   block); the largest wait_group + 1 (0 without waits); lg accumulator and A/B fragment
+   bytes per thread; lg argument bytes of half and of float32 elements; lg MMA flops per
+   fragment byte loaded.
 """
 from __future__ import annotations
 
@@ -311,7 +312,7 @@ def _tensor_core(summary: NestSummary, flops: float, out: Raw, o: int) -> None:
     out[o + 9] = tc["commits"]
     out[o + 10] = tc["waits"]
     out[o + 11] = tc["syncs"]
-    out[o + 12] = tc["stages"]
+    out[o + 12] = tc["in_flight"]
     out[o + 13] = tc["acc_frag_bytes"]
     out[o + 14] = tc["ab_frag_bytes"]
     out[o + 15] = tc["half_arg_bytes"]
@@ -372,7 +373,7 @@ def feature_names(kind: str = "ast") -> list[str]:
     curve += [f"tc.{x}" for x in ("mma_flops", "mma_share", "mma", "frag_load_global",
                                   "frag_load_shared", "frag_store_global", "frag_store_shared",
                                   "async_bytes", "async_width", "commits", "waits", "syncs",
-                                  "stages", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes",
+                                  "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes",
                                   "float_arg_bytes", "mma_intensity")]
     names += curve
     assert len(names) == N_AST and len(curve) == N_CURVE

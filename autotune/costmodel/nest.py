@@ -39,7 +39,7 @@ WARP = 32
 # the counters of ``NestSummary.tc``
 TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
            "frag_store_shared", "async_bytes", "async_copies", "commits", "waits", "syncs",
-           "stages", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes")
+           "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes")
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
 _SCOPES = tuple(Scope)  # (iterating the Enum class itself runs Python-level code each time)
@@ -81,8 +81,8 @@ class NestSummary:
     n_syncs: int = 0
     # launch-wide counts: MMA flops and operations (per warp), bytes through fragments by
     # memory scope, cp.async bytes and copies, commits, waits and barriers (per block),
-    # stages in flight (the largest wait_group + 1), fragment bytes per thread (registers),
-    # argument bytes by element type
+    # groups a wait leaves in flight (the largest wait_group, plus 1 when there is a wait),
+    # fragment bytes per thread (registers), argument bytes by element type
     tc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TC_KEYS, 0.0))
 
 
@@ -183,8 +183,8 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
         tc["commits"] += _executions(extents, kinds, guards, "block")
     elif isinstance(s, AsyncWait):
         tc["waits"] += _executions(extents, kinds, guards, "block")
-        if s.pending + 1 > tc["stages"]:
-            tc["stages"] = float(s.pending + 1)
+        if s.pending + 1 > tc["in_flight"]:
+            tc["in_flight"] = float(s.pending + 1)
 
 
 def _fragment_alloc(b: Buffer, body: Stmt, out: NestSummary) -> None:

@@ -189,11 +189,11 @@ def test_cp_async_pipelines_count_copy_bytes_groups_waits_and_barriers():
     assert x[col("tc.commits")] == pytest.approx(lg(5))
     assert x[col("tc.waits")] == pytest.approx(lg(4))
     assert x[col("tc.syncs")] == pytest.approx(lg(1 + 2 * 4))
-    assert x[col("tc.stages")] == 2  # wait_group 1: two groups in flight
+    assert x[col("tc.in_flight")] == 2  # wait_group 1, plus one
     assert x[col("tc.half_arg_bytes")] == pytest.approx(lg(2 * 4 * T * 2))
     assert x[col("tc.mma_flops")] == 0
     deeper = extract(async_pipeline(stages=4, wait=2)[0])
-    assert deeper[col("tc.stages")] == 3
+    assert deeper[col("tc.in_flight")] == 3
 
 
 def test_float32_kernels_have_an_empty_tensor_core_block():
