@@ -96,7 +96,7 @@ def _raises(kind, func, launch, dtype="float16"):
 
 def test_a_warp_collective_op_that_some_lanes_skip_is_divergent():
     e = _raises("divergent_warp", *wmma_matmul(mma_guard=lambda tx: cmp("<", tx, 20)))
-    assert (e.warp, e.block, e.thread) == (0, (0, 0, 0), (20, 0, 0))
+    assert (e.buffer, e.warp, e.block, e.thread) == ("fc", 0, (0, 0, 0), (20, 0, 0))
     assert "fill" in e.statement and "20 of its 32 lanes" in str(e)
 
 
@@ -109,7 +109,7 @@ def test_a_warp_of_fewer_than_32_threads_is_divergent():
 def test_an_offset_that_differs_across_the_warp_is_nonuniform():
     e = _raises("nonuniform_warp", *wmma_matmul(a_offset_of=lambda tx: (tx // 16) * 16))
     assert e.warp == 0 and e.thread == (0, 0, 0) and e.other_thread == (16, 0, 0)
-    assert "offset" in str(e) and "A[" in e.statement
+    assert (e.buffer, e.index) == ("A", 0) and "offset" in str(e) and "A[" in e.statement
 
 
 def test_ldm_that_is_not_a_multiple_of_16_bytes_is_misaligned():
