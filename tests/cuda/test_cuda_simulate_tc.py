@@ -3,10 +3,15 @@ match numpy within the dtype's tolerance, and each kind of fault a GPU would not
 raised, named and placed."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+import autotune
+from autotune import driver
 from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+from autotune.codegen.cuda.simulate_warp import BASE_ALIGN
 from autotune.ir.expr import Const, cmp
 from autotune.ir.stmt import (
     Allocate,
@@ -244,3 +249,21 @@ def test_invalid_copies_read_nothing_and_zero_fill():
     assert np.array_equal(out, 2 * np.roll(xs.reshape(4, T), -8, axis=1))
     e = _pipe_raises("out_of_bounds", *async_pipeline(n_src=n_src))
     assert e.buffer == "x" and e.index == n_src
+
+
+# ---------------------------------------------------------------- the model's assumptions
+
+@pytest.mark.parametrize("op, params", [
+    ("matmul", dict(M=64, N=72, K=48)),
+    ("conv2d", dict(N=1, C=8, H=7, W=7, K=16, R=3, S=3, stride=1, pad=1))])
+def test_the_emitter_aligns_shared_arrays_as_the_model_assumes(op, params):
+    """The model takes a shared array that wmma or cp.async touches to start
+    ``BASE_ALIGN[SHARED]``-byte aligned: the CUDA C must declare it so."""
+    wl = autotune.workload(op, dtype="float16", **params)
+    src = driver.source(wl, autotune.Target("cuda -arch=sm_80"))
+    declared = {m[2]: int(m[1]) for m in re.finditer(r"__shared__ __align__\((\d+)\) \S+ (\w+)\[",
+                                                      src)}
+    touched = {name for name in declared
+               if re.search(rf"(matrix_sync|cvta_generic_to_shared)\([^;]*\b{name}\b", src)}
+    assert touched and len(touched) == len(declared)
+    assert all(declared[name] >= BASE_ALIGN[Scope.SHARED] for name in touched)
