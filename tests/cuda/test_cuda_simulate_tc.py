@@ -18,7 +18,10 @@ from autotune.ir.stmt import (
     Buffer,
     For,
     IfThenElse,
+    MmaFill,
     MmaLoad,
+    MmaStore,
+    MmaSync,
     PrimFunc,
     Scope,
     Seq,
@@ -267,3 +270,36 @@ def test_the_emitter_aligns_shared_arrays_as_the_model_assumes(op, params):
                if re.search(rf"(matrix_sync|cvta_generic_to_shared)\([^;]*\b{name}\b", src)}
     assert touched and len(touched) == len(declared)
     assert all(declared[name] >= BASE_ALIGN[Scope.SHARED] for name in touched)
+
+
+def test_warps_storing_one_output_tile_straight_to_global_memory_race():
+    """An output written only by mma_store is tracked like one written by plain stores."""
+    shape = (16, 16, 16)
+    A, B = Buffer("A", (16, 16), "float16"), Buffer("B", (16, 16), "float16")
+    C = Buffer("C", (16, 16), "float32")
+    fa = Buffer("fa", (1,), "float16", Scope.WMMA_A)
+    fb = Buffer("fb", (1,), "float16", Scope.WMMA_B)
+    fc = Buffer("fc", (1,), "float32", Scope.WMMA_ACC)
+    z = (Const(0),)
+
+    def body(bx, tx):
+        return Allocate(fa, Allocate(fb, Allocate(fc, Seq([
+            MmaFill(fc, z, 0.0, shape), MmaLoad(fa, z, A, Const(0), 16, "row", shape),
+            MmaLoad(fb, z, B, Const(0), 16, "row", shape), MmaSync(fc, z, fa, z, fb, z, shape),
+            MmaStore(C, Const(0), 16, fc, z, shape)]))))
+    rng = np.random.default_rng(0)
+    for warps in (1, 2):
+        stmt, launch = launch_1d(body, 32 * warps)
+        func = PrimFunc("k", (A, B, C), stmt)
+        args = [random_half(rng, (16, 16), "float16"), random_half(rng, (16, 16), "float16"),
+                np.full((16, 16), np.nan, np.float32)]
+        if warps == 1:
+            out = _run(func, launch, args)
+            ref = args[0].astype(np.float64) @ args[1].astype(np.float64)
+            assert np.max(np.abs(out - ref)) <= 1e-4 * np.max(np.abs(ref))
+            continue
+        with pytest.raises(CudaExecutionError) as info:
+            _run(func, launch, args)
+        e = info.value
+        assert (e.kind, e.buffer) == ("race", "C")  # warp 0 and warp 1, lanes 0 and 32
+        assert {e.thread, e.other_thread} == {(0, 0, 0), (32, 0, 0)}
