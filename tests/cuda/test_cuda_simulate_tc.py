@@ -153,6 +153,15 @@ def test_other_warps_reading_an_mma_store_without_a_barrier_race():
     assert e.thread == (32, 0, 0) and e.warp is None and "c_sh[" in e.statement
 
 
+def test_an_mma_store_whose_rows_overlap_writes_elements_twice():
+    """ldm 8 (16 bytes: aligned) for rows of 16: row r's second half is row r+1's first."""
+    func, launch = wmma_matmul()
+    bad = _replace(func.body, lambda s: isinstance(s, MmaStore),
+                   lambda s: MmaStore(s.dst, s.offset, 8, s.frag, s.index, s.shape))
+    e = _raises("race", PrimFunc("wmma", func.args, bad), launch)
+    assert (e.buffer, e.index, e.warp) == ("c_sh", 8, 0) and "store" in e.statement
+
+
 def test_its_own_lanes_also_need_a_barrier_after_an_mma_store():
     e = _raises("race", *wmma_matmul(threads=32, barrier=False))
     assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0) and e.thread != (0, 0, 0)
@@ -163,25 +172,28 @@ def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
     func, launch = wmma_matmul()
     A, B, C = func.args
     wrong = Buffer("A", A.shape, "float32")
-    func = PrimFunc("wmma", (wrong, B, C), _swap_buffer(func.body, A, wrong))
+    swapped = _replace(func.body, lambda s: isinstance(s, MmaLoad) and s.src is A,
+                       lambda s: MmaLoad(s.frag, s.index, wrong, s.offset, s.ldm, s.layout,
+                                         s.shape))
+    func = PrimFunc("wmma", (wrong, B, C), swapped)
     args = [np.zeros(A.shape, np.float32), *_wmma_args(func, "float16")[1:]]
     with pytest.raises(CudaExecutionError) as info:
         _run(func, launch, args)
     assert info.value.kind == "invalid_statement" and info.value.buffer == "A"
 
 
-def _swap_buffer(s, old, new):
-    """``s`` with every MmaLoad from ``old`` reading ``new``."""
-    if isinstance(s, MmaLoad) and s.src is old:
-        return MmaLoad(s.frag, s.index, new, s.offset, s.ldm, s.layout, s.shape)
+def _replace(s, match, new):
+    """``s`` with ``new(x)`` for every statement ``x`` that ``match``es."""
+    if match(s):
+        return new(s)
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _swap_buffer(s.body, old, new))
+        return For(s.var, s.extent, s.kind, _replace(s.body, match, new))
     if isinstance(s, Seq):
-        return Seq([_swap_buffer(c, old, new) for c in s.stmts])
+        return Seq([_replace(c, match, new) for c in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, _swap_buffer(s.body, old, new))
+        return Allocate(s.buffer, _replace(s.body, match, new))
     if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _swap_buffer(s.then, old, new))
+        return IfThenElse(s.cond, _replace(s.then, match, new))
     return s
 
 

@@ -7,7 +7,8 @@ need all 32 lanes of the warp (``divergent_warp``) with the same operands
 (``nonuniform_warp``), a 256-bit aligned pointer and ``ldm`` a multiple of 16 bytes
 (``misaligned``), as ``nvcuda::wmma`` states. Their memory accesses are the warp's, owned by
 its lane 0 for race tracking: other threads, its own lanes' plain accesses included, need a
-barrier.
+barrier; an ``MmaStore`` whose rows overlap (``ldm`` below the row length) is a race among
+the warp's lanes.
 
 An ``AsyncCopy`` (4, 8 or 16 bytes, both addresses aligned to the size) leaves its shared
 destination in flight until the issuing thread's ``AsyncWait`` covers its group; touching an
@@ -285,6 +286,13 @@ class _Collective:
                                      statement=self.text)
         frag = self.frags[0][0]
         n = frag.rows * frag.cols
+        if not load and s.ldm < frag.cols:  # lanes holding different elements store to one
+            who, blk, thr, wi = _who(g, int(leaders[0]), True)
+            raise CudaExecutionError(
+                "race", f"{who} stores rows of {frag.cols} elements {s.ldm} apart into "
+                f"{mem_buf.name}: its lanes write one element twice", buffer=mem_buf.name,
+                index=int(offset[0]) + s.ldm, block=blk, thread=thr, warp=wi,
+                statement=self.text)
         index = (offset[:, None] + self.pattern[None, :]).reshape(-1)
         mem = g.memory[mem_buf]
         keys = _access(g, mem, index, np.repeat(leaders, n), not load, self.text, warp=True)
