@@ -39,7 +39,9 @@ WARP = 32
 # the counters of ``NestSummary.tc``
 TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
            "frag_store_shared", "async_bytes", "async_copies", "commits", "waits", "syncs",
-           "stages", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes")
+           "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes",
+           "bank_aligned")
+BANKS_BYTES = 128  # 32 banks of 4 bytes: rows this far apart start in the same bank
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
 _SCOPES = tuple(Scope)  # (iterating the Enum class itself runs Python-level code each time)
@@ -81,8 +83,9 @@ class NestSummary:
     n_syncs: int = 0
     # launch-wide counts: MMA flops and operations (per warp), bytes through fragments by
     # memory scope, cp.async bytes and copies, commits, waits and barriers (per block),
-    # stages in flight (the largest wait_group + 1), fragment bytes per thread (registers),
-    # argument bytes by element type
+    # groups a wait leaves in flight (the largest wait_group, plus 1 when there is a wait),
+    # fragment bytes per thread (registers), argument bytes by element type, and shared
+    # bytes through fragments whose rows all start in one bank (ldm a multiple of 128 bytes)
     tc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TC_KEYS, 0.0))
 
 
@@ -168,13 +171,19 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
         tc["mma_flops"] += 2.0 * s.shape[0] * s.shape[1] * s.shape[2] * n
     elif isinstance(s, MmaLoad):
         rows, cols = fragment_dims(s.frag.scope, s.shape)
-        key = "frag_load_shared" if s.src.scope is Scope.SHARED else "frag_load_global"
-        tc[key] += (rows * cols * ITEMSIZE.get(s.src.dtype, 4)
-                    * _executions(extents, kinds, guards, "warp"))
+        item = ITEMSIZE.get(s.src.dtype, 4)
+        moved = rows * cols * item * _executions(extents, kinds, guards, "warp")
+        shared = s.src.scope is Scope.SHARED
+        tc["frag_load_shared" if shared else "frag_load_global"] += moved
+        if shared and s.ldm * item % BANKS_BYTES == 0:
+            tc["bank_aligned"] += moved
     elif isinstance(s, MmaStore):
-        key = "frag_store_shared" if s.dst.scope is Scope.SHARED else "frag_store_global"
-        tc[key] += (s.shape[0] * s.shape[1] * ITEMSIZE.get(s.dst.dtype, 4)
-                    * _executions(extents, kinds, guards, "warp"))
+        item = ITEMSIZE.get(s.dst.dtype, 4)
+        moved = s.shape[0] * s.shape[1] * item * _executions(extents, kinds, guards, "warp")
+        shared = s.dst.scope is Scope.SHARED
+        tc["frag_store_shared" if shared else "frag_store_global"] += moved
+        if shared and s.ldm * item % BANKS_BYTES == 0:
+            tc["bank_aligned"] += moved
     elif isinstance(s, AsyncCopy):
         n = _executions(extents, kinds, guards, "thread")
         tc["async_copies"] += n
@@ -183,8 +192,8 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
         tc["commits"] += _executions(extents, kinds, guards, "block")
     elif isinstance(s, AsyncWait):
         tc["waits"] += _executions(extents, kinds, guards, "block")
-        if s.pending + 1 > tc["stages"]:
-            tc["stages"] = float(s.pending + 1)
+        if s.pending + 1 > tc["in_flight"]:
+            tc["in_flight"] = float(s.pending + 1)
 
 
 def _fragment_alloc(b: Buffer, body: Stmt, out: NestSummary) -> None:

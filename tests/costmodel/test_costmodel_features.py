@@ -167,6 +167,7 @@ def test_tensor_core_statements_count_mma_flops_and_fragment_bytes():
     assert x3[col("tc.frag_load_global")] == pytest.approx(lg(3 * 2 * 256 * 2))
     assert x3[col("tc.frag_load_shared")] == 0
     assert x3[col("tc.frag_store_shared")] == pytest.approx(lg(256 * 4))
+    assert x3[col("tc.bank_aligned")] == 0  # the 16-float rows of c_sh are 64 bytes apart
     assert x3[col("tc.mma_share")] == 1.0  # the copy-out does no arithmetic
     assert x3[col("tc.acc_frag_bytes")] == pytest.approx(lg(256 * 4 / 32))
     assert x3[col("tc.ab_frag_bytes")] == pytest.approx(lg(2 * 256 * 2 / 32))
@@ -189,16 +190,31 @@ def test_cp_async_pipelines_count_copy_bytes_groups_waits_and_barriers():
     assert x[col("tc.commits")] == pytest.approx(lg(5))
     assert x[col("tc.waits")] == pytest.approx(lg(4))
     assert x[col("tc.syncs")] == pytest.approx(lg(1 + 2 * 4))
-    assert x[col("tc.stages")] == 2  # wait_group 1: two groups in flight
+    assert x[col("tc.in_flight")] == 2  # wait_group 1, plus one
     assert x[col("tc.half_arg_bytes")] == pytest.approx(lg(2 * 4 * T * 2))
     assert x[col("tc.mma_flops")] == 0
     deeper = extract(async_pipeline(stages=4, wait=2)[0])
-    assert deeper[col("tc.stages")] == 3
+    assert deeper[col("tc.in_flight")] == 3
 
 
 def test_float32_kernels_have_an_empty_tensor_core_block():
     x = extract(hand_matmul(64, 64, 64, 4, 16, 8))
     tc = [i for i, n in enumerate(NAMES) if n.startswith("tc.")]
-    assert len(tc) == 18
+    assert len(tc) == 19
     assert x[col("tc.float_arg_bytes")] == pytest.approx(np.log2(1 + 3 * 64 * 64 * 4))
     assert not np.any(np.delete(x[tc], tc.index(col("tc.float_arg_bytes"))))
+
+
+def test_tensor_core_template_configs_show_their_mma_work_and_shared_layout():
+    t = Target("cuda -arch=sm_80")
+    wl = autotune.workload("matmul", M=128, N=128, K=128, dtype="float16")
+    sp = config_space(wl, t)
+    rows = {}
+    for pad in (0, 8):
+        cfg = sp.config(dict(sp.default()) | dict(pad=pad))
+        rows[pad] = extract(autotune.lower(wl, t, cfg))
+    for x in rows.values():
+        assert x[col("tc.mma_flops")] == pytest.approx(np.log2(1 + 2 * 128 ** 3))
+        assert x[col("tc.mma_share")] == 1.0 and x[col("tc.async_width")] == 16
+    # unpadded, rows of 64 halves (B) or 64 floats (the staging tile) start in one bank
+    assert rows[0][col("tc.bank_aligned")] > 0 and rows[8][col("tc.bank_aligned")] == 0

@@ -3,17 +3,25 @@ match numpy within the dtype's tolerance, and each kind of fault a GPU would not
 raised, named and placed."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+import autotune
+from autotune import driver
 from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+from autotune.codegen.cuda.simulate_warp import BASE_ALIGN
 from autotune.ir.expr import Const, cmp
 from autotune.ir.stmt import (
     Allocate,
     Buffer,
     For,
     IfThenElse,
+    MmaFill,
     MmaLoad,
+    MmaStore,
+    MmaSync,
     PrimFunc,
     Scope,
     Seq,
@@ -96,7 +104,7 @@ def _raises(kind, func, launch, dtype="float16"):
 
 def test_a_warp_collective_op_that_some_lanes_skip_is_divergent():
     e = _raises("divergent_warp", *wmma_matmul(mma_guard=lambda tx: cmp("<", tx, 20)))
-    assert (e.warp, e.block, e.thread) == (0, (0, 0, 0), (20, 0, 0))
+    assert (e.buffer, e.warp, e.block, e.thread) == ("fc", 0, (0, 0, 0), (20, 0, 0))
     assert "fill" in e.statement and "20 of its 32 lanes" in str(e)
 
 
@@ -109,7 +117,7 @@ def test_a_warp_of_fewer_than_32_threads_is_divergent():
 def test_an_offset_that_differs_across_the_warp_is_nonuniform():
     e = _raises("nonuniform_warp", *wmma_matmul(a_offset_of=lambda tx: (tx // 16) * 16))
     assert e.warp == 0 and e.thread == (0, 0, 0) and e.other_thread == (16, 0, 0)
-    assert "offset" in str(e) and "A[" in e.statement
+    assert (e.buffer, e.index) == ("A", 0) and "offset" in str(e) and "A[" in e.statement
 
 
 def test_ldm_that_is_not_a_multiple_of_16_bytes_is_misaligned():
@@ -145,6 +153,15 @@ def test_other_warps_reading_an_mma_store_without_a_barrier_race():
     assert e.thread == (32, 0, 0) and e.warp is None and "c_sh[" in e.statement
 
 
+def test_an_mma_store_whose_rows_overlap_writes_elements_twice():
+    """ldm 8 (16 bytes: aligned) for rows of 16: row r's second half is row r+1's first."""
+    func, launch = wmma_matmul()
+    bad = _replace(func.body, lambda s: isinstance(s, MmaStore),
+                   lambda s: MmaStore(s.dst, s.offset, 8, s.frag, s.index, s.shape))
+    e = _raises("race", PrimFunc("wmma", func.args, bad), launch)
+    assert (e.buffer, e.index, e.warp) == ("c_sh", 8, 0) and "store" in e.statement
+
+
 def test_its_own_lanes_also_need_a_barrier_after_an_mma_store():
     e = _raises("race", *wmma_matmul(threads=32, barrier=False))
     assert e.buffer == "c_sh" and e.other_thread == (0, 0, 0) and e.thread != (0, 0, 0)
@@ -155,25 +172,28 @@ def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
     func, launch = wmma_matmul()
     A, B, C = func.args
     wrong = Buffer("A", A.shape, "float32")
-    func = PrimFunc("wmma", (wrong, B, C), _swap_buffer(func.body, A, wrong))
+    swapped = _replace(func.body, lambda s: isinstance(s, MmaLoad) and s.src is A,
+                       lambda s: MmaLoad(s.frag, s.index, wrong, s.offset, s.ldm, s.layout,
+                                         s.shape))
+    func = PrimFunc("wmma", (wrong, B, C), swapped)
     args = [np.zeros(A.shape, np.float32), *_wmma_args(func, "float16")[1:]]
     with pytest.raises(CudaExecutionError) as info:
         _run(func, launch, args)
     assert info.value.kind == "invalid_statement" and info.value.buffer == "A"
 
 
-def _swap_buffer(s, old, new):
-    """``s`` with every MmaLoad from ``old`` reading ``new``."""
-    if isinstance(s, MmaLoad) and s.src is old:
-        return MmaLoad(s.frag, s.index, new, s.offset, s.ldm, s.layout, s.shape)
+def _replace(s, match, new):
+    """``s`` with ``new(x)`` for every statement ``x`` that ``match``es."""
+    if match(s):
+        return new(s)
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _swap_buffer(s.body, old, new))
+        return For(s.var, s.extent, s.kind, _replace(s.body, match, new))
     if isinstance(s, Seq):
-        return Seq([_swap_buffer(c, old, new) for c in s.stmts])
+        return Seq([_replace(c, match, new) for c in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, _swap_buffer(s.body, old, new))
+        return Allocate(s.buffer, _replace(s.body, match, new))
     if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _swap_buffer(s.then, old, new))
+        return IfThenElse(s.cond, _replace(s.then, match, new))
     return s
 
 
@@ -244,3 +264,54 @@ def test_invalid_copies_read_nothing_and_zero_fill():
     assert np.array_equal(out, 2 * np.roll(xs.reshape(4, T), -8, axis=1))
     e = _pipe_raises("out_of_bounds", *async_pipeline(n_src=n_src))
     assert e.buffer == "x" and e.index == n_src
+
+
+# ---------------------------------------------------------------- the model's assumptions
+
+@pytest.mark.parametrize("op, params", [
+    ("matmul", dict(M=64, N=72, K=48)),
+    ("conv2d", dict(N=1, C=8, H=7, W=7, K=16, R=3, S=3, stride=1, pad=1))])
+def test_the_emitter_aligns_shared_arrays_as_the_model_assumes(op, params):
+    """The model takes a shared array that wmma or cp.async touches to start
+    ``BASE_ALIGN[SHARED]``-byte aligned: the CUDA C must declare it so."""
+    wl = autotune.workload(op, dtype="float16", **params)
+    src = driver.source(wl, autotune.Target("cuda -arch=sm_80"))
+    declared = {m[2]: int(m[1]) for m in re.finditer(r"__shared__ __align__\((\d+)\) \S+ (\w+)\[",
+                                                      src)}
+    touched = {name for name in declared
+               if re.search(rf"(matrix_sync|cvta_generic_to_shared)\([^;]*\b{name}\b", src)}
+    assert touched and len(touched) == len(declared)
+    assert all(declared[name] >= BASE_ALIGN[Scope.SHARED] for name in touched)
+
+
+def test_warps_storing_one_output_tile_straight_to_global_memory_race():
+    """An output written only by mma_store is tracked like one written by plain stores."""
+    shape = (16, 16, 16)
+    A, B = Buffer("A", (16, 16), "float16"), Buffer("B", (16, 16), "float16")
+    C = Buffer("C", (16, 16), "float32")
+    fa = Buffer("fa", (1,), "float16", Scope.WMMA_A)
+    fb = Buffer("fb", (1,), "float16", Scope.WMMA_B)
+    fc = Buffer("fc", (1,), "float32", Scope.WMMA_ACC)
+    z = (Const(0),)
+
+    def body(bx, tx):
+        return Allocate(fa, Allocate(fb, Allocate(fc, Seq([
+            MmaFill(fc, z, 0.0, shape), MmaLoad(fa, z, A, Const(0), 16, "row", shape),
+            MmaLoad(fb, z, B, Const(0), 16, "row", shape), MmaSync(fc, z, fa, z, fb, z, shape),
+            MmaStore(C, Const(0), 16, fc, z, shape)]))))
+    rng = np.random.default_rng(0)
+    for warps in (1, 2):
+        stmt, launch = launch_1d(body, 32 * warps)
+        func = PrimFunc("k", (A, B, C), stmt)
+        args = [random_half(rng, (16, 16), "float16"), random_half(rng, (16, 16), "float16"),
+                np.full((16, 16), np.nan, np.float32)]
+        if warps == 1:
+            out = _run(func, launch, args)
+            ref = args[0].astype(np.float64) @ args[1].astype(np.float64)
+            assert np.max(np.abs(out - ref)) <= 1e-4 * np.max(np.abs(ref))
+            continue
+        with pytest.raises(CudaExecutionError) as info:
+            _run(func, launch, args)
+        e = info.value
+        assert (e.kind, e.buffer) == ("race", "C")  # warp 0 and warp 1, lanes 0 and 32
+        assert {e.thread, e.other_thread} == {(0, 0, 0), (32, 0, 0)}

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import c_division, flat_index, index_bits
+from autotune.codegen.cuda.emit import c_division, flat_index, index_bits, written_buffers
 from autotune.codegen.cuda.passes import Launch, shared_buffers
 from autotune.ir.analysis import Interval, loop_extents
 from autotune.ir.expr import FLOAT, HALF_DTYPES, And, BinOp, Cmp, Const, Expr, Load, Select, Var
@@ -47,7 +47,6 @@ from autotune.ir.stmt import (
     Store,
     Sync,
     format_stmt,
-    walk_stmts,
 )
 from autotune.ops.dtypes import round_to, to_float32, to_storage
 
@@ -172,7 +171,7 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
     if len(arrays) != len(func.args):
         raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
     program = _Compiler(func, body).stmt(body)
-    stored = {s.buffer for s in walk_stmts(body) if isinstance(s, Store)}
+    stored = written_buffers(body)  # by Store, MmaStore or AsyncCopy
     globals_: dict[Buffer, _Memory] = {}
     for b, a in zip(func.args, arrays):
         if a.size != b.size:

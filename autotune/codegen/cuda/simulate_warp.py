@@ -7,7 +7,8 @@ need all 32 lanes of the warp (``divergent_warp``) with the same operands
 (``nonuniform_warp``), a 256-bit aligned pointer and ``ldm`` a multiple of 16 bytes
 (``misaligned``), as ``nvcuda::wmma`` states. Their memory accesses are the warp's, owned by
 its lane 0 for race tracking: other threads, its own lanes' plain accesses included, need a
-barrier.
+barrier; an ``MmaStore`` whose rows overlap (``ldm`` below the row length) is a race among
+the warp's lanes.
 
 An ``AsyncCopy`` (4, 8 or 16 bytes, both addresses aligned to the size) leaves its shared
 destination in flight until the issuing thread's ``AsyncWait`` covers its group; touching an
@@ -202,9 +203,9 @@ class _Collective:
     def __init__(self, c: _Compiler, s: MmaFill | MmaLoad | MmaSync | MmaStore, text: str):
         self.s, self.text = s, text
         self.ops: list[_ExprFn] = []  # uniform operands: offsets, then fragment indices
-        self.names: list[str] = []
+        self.names: list[tuple[str, Buffer]] = []  # each operand's name and its buffer
         if isinstance(s, (MmaLoad, MmaStore)):
-            self._operand(c, s.offset, "offset")
+            self._operand(c, s.offset, "offset", s.src if isinstance(s, MmaLoad) else s.dst)
         self.frags: list[tuple[FragmentType, int]] = []  # each fragment operand and its operand
         pairs: list[tuple[Buffer, tuple[Expr, ...], Scope | None]]
         if isinstance(s, MmaSync):
@@ -218,7 +219,7 @@ class _Collective:
             if role is not None and buf.scope is not role:
                 raise _invalid(s, buf, f"a {buf.scope.value} fragment where {role.value} goes")
             self.frags.append((c.fragments[buf], len(self.ops)))
-            self._operand(c, flat_index(buf, index, c.ext), f"{buf.name} index")
+            self._operand(c, flat_index(buf, index, c.ext), "fragment index", buf)
         if isinstance(s, MmaSync):
             if s.a.dtype != s.b.dtype:
                 raise _invalid(s, s.a, f"mma of {s.a.dtype} x {s.b.dtype} into {s.acc.dtype}")
@@ -234,9 +235,9 @@ class _Collective:
             col_major = isinstance(s, MmaLoad) and s.layout == "col"
             self.pattern: np.ndarray = col * s.ldm + r if col_major else r * s.ldm + col
 
-    def _operand(self, c: _Compiler, e: Expr, name: str) -> None:
+    def _operand(self, c: _Compiler, e: Expr, name: str, buf: Buffer) -> None:
         self.ops.append(c.expr(e))
-        self.names.append(name)
+        self.names.append((name, buf))
 
     def run(self, g: _Grid, env: _Env, mask: np.ndarray) -> None:
         st = _state(g)
@@ -285,6 +286,13 @@ class _Collective:
                                      statement=self.text)
         frag = self.frags[0][0]
         n = frag.rows * frag.cols
+        if not load and s.ldm < frag.cols:  # lanes holding different elements store to one
+            who, blk, thr, wi = _who(g, int(leaders[0]), True)
+            raise CudaExecutionError(
+                "race", f"{who} stores rows of {frag.cols} elements {s.ldm} apart into "
+                f"{mem_buf.name}: its lanes write one element twice", buffer=mem_buf.name,
+                index=int(offset[0]) + s.ldm, block=blk, thread=thr, warp=wi,
+                statement=self.text)
         index = (offset[:, None] + self.pattern[None, :]).reshape(-1)
         mem = g.memory[mem_buf]
         keys = _access(g, mem, index, np.repeat(leaders, n), not load, self.text, warp=True)
@@ -314,10 +322,12 @@ class _Collective:
             else:
                 t_out = t_in
                 why = f"the warp has only {int(st.size[wi])} threads (a block of {g.threads})"
+            buf = self.names[0][1]  # the memory, or the (first) fragment, it works on
             raise CudaExecutionError(
                 "divergent_warp", f"warp {int(g.tid[inside[0]]) // WARP} of block {blk} runs a "
-                f"warp-collective statement, but {why}", block=blk, thread=t_out,
-                other_thread=t_in, warp=int(g.tid[inside[0]]) // WARP, statement=self.text)
+                f"warp-collective statement, but {why}", buffer=buf.name, block=blk,
+                thread=t_out, other_thread=t_in, warp=int(g.tid[inside[0]]) // WARP,
+                statement=self.text)
         return np.nonzero(mask & (g.tid % WARP == 0))[0]
 
     def _uniform(self, g: _Grid, env: _Env, mask: np.ndarray, leaders: np.ndarray
@@ -326,7 +336,7 @@ class _Collective:
         warp disagree."""
         lanes = leaders[:, None] + np.arange(WARP)[None, :]
         out: np.ndarray = np.zeros((len(leaders), len(self.ops)), np.int64)
-        for j, (op, name) in enumerate(zip(self.ops, self.names)):
+        for j, (op, (name, buf)) in enumerate(zip(self.ops, self.names)):
             v = _lanes(op(g, env, mask), g.lanes)[lanes]
             differ = v != v[:, :1]
             if differ.any():
@@ -334,10 +344,11 @@ class _Collective:
                 who, blk, thr, w = _who(g, int(leaders[i]), True)
                 _, other = g.coords(int(lanes[i, lane]))
                 raise CudaExecutionError(
-                    "nonuniform_warp", f"{who}: its {name} is {int(v[i, 0])} in thread {thr} "
-                    f"but {int(v[i, lane])} in thread {other}; a warp-collective operand must "
-                    "be the same in all 32 lanes", block=blk, thread=thr, other_thread=other,
-                    warp=w, statement=self.text)
+                    "nonuniform_warp", f"{who}: its {name} into {buf.name} is {int(v[i, 0])} in "
+                    f"thread {thr} but {int(v[i, lane])} in thread {other}; a warp-collective "
+                    "operand must be the same in all 32 lanes", buffer=buf.name,
+                    index=int(v[i, 0]), block=blk, thread=thr, other_thread=other, warp=w,
+                    statement=self.text)
             out[:, j] = v[:, 0]
         return out
 
