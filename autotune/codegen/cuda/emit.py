@@ -112,6 +112,12 @@ def c_type(dtype: str) -> str:
     return dtype_info(dtype).c_type
 
 
+def written_buffers(s: Stmt) -> set[Buffer]:
+    """Buffers some statement of ``s`` writes (Store, MmaStore, AsyncCopy): the kernel
+    parameters that are not ``const``."""
+    return set(writes(s))
+
+
 def mma_shared_buffers(s: Stmt) -> set[Buffer]:
     """Buffers that wmma loads or stores or cp.async fills: declared 128-byte aligned."""
     out: set[Buffer] = set()
@@ -166,7 +172,7 @@ class _Emitter:
 
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
-        stored = set(writes(self.body))
+        stored = written_buffers(self.body)
         params = []
         for b in (*self.func.args, *self.func.workspaces):
             const = "" if b in stored else "const "
