@@ -64,6 +64,22 @@ def test_default_of_a_large_matmul_is_the_full_tile():
         128, 128, 32, (2, 4), (16, 16, 16), 2, 8)
 
 
+@pytest.mark.parametrize("op, shape", [
+    ("matmul", dict(M=1024, N=1024, K=1024)),
+    ("conv2d", dict(N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)),
+    ("conv2d", dict(N=1, C=256, H=14, W=14, K=256, R=3, S=3, stride=1, pad=1)),
+])
+def test_default_tiles_shrink_until_the_grid_fills_the_gpu(op, shape):
+    """Down to 32 x 32: a 1024^2 output in 128^2 tiles would leave 68 of 132 SMs idle."""
+    wl = autotune.workload(op, dtype="float16", **shape)
+    tgt = target("sm_90")
+    t = tc.tiling(driver.config_space(wl, tgt).default())
+    batch, M, N, _ = tc.gemm_dims(wl)
+    blocks = batch * -(-M // t.bm) * -(-N // t.bn)
+    assert blocks >= tgt.cuda.multiprocessors or (t.bm, t.bn) == (32, 32), (t, blocks)
+    assert blocks < 2 * tgt.cuda.multiprocessors or (t.bm, t.bn) == (128, 128)
+
+
 GOOD = tc.Tiling((16, 16, 16), (2, 4), (4, 2), 32)
 
 

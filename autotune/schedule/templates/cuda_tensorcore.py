@@ -197,24 +197,36 @@ def _validity(lim: CudaLimits, cfg: Config) -> str | None:
 
 
 def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
-    """128 x 128 x 32 with 8 warps (2 x 4) of 4 x 2 16x16x16 fragments, two stages, pad 8,
-    halved (fragments first, then warps) while half the tile still covers a small problem."""
-    _, M, N, K = gemm_dims(wl)
-    wm, fm = _shrink(M, 2, 4, 16)
-    wn, fn = _shrink(N, 4, 2, 16)
+    """128 x 128 x 32 with 8 warps (2 x 4) of 4 x 2 16x16x16 fragments, two stages, pad 8;
+    halved (fragments first, then warps) while half the tile still covers a small problem,
+    then, larger side first down to 32 x 32, while the grid leaves multiprocessors idle (a
+    1024^2 output in 128^2 tiles is 64 blocks for 132 SMs)."""
+    batch, M, N, K = gemm_dims(wl)
+    (wm, fm), (wn, fn) = _shrink(M, 2, 4), _shrink(N, 4, 2)
+    unit = 16
+    while True:
+        bm, bn = wm * fm * unit, wn * fn * unit
+        if batch * -(-M // bm) * -(-N // bn) >= lim.multiprocessors or max(bm, bn) <= 32:
+            break
+        if bm >= bn:
+            wm, fm = _halve(wm, fm)
+        else:
+            wn, fn = _halve(wn, fn)
     block_k = 32 if K > 16 else 16
     return {"mma_shape": "16x16x16", "warps_m": wm, "warps_n": wn, "frags_m": fm,
             "frags_n": fn, "block_k": block_k, "stages": 2 if sm_version(lim) >= 80 else 1,
             "pad": 8, "unroll_k": True, "vector": 8}
 
 
-def _shrink(extent: int, warps: int, frags: int, unit: int) -> tuple[int, int]:
+def _shrink(extent: int, warps: int, frags: int, unit: int = 16) -> tuple[int, int]:
     while warps * frags * unit // 2 >= extent and warps * frags > 1:
-        if frags > 1:
-            frags //= 2
-        else:
-            warps //= 2
+        warps, frags = _halve(warps, frags)
     return warps, frags
+
+
+def _halve(warps: int, frags: int) -> tuple[int, int]:
+    """Half the fragments a side of the tile holds, fragments per warp first."""
+    return (warps, frags // 2) if frags > 1 else (warps // 2, frags)
 
 
 def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
