@@ -1,13 +1,17 @@
 """Kernel quality on a CUDA GPU: tuned GFLOP/s against torch (cuBLAS / cuDNN).
 
 Tunes each workload with the best tuner available (autotune.api.tune), re-checks the best
-kernel against numpy, and prints a table with two torch columns: fp32 with TF32 off, and
-torch's defaults (TF32 for convolutions, fp32 for matmul). torch is timed in processes of
-its own, one per column: timed in the process that runs pycuda's kernels, cuDNN ran convs
-up to 1.6x slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional
-(its columns show n/a). Without a GPU it says why and exits with status 2.
+kernel against numpy, and prints a table with torch's columns. For float32 there are two:
+fp32 with TF32 off, and torch's defaults (TF32 for convolutions, fp32 for matmul). With
+``--dtype float16`` or ``bfloat16`` the cases are matmuls and ResNet-18's 3x3 convs at
+batch 1, in TFLOP/s, against torch in the same dtype (cuBLAS; cuDNN on channels_last
+tensors), with cudnn.benchmark on throughout. torch is timed in processes of its own, one
+per column: timed in the process that runs pycuda's kernels, cuDNN ran convs up to 1.6x
+slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its columns
+show n/a). Without a GPU it says why and exits with status 2.
 
     .venv/bin/python benchmarks/gpu.py [--trials 500] [--arch sm_90] [--only matmul] [--db URL]
+                                       [--dtype float32|float16|bfloat16]
 """
 from __future__ import annotations
 
@@ -24,12 +28,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 import autotune
+from autotune.measure.correctness import check_output
 from autotune.ops import Workload
 
-# torch's columns: mode -> (header, TF32 allowed for convs and matmul; None: torch's default)
-MODES: dict[str, tuple[str, Optional[bool]]] = {
-    "fp32": ("torch fp32", False),
-    "default": ("torch default", None),
+# torch's columns per dtype: mode -> (header, TF32 allowed for convs and matmul; None:
+# torch's default). A half mode runs torch in that dtype (TF32 does not apply).
+MODES: dict[str, dict[str, tuple[str, Optional[bool]]]] = {
+    "float32": {"fp32": ("torch fp32", False), "default": ("torch default", None)},
+    "float16": {"float16": ("torch fp16", None)},
+    "bfloat16": {"bfloat16": ("torch bf16", None)},
 }
 BASELINE_TIMEOUT_S = 600
 
@@ -40,8 +47,19 @@ class Case:
     workload: Workload
 
 
-def cases() -> list[Case]:
+def cases(dtype: str = "float32") -> list[Case]:
+    """The float32 cases, or for a half dtype matmuls and ResNet-18's 3x3 convs (batch 1)."""
     conv = dict(N=1, R=3, S=3, stride=1, pad=1)
+    if dtype != "float32":
+        return [
+            Case("matmul 1024^3", autotune.workload("matmul", M=1024, N=1024, K=1024,
+                                                    dtype=dtype)),
+            Case("matmul 4096^3", autotune.workload("matmul", M=4096, N=4096, K=4096,
+                                                    dtype=dtype)),
+            *(Case(f"conv2d {c}x{hw}x{hw} k{c} 3x3", autotune.workload(
+                "conv2d", C=c, H=hw, W=hw, K=c, dtype=dtype, **conv))
+              for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7))),
+        ]
     dw = dict(N=1, C=128, H=56, W=56, R=3, S=3, stride=1, pad=1)
     return [
         Case("matmul 1024^3", autotune.workload("matmul", M=1024, N=1024, K=1024)),
@@ -98,7 +116,8 @@ def gpu_description() -> str:
 
 # --- torch, in a process of its own ---------------------------------------------------
 
-def torch_times(mode: str, labels: list[str], number: int = 50) -> dict[str, Optional[float]]:
+def torch_times(dtype: str, mode: str, labels: list[str],
+                number: int = 50) -> dict[str, Optional[float]]:
     """Seconds per call of torch's equivalent of each case (epilogue included, unfused), in
     ``mode``; None for all when torch or its GPU is missing. Runs in the child process."""
     try:
@@ -107,23 +126,32 @@ def torch_times(mode: str, labels: list[str], number: int = 50) -> dict[str, Opt
         return {label: None for label in labels}
     if not torch.cuda.is_available():
         return {label: None for label in labels}
-    tf32 = MODES[mode][1]
+    tf32 = MODES[dtype][mode][1]
     if tf32 is not None:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True  # let cuDNN pick its best algorithm (both modes)
-    by_label = {c.label: c.workload for c in cases()}
+    torch.backends.cudnn.benchmark = True  # let cuDNN pick its best algorithm (every mode)
+    by_label = {c.label: c.workload for c in cases(dtype)}
     return {label: _time_torch(torch, _torch_call(torch, by_label[label]), number)
             for label in labels}
+
+
+def _tensor(torch: Any, array: np.ndarray, dtype: str, dev: Any) -> Any:
+    """A storage array (`Workload.random_args`) as a torch tensor of ``dtype`` on ``dev``."""
+    if dtype == "bfloat16":  # uint16 bit patterns: reinterpreted, not converted
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(dev)
+    return torch.from_numpy(array).to(dev)
 
 
 def _torch_call(torch: Any, wl: Workload) -> Callable[[], Any]:
     import torch.nn.functional as F
 
     dev = torch.device("cuda")
-    args = [torch.from_numpy(a).to(dev) for a in wl.random_args(0)[:-1]]
+    args = [_tensor(torch, a, wl.dtype, dev) for a in wl.random_args(0)[:-1]]
+    if wl.dtype != "float32" and wl.op == "conv2d":  # cuDNN's fast half kernels are NHWC
+        args[:2] = [a.contiguous(memory_format=torch.channels_last) for a in args[:2]]
     p = wl.params
-    if wl.op == "matmul":
+    if wl.op in ("matmul", "batch_matmul"):
         return lambda: args[0] @ args[1]
     groups = p["C"] if wl.op == "depthwise_conv2d" else 1
     dil = p["dilation"] if "dilation" in p else (1, 1)
@@ -154,11 +182,11 @@ def _time_torch(torch: Any, run: Callable[[], Any], number: int) -> float:
     return float(np.median(costs))
 
 
-def torch_baselines(mode: str, labels: list[str]) -> dict[str, Optional[float]]:
+def torch_baselines(dtype: str, mode: str, labels: list[str]) -> dict[str, Optional[float]]:
     """`torch_times` in a fresh process; None for each case (and the reason on stderr) when
     that process fails."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--torch-baseline", mode,
-           "--labels", json.dumps(labels)]
+           "--dtype", dtype, "--labels", json.dumps(labels)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BASELINE_TIMEOUT_S)
         if proc.returncode == 0:
@@ -181,12 +209,16 @@ def tuned(case: Case, target: autotune.Target, trials: int, db: str) -> Optional
     kernel = autotune.compile(wl, target, result.best_config)
     args = wl.random_args(1)
     kernel(*args)
-    np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-3, atol=1e-3)
+    # the output in its storage form, under the larger of 1e-3 and the dtype's tolerance
+    wrong = check_output(args[-1], wl.reference(args), 1e-3, 1e-3, wl.dtype)
+    if wrong:
+        raise AssertionError(f"{case.label}: the best kernel is wrong: {wrong}")
     return result.best_cost
 
 
-def _gflops(wl: Workload, seconds: Optional[float]) -> Optional[float]:
-    return wl.flops() / seconds / 1e9 if seconds else None
+def _rate(wl: Workload, seconds: Optional[float], scale: float) -> Optional[float]:
+    """FLOP/s over ``scale`` (1e9: GFLOP/s, 1e12: TFLOP/s)."""
+    return wl.flops() / seconds / scale if seconds else None
 
 
 def _cols(ours: Optional[float], theirs: Optional[float]) -> str:
@@ -202,32 +234,44 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90", help="CUDA arch of the GPU, e.g. sm_80")
     ap.add_argument("--only", default="", help="run the cases whose label contains this")
     ap.add_argument("--db", default="", help="database URL (default: a temporary SQLite file)")
-    ap.add_argument("--torch-baseline", choices=list(MODES), help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="float32", choices=list(MODES),
+                    help="element type of the workloads (default float32); float16 and "
+                         "bfloat16 run matmuls and ResNet-18's 3x3 convs against torch in the "
+                         "same dtype, in TFLOP/s")
+    ap.add_argument("--torch-baseline", help=argparse.SUPPRESS)
     ap.add_argument("--labels", default="[]", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.torch_baseline:  # the child process of `torch_baselines`
-        print(json.dumps(torch_times(args.torch_baseline, json.loads(args.labels))))
+        print(json.dumps(torch_times(args.dtype, args.torch_baseline, json.loads(args.labels))))
         return 0
     reason = gpu_missing()
     if reason:
         print(f"benchmarks/gpu.py needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
     target = autotune.Target(f"cuda -arch={args.arch}")
-    chosen = [c for c in cases() if args.only in c.label]
+    chosen = [c for c in cases(args.dtype) if args.only in c.label]
+    if chosen:
+        try:  # bfloat16 below sm_80: say so before any torch process starts
+            chosen[0].workload.check_target(target)
+        except ValueError as exc:
+            print(f"benchmarks/gpu.py: {exc}", file=sys.stderr)
+            return 2
     labels = [c.label for c in chosen]
+    modes = MODES[args.dtype]
+    unit, scale = ("GFLOP/s", 1e9) if args.dtype == "float32" else ("TFLOP/s", 1e12)
     print(f"GPU {gpu_description()}")
-    print(f"target {target.key}; {args.trials} trials per workload; torch timed in processes "
-          f"of its own (cudnn.benchmark on)")
+    print(f"target {target.key}; dtype {args.dtype}; {args.trials} trials per workload; torch "
+          f"timed in processes of its own (cudnn.benchmark on)")
     # torch first: the child processes then have the GPU to themselves
-    base = {mode: torch_baselines(mode, labels) for mode in MODES}
+    base = {mode: torch_baselines(args.dtype, mode, labels) for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or f"sqlite:///{Path(tmp) / 'gpu_bench.db'}"
-        heads = " ".join(f"{MODES[m][0] + ' GFLOP/s':>21} {'ratio':>6}" for m in MODES)
-        print(f"{'workload':45} {'autotune GFLOP/s':>17} {heads}")
+        heads = " ".join(f"{modes[m][0] + ' ' + unit:>21} {'ratio':>6}" for m in modes)
+        print(f"{'workload':45} {'autotune ' + unit:>17} {heads}")
         for case in chosen:
-            ours = _gflops(case.workload, tuned(case, target, args.trials, db))
-            cols = " ".join(_cols(ours, _gflops(case.workload, base[m][case.label]))
-                            for m in MODES)
+            ours = _rate(case.workload, tuned(case, target, args.trials, db), scale)
+            cols = " ".join(_cols(ours, _rate(case.workload, base[m][case.label], scale))
+                            for m in modes)
             print(f"{case.label:45} {ours or 0.0:17.1f} {cols}", flush=True)
     return 0
 

@@ -357,3 +357,17 @@ def test_tune_tasks_refuses_a_half_task_on_a_cpu_before_a_run(url, tmp_path):
     with pytest.raises(WorkloadError, match="bfloat16") as err:
         tune_tasks(model, trials=4, target="llvm", db=url)
     assert err.value.loc == ("dtype",) and not (tmp_path / "api.db").exists()
+
+
+def test_compile_model_refuses_a_half_kernel_on_a_cpu_before_any_lookup(url, tmp_path):
+    # torch models extract float32 kernels today; a half one is refused like the rest
+    pytest.importorskip("torch")
+    from autotune.frontend.runtime import _configs
+    from autotune.frontend.torch import Match
+    from autotune.ops import WorkloadError
+
+    half = autotune.Workload.from_dict({**WL, "dtype": "float16"})
+    match = Match(half, ("mm",), ("x", "y"), (), "matmul", "mm")
+    with pytest.raises(WorkloadError, match="float16") as err:
+        _configs([match], autotune.Target("llvm"), url)
+    assert err.value.field == "dtype" and not (tmp_path / "api.db").exists()

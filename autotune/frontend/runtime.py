@@ -138,7 +138,10 @@ def _supported(tgt: Target) -> Target:
 
 
 def _configs(matches: Sequence[Match], tgt: Target, db: DbArg) -> dict[Workload, Config]:
-    """Each workload's config: one lookup (and warning) per workload."""
+    """Each workload's config: one lookup (and warning) per workload; a `WorkloadError` at
+    ``dtype`` first when the target refuses one's dtype."""
+    for m in matches:
+        m.workload.check_target(tgt)
     configs: dict[Workload, Config] = {}
     with open_database(db, create=False) as database:
         for m in matches:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
-from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS
+from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, op_dtypes
 
 MAX_TRIALS = 100_000
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -44,18 +44,29 @@ _PARAMS_SHAPE: dict[str, Any] = {
                                                   "minItems": 2, "maxItems": 2}]}}
 
 
+# Ops without a half kernel take float32 only (`autotune.ops.dtypes.op_dtypes`).
+_OP_DTYPES: Any = [  # JSON Schema (to pydantic, a JsonValue)
+    {"if": {"properties": {"op": {"const": op}}, "required": ["op"]},
+     "then": {"properties": {"dtype": {"enum": list(op_dtypes(op))}}}}
+    for op in OPS if op_dtypes(op) != DTYPES]
+
+
 class WorkloadIn(BaseModel):
     """An operator instance as sent by a client; checked against the op table on submit."""
 
     # strict: a JSON false is not a 0, nor "64" a 64 (what the schema promises is what counts)
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
-        "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}]})
+        "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}],
+        "allOf": _OP_DTYPES})
 
     op: OpName = Field(description="operator name (see GET /api/v1/ops)")
     params: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra=_PARAMS_SHAPE,
         description="integer sizes; pair params take an int or [h, w] (see GET /api/v1/ops)")
-    dtype: DtypeName = "float32"
+    dtype: DtypeName = Field(
+        default="float32", description="element type of every argument; float16 and bfloat16 "
+        "(matmul, batch_matmul, conv2d) accumulate in float32 and run on cuda targets only, "
+        "bfloat16 from sm_80 (see GET /api/v1/ops)")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -113,3 +113,47 @@ def test_gpu_benchmark_without_a_gpu_says_why():
                             "--labels", '["matmul 1024^3"]'], cwd=REPO, capture_output=True,
                            text=True, timeout=120)
     assert child.returncode == 0 and child.stdout.strip() == '{"matmul 1024^3": null}'
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_benchmark_in_a_half_dtype_without_a_gpu_says_why(dtype):
+    from autotune.codegen.cuda.runtime import NoCudaDevice, cuda_device
+    try:
+        cuda_device(0)
+        pytest.skip("a CUDA device is present")
+    except NoCudaDevice as e:
+        reason = str(e)
+    helped = subprocess.run([sys.executable, "benchmarks/gpu.py", "--help"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "--dtype {float32,float16,bfloat16}" in helped.stdout
+    out = subprocess.run([sys.executable, "benchmarks/gpu.py", "--dtype", dtype, "--trials",
+                          "4"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and f"needs a CUDA GPU: {reason}" in out.stderr
+    # torch in the same dtype, in its own process: n/a (None) without a GPU
+    child = subprocess.run([sys.executable, "benchmarks/gpu.py", "--torch-baseline", dtype,
+                            "--dtype", dtype, "--labels", '["conv2d 64x56x56 k64 3x3"]'],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == '{"conv2d 64x56x56 k64 3x3": null}'
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_benchmark_hands_torch_the_same_values_in_the_same_dtype(dtype, monkeypatch):
+    # torch's inputs are the workload's storage arrays reinterpreted (bfloat16: uint16 bits)
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    import numpy as np
+
+    from autotune.ops import workload
+    from autotune.ops.dtypes import to_float32
+
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_bench", bench)  # its dataclasses look it up
+    spec.loader.exec_module(bench)
+    a = workload("matmul", M=8, N=8, K=8, dtype=dtype).random_args(0)[0]
+    t = bench._tensor(torch, a, dtype, torch.device("cpu"))
+    assert t.dtype == getattr(torch, dtype)
+    np.testing.assert_array_equal(t.float().numpy(), to_float32(a, dtype))
+    assert {c.workload.dtype for c in bench.cases(dtype)} == {dtype}

@@ -449,3 +449,37 @@ def test_ops_list_the_dtypes_of_each_op(serve) -> None:
     assert ops["depthwise_conv2d"]["dtypes"] == ["float32"]
     schema = client.get("/openapi.json").json()["components"]["schemas"]["WorkloadIn"]
     assert schema["properties"]["dtype"]["enum"] == ["float32", "float16", "bfloat16"]
+    # the schema says which ops take a half dtype, as validation does
+    import jsonschema
+
+    valid = jsonschema.Draft202012Validator(schema).is_valid
+    params = {"N": 1, "C": 4, "H": 8, "W": 8, "R": 3, "S": 3, "stride": 1, "pad": 1}
+    assert valid({"op": "conv2d", "params": params, "dtype": "bfloat16"})
+    assert valid({"op": "depthwise_conv2d", "params": params})
+    assert not valid({"op": "depthwise_conv2d", "params": params, "dtype": "float16"})
+    response = client.post("/api/v1/jobs", json={"workload": {
+        "op": "depthwise_conv2d", "params": params, "dtype": "float16"}, "target": "cuda"},
+        headers=_key(client))
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "workload", "dtype"]
+
+
+def test_best_answers_for_the_dtype_asked(serve) -> None:
+    """float16 and float32 records of one shape are different workloads to GET /best."""
+    client = serve()
+    db, gpu = client.app.state.db, Target("cuda -arch=sm_90")
+    half = Workload.from_dict({**_mm(), "dtype": "float16"})
+    db.add_trials(half, gpu, None, [(driver.config_space(half, gpu).get(0), _result(0))],
+                  half.flops())
+    headers = _key(client)
+
+    def best(dtype: str):
+        return client.get("/api/v1/best", params={
+            "workload": json.dumps({**_mm(), "dtype": dtype}), "target": gpu.key},
+            headers=headers)
+
+    found = best("float16")
+    assert found.status_code == 200, found.text
+    assert found.json()["workload"]["dtype"] == "float16"
+    assert found.json()["cost"] == _result(0).cost
+    assert best("float32").status_code == 404

@@ -302,3 +302,41 @@ def test_job_page_plots_the_current_models_scores_of_an_xgb_job(make_server, bro
         "const e = document.querySelector('#chart-model .empty'); return e && e.textContent"),
         20, what="the scatter's note for a tuner without a model")
     assert "no cost model" in empty and not dots("#chart-model")
+
+
+def test_a_jobs_dtype_shows_in_the_list_and_on_its_page(make_server, browser) -> None:
+    """A float16 job (made in the database as a tuning process on a GPU host would, then
+    cancelled, so that this host without one never runs it) is named with its dtype in the
+    list, and its page shows the dtype; a float32 job's page says float32."""
+    from selenium.webdriver.common.by import By
+
+    from autotune.db import Database
+    from autotune.ops import workload
+    from autotune.target import Target
+
+    server = make_server()
+    key = create_key(server.db_url)
+    db = Database.open(server.db_url)
+    try:
+        half = db.create_job(workload=workload("matmul", M=64, N=64, K=64, dtype="float16"),
+                             target=Target("cuda -arch=sm_90"), tuner="random", trials=8)
+        db.set_job_state(half.id, "cancelled")
+    finally:
+        db.dispose()
+    server.start()
+    with server.client(key) as c:
+        single = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 4,
+                                              "tuner": "random"}).json()
+    browser.get(server.url + "/")
+    row = wait_for(lambda: browser.find_elements(By.ID, f"job-{half.id}"), 20,
+                   what="the float16 job's row")[0]
+    assert "matmul(M=64,N=64,K=64):float16" in row.find_element(By.CSS_SELECTOR, ".wl").text
+    browser.get(f"{server.url}/jobs/{half.id}")
+    wait_for(lambda: browser.find_element(By.ID, "stat-dtype").text == "float16", 20,
+             what="the float16 job's dtype")
+    assert browser.find_element(By.ID, "title").text.endswith(":float16")
+    browser.get(f"{server.url}/jobs/{single['id']}")
+    wait_for(lambda: browser.find_element(By.ID, "stat-dtype").text == "float32", 20,
+             what="the float32 job's dtype")
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs

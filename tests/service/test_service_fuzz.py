@@ -29,8 +29,10 @@ EXAMPLES = 30  # per operation
 
 # Where a schema-valid request may get a 422: fields checked against tables a JSON schema
 # does not hold (see the module docstring). Anything else refused is a schema that lies.
-SEMANTIC = (("body", "workload", "params"), ("body", "target"), ("body", "tuner_options"),
-            ("body", "measure_options"), ("query", "workload", "params"), ("query", "target"))
+# (A job's dtype is refused by its target: a half dtype on a CPU target.)
+SEMANTIC = (("body", "workload", "params"), ("body", "workload", "dtype"), ("body", "target"),
+            ("body", "tuner_options"), ("body", "measure_options"),
+            ("query", "workload", "params"), ("query", "target"))
 
 
 def accepts_positive_data(ctx: Any, response: Any, case: Any) -> Optional[bool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.codegen.cuda.passes import CudaCodegenError, Launch, shared_buffers
+from autotune.codegen.cuda.passes import CudaCodegenError, Launch, shared_buffers, writes
 from autotune.ir.analysis import Interval, interval, loop_extents, simplify
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
 from autotune.ir.stmt import (
@@ -113,11 +113,17 @@ def c_type(dtype: str) -> str:
 
 
 def written_buffers(s: Stmt) -> set[Buffer]:
-    """Buffers that some statement of ``s`` writes."""
+    """Buffers some statement of ``s`` writes (Store, MmaStore, AsyncCopy): the kernel
+    parameters that are not ``const``."""
+    return set(writes(s))
+
+
+def mma_shared_buffers(s: Stmt) -> set[Buffer]:
+    """Buffers that wmma loads or stores or cp.async fills: declared 128-byte aligned."""
     out: set[Buffer] = set()
     for x in walk_stmts(s):
-        if isinstance(x, Store):
-            out.add(x.buffer)
+        if isinstance(x, MmaLoad):
+            out.add(x.src)
         elif isinstance(x, (MmaStore, AsyncCopy)):
             out.add(x.dst)
     return out
@@ -162,10 +168,7 @@ class _Emitter:
         self.itype = "long long" if index_bits(func) == 64 else "int"
         self.layouts = fragment_layouts(body)
         self.frag_shapes = fragment_shapes(body)
-        mma = (MmaLoad, MmaStore, AsyncCopy)
-        self.mma_shared = {b for x in walk_stmts(body) if isinstance(x, mma)
-                           for b in ((x.src,) if isinstance(x, MmaLoad) else
-                                     (x.dst,) if isinstance(x, MmaStore) else (x.dst, x.src))}
+        self.mma_shared = mma_shared_buffers(body)
 
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
@@ -233,9 +236,6 @@ class _Emitter:
         return (f"{_WMMA}fragment<{_WMMA}{use}, {m}, {n}, {k}, {c_type(b.dtype)}, "
                 f"{_WMMA}{layout}_major>")
 
-    def _frag(self, b: Buffer, index: tuple[Expr, ...]) -> str:
-        return self._ref(b, index)
-
     def _at(self, b: Buffer, offset: Expr) -> str:
         """A pointer to element ``offset`` (flat) of ``b``."""
         return f"{self.names(b)} + {self._sub(simplify(offset, self.ext), _PREC['+'] + 1)}"
@@ -243,28 +243,29 @@ class _Emitter:
     def _warp_or_async(self, s: Stmt) -> str:
         """One Mma (warp-collective) or Async (cp.async) statement."""
         if isinstance(s, MmaFill):
-            return f"{_WMMA}fill_fragment({self._frag(s.frag, s.index)}, {s.value!r}f);"
+            return f"{_WMMA}fill_fragment({self._ref(s.frag, s.index)}, {s.value!r}f);"
         if isinstance(s, MmaLoad):
             layout = (f", {_WMMA}mem_{s.layout}_major" if s.frag.scope is Scope.WMMA_ACC
                       else "")
-            return (f"{_WMMA}load_matrix_sync({self._frag(s.frag, s.index)}, "
+            return (f"{_WMMA}load_matrix_sync({self._ref(s.frag, s.index)}, "
                     f"{self._at(s.src, s.offset)}, {s.ldm}{layout});")
         if isinstance(s, MmaSync):
-            acc = self._frag(s.acc, s.acc_index)
-            return (f"{_WMMA}mma_sync({acc}, {self._frag(s.a, s.a_index)}, "
-                    f"{self._frag(s.b, s.b_index)}, {acc});")
+            acc = self._ref(s.acc, s.acc_index)
+            return (f"{_WMMA}mma_sync({acc}, {self._ref(s.a, s.a_index)}, "
+                    f"{self._ref(s.b, s.b_index)}, {acc});")
         if isinstance(s, MmaStore):
             if s.dst.dtype != FLOAT:
                 raise CudaCodegenError(f"mma_store into {s.dst.name} ({s.dst.dtype}): "
                                        "accumulators are stored as float32")
             return (f"{_WMMA}store_matrix_sync({self._at(s.dst, s.offset)}, "
-                    f"{self._frag(s.frag, s.index)}, {s.ldm}, {_WMMA}mem_row_major);")
+                    f"{self._ref(s.frag, s.index)}, {s.ldm}, {_WMMA}mem_row_major);")
         if isinstance(s, AsyncCopy):
             return self._async_copy(s)
         if isinstance(s, AsyncCommit):
             return 'asm volatile("cp.async.commit_group;\\n" ::);'
         if isinstance(s, AsyncWait):
-            return f'asm volatile("cp.async.wait_group {s.pending};\\n" ::);'
+            # the clobber keeps the compiler from moving shared accesses across the wait
+            return f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");'
         raise TypeError(f"unknown statement {type(s).__name__}")
 
     def _async_copy(self, s: AsyncCopy) -> str:

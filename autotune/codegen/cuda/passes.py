@@ -4,8 +4,9 @@ buffers, guards normalised and kept away from barriers.
 After ``prepare`` every blockIdx/threadIdx loop spans its full launch dimension (a narrower
 one gets an explicit ``idx < extent`` guard), no ``Sync`` sits under a guard that depends on
 a thread index (such guards are pushed inside, around the statements between barriers, but
-never around a cooperative fill of shared memory), and guards proven true by interval
-bounds are gone.
+never around a cooperative fill of shared memory, and never around a warp-collective Mma
+statement: that is an error), and guards proven true by interval bounds are gone. cp.async
+and mma_store count as writes, mma_load as a read, wherever barriers are placed or dropped.
 """
 from __future__ import annotations
 
@@ -101,11 +102,7 @@ def writes(s: Stmt) -> list[Buffer]:
 def reads(s: Stmt) -> list[Buffer]:
     """The buffers ``s`` reads: loads, cp.async sources, mma_load sources."""
     out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
-    for x in walk_stmts(s):
-        if isinstance(x, AsyncCopy):
-            out.append(x.src)
-        elif isinstance(x, MmaLoad):
-            out.append(x.src)
+    out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
     return out
 
 

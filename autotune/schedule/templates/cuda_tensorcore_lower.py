@@ -153,7 +153,7 @@ class _Kernel:
         self.wm = warp // t.warps[1]
         self.wn = warp % t.warps[1]
         dt = wl.dtype
-        m, n, k = t.mma
+        m = t.mma[0]
         self.a_sh = Buffer("A_shared", (t.stages, t.bm, t.lda), dt, Scope.SHARED)
         self.b_sh = Buffer("B_shared", (t.stages, t.block_k, t.ldb), dt, Scope.SHARED)
         self.c_sh = Buffer("C_staging", (t.warps[0] * m, t.ldc), FLOAT, Scope.SHARED)

@@ -40,6 +40,8 @@
     const cost = best ? (best.retimed_cost ?? best.cost) : null;
     $("#stat-cost").innerHTML = best ? `${Fmt.ms(cost)} <small>ms</small>` : "–";
     $("#stat-elapsed").textContent = Fmt.duration(job.started_at, job.finished_at);
+    // every argument's element type; products are accumulated in float32 whatever it is
+    $("#stat-dtype").textContent = job.workload.dtype || "float32";
     if (job.error) showNotice(`Job failed: ${job.error}`, true);
   }
 
