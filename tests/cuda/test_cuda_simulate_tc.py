@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import autotune
 from autotune import driver
@@ -14,6 +16,7 @@ from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
 from autotune.codegen.cuda.simulate_warp import BASE_ALIGN
 from autotune.ir.expr import Const, cmp
 from autotune.ir.stmt import (
+    WMMA_SHAPES,
     Allocate,
     Buffer,
     For,
@@ -70,8 +73,8 @@ def _wmma_args(func, dtype, seed=0):
             to_storage(np.full(C.shape, np.nan), dtype)]
 
 
-def _check_matmul(func, launch, dtype, b_layout="row", k_used=None):
-    args = _wmma_args(func, dtype)
+def _check_matmul(func, launch, dtype, b_layout="row", k_used=None, seed=0):
+    args = _wmma_args(func, dtype, seed)
     a = to_float32(args[0], dtype).astype(np.float64)[:, :k_used]
     b = to_float32(args[1], dtype).astype(np.float64)
     ref = a @ (b if b_layout == "row" else b.T)
@@ -315,3 +318,14 @@ def test_warps_storing_one_output_tile_straight_to_global_memory_race():
         e = info.value
         assert (e.kind, e.buffer) == ("race", "C")  # warp 0 and warp 1, lanes 0 and 32
         assert {e.thread, e.other_thread} == {(0, 0, 0), (32, 0, 0)}
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(shape=st.sampled_from(WMMA_SHAPES), dtype=st.sampled_from(HALVES),
+       ksteps=st.integers(1, 3), b_layout=st.sampled_from(["row", "col"]),
+       pad=st.sampled_from([0, 8, 24]), seed=st.integers(0, 2**16))
+def test_wmma_matmuls_of_every_shape_layout_and_padding_match_numpy(shape, dtype, ksteps,
+                                                                    b_layout, pad, seed):
+    k = shape[2] * ksteps
+    func, launch = wmma_matmul(shape, dtype, ksteps, b_layout, lda=k + pad)
+    _check_matmul(func, launch, dtype, b_layout, k_used=k, seed=seed)
