@@ -211,10 +211,13 @@ def test_tensor_core_template_configs_show_their_mma_work_and_shared_layout():
     sp = config_space(wl, t)
     rows = {}
     for pad in (0, 8):
-        cfg = sp.config(dict(sp.default()) | dict(pad=pad))
+        # a 64 x 128 block tile: B's rows are 128 halves, the staging tile's 128 floats
+        cfg = sp.config(dict(sp.default()) | dict(mma_shape="16x16x16", warps_m=2, warps_n=4,
+                                                  frags_m=2, frags_n=2, pad=pad))
+        assert sp.invalid_reason(cfg) is None
         rows[pad] = extract(autotune.lower(wl, t, cfg))
     for x in rows.values():
         assert x[col("tc.mma_flops")] == pytest.approx(np.log2(1 + 2 * 128 ** 3))
         assert x[col("tc.mma_share")] == 1.0 and x[col("tc.async_width")] == 16
-    # unpadded, rows of 64 halves (B) or 64 floats (the staging tile) start in one bank
+    # unpadded, every row of B and of the staging tile starts in the same bank
     assert rows[0][col("tc.bank_aligned")] > 0 and rows[8][col("tc.bank_aligned")] == 0
