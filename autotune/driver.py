@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from autotune.codegen import backend_for
@@ -43,7 +44,11 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
     if workload.layout != "NCHW" and target.kind != "llvm":
         raise WorkloadError(f"{workload}: blocked layouts run on llvm targets only; "
                             f"{target.kind} kernels read NCHW", ("layout",))
-    return get_template(workload.op, target.kind).space(workload, target)
+    return _template(workload, target).space(workload, target)
+
+
+def _template(workload: Workload, target: Target) -> ModuleType:
+    return get_template(workload.op, target.kind, workload.dtype)
 
 
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
@@ -61,21 +66,42 @@ def lower(workload: Workload, target: Target | str, config: Config | int | dict 
     """The loop AST of ``workload`` scheduled by ``config`` (default config when None); of a
     prepacked workload, the kernel that reads the operand packed (without the packing)."""
     target = Target(target) if isinstance(target, str) else target
-    sch, cfg = _schedule(workload, target, config)
-    if workload.prepacked:
-        split_packing(sch, workload.op)
-    return _lower(sch, workload, cfg)
+    return _lower_parts(workload, target, config, prepack=workload.prepacked)[0]
 
 
-def _schedule(workload: Workload, target: Target, config: Config | int | dict | None
-              ) -> tuple[Schedule, Config]:
+def _lower_parts(workload: Workload, target: Target, config: Config | int | dict | None,
+                 prepack: bool) -> tuple[PrimFunc, PrimFunc | None]:
+    """The kernel's loop AST and, when ``prepack`` and the config packs a constant operand,
+    the packing kernel's (a template that builds its loop AST itself packs nothing)."""
+    cfg = _valid_config(workload, target, config)
+    template = _template(workload, target)
+    if hasattr(template, "lower"):  # the template builds the loop AST itself
+        try:
+            func: PrimFunc = template.lower(workload, target, cfg)
+        except LoweringError as e:
+            raise InvalidConfig(str(e)) from e
+        func.attrs.update(workload=workload.key, config_index=cfg.index)
+        return func, None
+    sch = _schedule(workload, target, cfg)
+    pack_sch = split_packing(sch, workload.op) if prepack else None
+    pack = None if pack_sch is None else _lower(pack_sch, workload, cfg,
+                                                name=f"at_{workload.op}_pack")
+    return _lower(sch, workload, cfg), pack
+
+
+def _valid_config(workload: Workload, target: Target, config: Config | int | dict | None
+                  ) -> Config:
     sp = config_space(workload, target)
     cfg = _as_config(sp, config)
     reason = sp.invalid_reason(cfg)
     if reason:
         raise InvalidConfig(reason)
+    return cfg
+
+
+def _schedule(workload: Workload, target: Target, cfg: Config) -> Schedule:
     try:
-        return get_template(workload.op, target.kind).schedule(workload, target, cfg), cfg
+        return _template(workload, target).schedule(workload, target, cfg)
     except LoweringError as e:
         raise InvalidConfig(str(e)) from e
 
@@ -101,13 +127,11 @@ def build(workload: Workload, target: Target, config: Config | int | dict | None
 
 def _build(workload: Workload, target: Target, config: Config | int | dict | None,
            prepack: bool) -> Artifact:
-    sch, cfg = _schedule(workload, target, config)
-    pack_sch = split_packing(sch, workload.op) if prepack else None
+    func, pack_func = _lower_parts(workload, target, config, prepack)
     backend = backend_for(target)
-    artifact = backend.compile(_lower(sch, workload, cfg), target)
-    if pack_sch is None:
+    artifact = backend.compile(func, target)
+    if pack_func is None:
         return artifact
-    pack_func = _lower(pack_sch, workload, cfg, name=f"at_{workload.op}_pack")
     return replace(artifact, pack=backend.compile(pack_func, target))
 
 
@@ -143,7 +167,8 @@ def compile_prepacked(workload: Workload, target: Target,
     """``(kernel, pack)`` for a constant operand (a conv's weight, matmul's B): ``kernel``
     takes the operand packed, as ``pack(operand, packed)`` writes it (run it once; see
     `autotune.schedule.prepack`). ``pack`` is None, and ``kernel`` the usual one, when the
-    config packs no constant operand. `compile` of a prepacked workload gives the same."""
+    config packs no constant operand (always, for a template that builds its loop AST).
+    `compile` of a prepacked workload gives the same."""
     kernel = load(_build(workload, target, config, prepack=True), target)
     return kernel, kernel.pack
 
@@ -159,6 +184,7 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
 
     from autotune.codegen.cuda.compiler import prepare_kernel
     from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+    from autotune.ops.dtypes import to_float32
 
     target = Target(target) if isinstance(target, str) else target
     if target.kind != "cuda":
@@ -168,7 +194,7 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     args = workload.random_args(seed)
     ref = np.asarray(workload.reference(args[:-1]), dtype=np.float64)
     run_kernel(func, body, launch, args)
-    out = np.asarray(args[-1], dtype=np.float64)
+    out: np.ndarray = to_float32(args[-1], workload.dtype).astype(np.float64)  # exact
     nan = np.isnan(out)
     if nan.any():
         at = tuple(int(i) for i in np.unravel_index(int(np.argmax(nan)), out.shape))

@@ -42,7 +42,15 @@ Layout of ``extract(func)`` (``N_AST`` floats), in this order:
    vectorized, unrolled, blockIdx, threadIdx, vthread extents; innermost loop vectorized;
    lg innermost extent; stride w.r.t. the innermost loop per buffer slot (4); lg local and
    shared bytes; guard evaluations per iteration; the dominant store's share of all float
-   ops; log2 of (total trip count over all stores / the dominant store's).
+   ops; log2 of (total trip count over all stores / the dominant store's). Last the
+   ``N_TC`` = 19 tensor-core and element-type floats (``NestSummary.tc``): lg MMA flops,
+   their share of all flops, lg MMA operations (per warp); lg bytes loaded into fragments
+   from global and from shared memory, lg bytes stored from fragments to global and to
+   shared; lg cp.async bytes, bytes per cp.async; lg commits, waits and barriers (per
+   block); the largest wait_group + 1 (0 without waits); lg accumulator and A/B fragment
+   bytes per thread; lg argument bytes of half and of float32 elements; lg MMA flops per
+   fragment byte loaded; the share of shared-memory fragment bytes whose rows all start in
+   one bank (``ldm`` a multiple of 128 bytes: an unpadded layout's bank conflicts).
 """
 from __future__ import annotations
 
@@ -67,7 +75,8 @@ N_SITE = 16
 N_STORE = L_LEVELS * N_LEVEL + N_SITE
 N_GLOBAL = 9
 CURVE_POINTS = tuple(range(8, 25))
-N_CURVE = B_BUFFERS * len(CURVE_POINTS) + 17
+N_TC = 19
+N_CURVE = B_BUFFERS * len(CURVE_POINTS) + 17 + N_TC
 N_AST = K_STORES * N_STORE + N_GLOBAL + N_CURVE
 CURVE_SLICE = slice(N_AST - N_CURVE, N_AST)
 
@@ -108,6 +117,9 @@ def _plan() -> tuple[np.ndarray, np.ndarray]:
         t[o + j] = _LG
     for j in range(8, 12):
         t[o + j] = _SLG
+    o += 17
+    for j in (0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 16, 17):
+        t[o + j] = _LG
     arr = np.asarray(t)
     return np.flatnonzero(arr == _LG), np.flatnonzero(arr == _SLG)
 
@@ -279,7 +291,37 @@ def extract_raw(summary: NestSummary) -> Raw:
     if order:
         _curve(sites[order[0]], main_stats, summary, [trips[i] for i in order], out,
                CURVE_SLICE.start)
+    _tensor_core(summary, out[o + 8], out, N_AST - N_TC)
     return out
+
+
+def _tensor_core(summary: NestSummary, flops: float, out: Raw, o: int) -> None:
+    """The ``N_TC`` block: what the tensor-core and cp.async statements do (``flops``: the
+    float ops of the stores)."""
+    tc = summary.tc
+    mma = tc["mma_flops"]
+    out[o] = mma
+    out[o + 1] = mma / (mma + flops) if mma > 0 else 0.0
+    out[o + 2] = tc["mma"]
+    out[o + 3] = tc["frag_load_global"]
+    out[o + 4] = tc["frag_load_shared"]
+    out[o + 5] = tc["frag_store_global"]
+    out[o + 6] = tc["frag_store_shared"]
+    out[o + 7] = tc["async_bytes"]
+    copies = tc["async_copies"]
+    out[o + 8] = tc["async_bytes"] / copies if copies > 0 else 0.0
+    out[o + 9] = tc["commits"]
+    out[o + 10] = tc["waits"]
+    out[o + 11] = tc["syncs"]
+    out[o + 12] = tc["in_flight"]
+    out[o + 13] = tc["acc_frag_bytes"]
+    out[o + 14] = tc["ab_frag_bytes"]
+    out[o + 15] = tc["half_arg_bytes"]
+    out[o + 16] = tc["float_arg_bytes"]
+    loaded = tc["frag_load_global"] + tc["frag_load_shared"]
+    out[o + 17] = mma / loaded if loaded > 0 else 0.0
+    shared = tc["frag_load_shared"] + tc["frag_store_shared"]
+    out[o + 18] = tc["bank_aligned"] / shared if shared > 0 else 0.0
 
 
 def finish_rows(raws: Sequence[Raw | None]) -> np.ndarray:
@@ -331,6 +373,11 @@ def feature_names(kind: str = "ast") -> list[str]:
                                  "vthread", "inner_vectorized", "inner_extent")]
     curve += [f"c.b{b}.inner_stride" for b in range(B_BUFFERS)]
     curve += ["c.local_bytes", "c.shared_bytes", "c.guard_rate", "c.flop_share", "c.aux_trip"]
+    curve += [f"tc.{x}" for x in ("mma_flops", "mma_share", "mma", "frag_load_global",
+                                  "frag_load_shared", "frag_store_global", "frag_store_shared",
+                                  "async_bytes", "async_width", "commits", "waits", "syncs",
+                                  "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes",
+                                  "float_arg_bytes", "mma_intensity", "bank_aligned")]
     names += curve
     assert len(names) == N_AST and len(curve) == N_CURVE
     return curve if kind == "curve" else names

@@ -1,7 +1,9 @@
 """Loop-nest summary of a PrimFunc: one ``StoreSite`` per Store, with its enclosing loops.
 
 Feature extraction reads only this summary, so the AST is walked once per function. Loops
-of extent 1 are dropped (they run once and would only shift the level alignment).
+of extent 1 are dropped (they run once and would only shift the level alignment). The
+tensor-core and cp.async statements, which are not Stores, are summed into ``tc`` (counts
+over the whole launch; a warp-collective statement counts once per warp).
 """
 from __future__ import annotations
 
@@ -11,22 +13,39 @@ from autotune.ir.analysis import affine
 from autotune.ir.expr import FLOAT, INT, BinOp, Cmp, Expr, Load, Select, Var
 from autotune.ir.stmt import (
     Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Buffer,
     For,
     ForKind,
     IfThenElse,
+    MmaFill,
+    MmaLoad,
+    MmaStore,
+    MmaSync,
     PrimFunc,
     Scope,
     Seq,
     Stmt,
     Store,
     Sync,
+    fragment_dims,
+    walk_stmts,
 )
 
-ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1}
+ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1, "float16": 2, "bfloat16": 2}
+WARP = 32
+# the counters of ``NestSummary.tc``
+TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
+           "frag_store_shared", "async_bytes", "async_copies", "commits", "waits", "syncs",
+           "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes",
+           "bank_aligned")
+BANKS_BYTES = 128  # 32 banks of 4 bytes: rows this far apart start in the same bank
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
 _SCOPES = tuple(Scope)  # (iterating the Enum class itself runs Python-level code each time)
+_THREADS = frozenset((ForKind.THREAD_X, ForKind.THREAD_Y, ForKind.THREAD_Z))
 
 
 @dataclass
@@ -62,6 +81,12 @@ class NestSummary:
     alloc_bytes: dict[Scope, int] = field(default_factory=lambda: dict.fromkeys(_SCOPES, 0))
     n_allocs: int = 0
     n_syncs: int = 0
+    # launch-wide counts: MMA flops and operations (per warp), bytes through fragments by
+    # memory scope, cp.async bytes and copies, commits, waits and barriers (per block),
+    # groups a wait leaves in flight (the largest wait_group, plus 1 when there is a wait),
+    # fragment bytes per thread (registers), argument bytes by element type, and shared
+    # bytes through fragments whose rows all start in one bank (ldm a multiple of 128 bytes)
+    tc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TC_KEYS, 0.0))
 
 
 def summarize(func: PrimFunc) -> NestSummary:
@@ -69,6 +94,9 @@ def summarize(func: PrimFunc) -> NestSummary:
     out = NestSummary()
     for w in func.workspaces:
         out.alloc_bytes[Scope.GLOBAL] += w.size * ITEMSIZE.get(w.dtype, 4)
+    for b in func.args:
+        key = "half_arg_bytes" if ITEMSIZE.get(b.dtype, 4) == 2 else "float_arg_bytes"
+        out.tc[key] += b.size * ITEMSIZE.get(b.dtype, 4)
     _walk(func.body, [], [], [], [], out)
     return out
 
@@ -103,9 +131,86 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
         b = s.buffer
         out.alloc_bytes[b.scope] += b.size * ITEMSIZE.get(b.dtype, 4)
         out.n_allocs += 1
+        if b.scope is Scope.WMMA_ACC or b.scope is Scope.WMMA_A or b.scope is Scope.WMMA_B:
+            _fragment_alloc(b, s.body, out)
         _walk(s.body, vars_, extents, kinds, guards, out)
     elif isinstance(s, Sync):
         out.n_syncs += 1
+        out.tc["syncs"] += _executions(extents, kinds, guards, "block")
+    elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
+        _tensor_core(s, extents, kinds, guards, out)
+
+
+def _executions(extents: list[int], kinds: list[ForKind], guards: list[int], unit: str
+                ) -> float:
+    """How often a statement under these loops runs in the launch, counted once per
+    ``unit``: "block" (a barrier, which a block's threads pass together), "warp" (a
+    warp-collective statement) or "thread"."""
+    if any(k in _BINDINGS for k in kinds):
+        _, extents, kinds, _ = _rebind([], extents, kinds, guards)
+    n = 1.0
+    threads = 1
+    for e, k in zip(extents, kinds):
+        if k in _THREADS:
+            threads *= e
+        else:
+            n *= e
+    if unit == "warp":
+        n *= max(1, threads // WARP)
+    elif unit == "thread":
+        n *= threads
+    return n
+
+
+def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list[int],
+                 out: NestSummary) -> None:
+    tc = out.tc
+    if isinstance(s, MmaSync):
+        n = _executions(extents, kinds, guards, "warp")
+        tc["mma"] += n
+        tc["mma_flops"] += 2.0 * s.shape[0] * s.shape[1] * s.shape[2] * n
+    elif isinstance(s, MmaLoad):
+        rows, cols = fragment_dims(s.frag.scope, s.shape)
+        item = ITEMSIZE.get(s.src.dtype, 4)
+        moved = rows * cols * item * _executions(extents, kinds, guards, "warp")
+        shared = s.src.scope is Scope.SHARED
+        tc["frag_load_shared" if shared else "frag_load_global"] += moved
+        if shared and s.ldm * item % BANKS_BYTES == 0:
+            tc["bank_aligned"] += moved
+    elif isinstance(s, MmaStore):
+        item = ITEMSIZE.get(s.dst.dtype, 4)
+        moved = s.shape[0] * s.shape[1] * item * _executions(extents, kinds, guards, "warp")
+        shared = s.dst.scope is Scope.SHARED
+        tc["frag_store_shared" if shared else "frag_store_global"] += moved
+        if shared and s.ldm * item % BANKS_BYTES == 0:
+            tc["bank_aligned"] += moved
+    elif isinstance(s, AsyncCopy):
+        n = _executions(extents, kinds, guards, "thread")
+        tc["async_copies"] += n
+        tc["async_bytes"] += n * s.elems * ITEMSIZE.get(s.dst.dtype, 4)
+    elif isinstance(s, AsyncCommit):
+        tc["commits"] += _executions(extents, kinds, guards, "block")
+    elif isinstance(s, AsyncWait):
+        tc["waits"] += _executions(extents, kinds, guards, "block")
+        if s.pending + 1 > tc["in_flight"]:
+            tc["in_flight"] = float(s.pending + 1)
+
+
+def _fragment_alloc(b: Buffer, body: Stmt, out: NestSummary) -> None:
+    """Register bytes per thread of fragment buffer ``b`` (its shape from its first use)."""
+    for x in walk_stmts(body):
+        shape: tuple[int, int, int] | None = None
+        if isinstance(x, (MmaFill, MmaLoad, MmaStore)):
+            if x.frag is b:
+                shape = x.shape
+        elif isinstance(x, MmaSync):
+            if x.acc is b or x.a is b or x.b is b:
+                shape = x.shape
+        if shape is not None:
+            rows, cols = fragment_dims(b.scope, shape)
+            key = "acc_frag_bytes" if b.scope is Scope.WMMA_ACC else "ab_frag_bytes"
+            out.tc[key] += b.size * rows * cols * ITEMSIZE.get(b.dtype, 4) / WARP
+            return
 
 
 def _site(st: Store, vars_: list[Var], extents: list[int], kinds: list[ForKind],

@@ -20,7 +20,24 @@ from autotune.ir.expr import (
     mul,
     walk,
 )
-from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
+from autotune.ir.stmt import (
+    Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Buffer,
+    For,
+    IfThenElse,
+    MmaFill,
+    MmaLoad,
+    MmaStore,
+    MmaSync,
+    Seq,
+    Stmt,
+    Store,
+    Sync,
+    walk_stmts,
+)
 
 Affine = tuple[dict[Expr, int], int]
 _ZERO = Const(0)  # (immutable, shared)
@@ -380,8 +397,23 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, IfThenElse):
         return IfThenElse(fn(s.cond), map_stmt_exprs(s.then, fn),
                           None if s.else_ is None else map_stmt_exprs(s.else_, fn))
-    if isinstance(s, Sync):
+    if isinstance(s, (Sync, AsyncCommit, AsyncWait)):
         return s
+    if isinstance(s, MmaFill):
+        return MmaFill(s.frag, tuple(fn(i) for i in s.index), s.value, s.shape)
+    if isinstance(s, MmaLoad):
+        return MmaLoad(s.frag, tuple(fn(i) for i in s.index), s.src, fn(s.offset), s.ldm,
+                       s.layout, s.shape)
+    if isinstance(s, MmaSync):
+        return MmaSync(s.acc, tuple(fn(i) for i in s.acc_index), s.a,
+                       tuple(fn(i) for i in s.a_index), s.b, tuple(fn(i) for i in s.b_index),
+                       s.shape)
+    if isinstance(s, MmaStore):
+        return MmaStore(s.dst, fn(s.offset), s.ldm, s.frag, tuple(fn(i) for i in s.index),
+                        s.shape)
+    if isinstance(s, AsyncCopy):
+        return AsyncCopy(s.dst, fn(s.dst_offset), s.src, fn(s.src_offset), s.elems,
+                         None if s.valid is None else fn(s.valid))
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
@@ -393,6 +425,21 @@ def stmt_exprs(s: Stmt) -> Iterator[Expr]:
             yield x.value
         elif isinstance(x, IfThenElse):
             yield x.cond
+        elif isinstance(x, MmaFill):
+            yield from x.index
+        elif isinstance(x, MmaLoad):
+            yield from x.index
+            yield x.offset
+        elif isinstance(x, MmaSync):
+            yield from (*x.acc_index, *x.a_index, *x.b_index)
+        elif isinstance(x, MmaStore):
+            yield x.offset
+            yield from x.index
+        elif isinstance(x, AsyncCopy):
+            yield x.dst_offset
+            yield x.src_offset
+            if x.valid is not None:
+                yield x.valid
 
 
 def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:

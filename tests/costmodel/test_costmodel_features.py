@@ -149,3 +149,75 @@ def test_gpu_copies_rebound_to_the_block_threads_do_not_outweigh_the_compute():
     assert (X[:, col("s0.is_reduction")] == 1).all() and (X[:, col("c.flop_share")] == 1).all()
     assert (X[:, col("c.threadIdx")] <= np.log2(1 + 1024)).all()  # threads of one block
     assert np.allclose(X[:, col("s0.trip")], np.log2(1 + 256 ** 3))
+
+
+# ---------------------------------------------------------------- tensor cores
+
+def test_tensor_core_statements_count_mma_flops_and_fragment_bytes():
+    from tests.cuda.tc_kernels import wmma_matmul
+    lg = lambda v: np.log2(1 + v)
+    one, _ = wmma_matmul((16, 16, 16), ksteps=1)
+    three, _ = wmma_matmul((16, 16, 16), ksteps=3)
+    x1, x3 = extract(one), extract(three)
+    # one warp: 2*m*n*k flops per mma_sync, not per thread
+    assert x1[col("tc.mma_flops")] == pytest.approx(lg(2 * 16 ** 3))
+    assert x3[col("tc.mma_flops")] == pytest.approx(lg(3 * 2 * 16 ** 3))
+    assert x3[col("tc.mma")] == pytest.approx(lg(3))
+    # each step loads an A and a B fragment of 16x16 halves from global memory
+    assert x3[col("tc.frag_load_global")] == pytest.approx(lg(3 * 2 * 256 * 2))
+    assert x3[col("tc.frag_load_shared")] == 0
+    assert x3[col("tc.frag_store_shared")] == pytest.approx(lg(256 * 4))
+    assert x3[col("tc.bank_aligned")] == 0  # the 16-float rows of c_sh are 64 bytes apart
+    assert x3[col("tc.mma_share")] == 1.0  # the copy-out does no arithmetic
+    assert x3[col("tc.acc_frag_bytes")] == pytest.approx(lg(256 * 4 / 32))
+    assert x3[col("tc.ab_frag_bytes")] == pytest.approx(lg(2 * 256 * 2 / 32))
+    # A 16x48, B 48x16, C 16x16, all float16
+    assert x3[col("tc.half_arg_bytes")] == pytest.approx(lg((2 * 16 * 48 + 256) * 2))
+    assert x3[col("tc.float_arg_bytes")] == 0
+    assert x3[col("g.shared_bytes")] == pytest.approx(lg(256 * 4))
+    # the block is part of the curve, which transfer across workloads reads
+    assert not np.array_equal(x1[CURVE_SLICE], x3[CURVE_SLICE])
+    assert x1[col("tc.mma_flops")] < x3[col("tc.mma_flops")]
+
+
+def test_cp_async_pipelines_count_copy_bytes_groups_waits_and_barriers():
+    from tests.cuda.tc_kernels import T, async_pipeline
+    lg = lambda v: np.log2(1 + v)
+    x = extract(async_pipeline(stages=4)[0])
+    # a prologue copy and one per stage (guarded: counted), 32 threads x 16 bytes each
+    assert x[col("tc.async_bytes")] == pytest.approx(lg(5 * 32 * 16))
+    assert x[col("tc.async_width")] == 16
+    assert x[col("tc.commits")] == pytest.approx(lg(5))
+    assert x[col("tc.waits")] == pytest.approx(lg(4))
+    assert x[col("tc.syncs")] == pytest.approx(lg(1 + 2 * 4))
+    assert x[col("tc.in_flight")] == 2  # wait_group 1, plus one
+    assert x[col("tc.half_arg_bytes")] == pytest.approx(lg(2 * 4 * T * 2))
+    assert x[col("tc.mma_flops")] == 0
+    deeper = extract(async_pipeline(stages=4, wait=2)[0])
+    assert deeper[col("tc.in_flight")] == 3
+
+
+def test_float32_kernels_have_an_empty_tensor_core_block():
+    x = extract(hand_matmul(64, 64, 64, 4, 16, 8))
+    tc = [i for i, n in enumerate(NAMES) if n.startswith("tc.")]
+    assert len(tc) == 19
+    assert x[col("tc.float_arg_bytes")] == pytest.approx(np.log2(1 + 3 * 64 * 64 * 4))
+    assert not np.any(np.delete(x[tc], tc.index(col("tc.float_arg_bytes"))))
+
+
+def test_tensor_core_template_configs_show_their_mma_work_and_shared_layout():
+    t = Target("cuda -arch=sm_80")
+    wl = autotune.workload("matmul", M=128, N=128, K=128, dtype="float16")
+    sp = config_space(wl, t)
+    rows = {}
+    for pad in (0, 8):
+        # a 64 x 128 block tile: B's rows are 128 halves, the staging tile's 128 floats
+        cfg = sp.config(dict(sp.default()) | dict(mma_shape="16x16x16", warps_m=2, warps_n=4,
+                                                  frags_m=2, frags_n=2, pad=pad))
+        assert sp.invalid_reason(cfg) is None
+        rows[pad] = extract(autotune.lower(wl, t, cfg))
+    for x in rows.values():
+        assert x[col("tc.mma_flops")] == pytest.approx(np.log2(1 + 2 * 128 ** 3))
+        assert x[col("tc.mma_share")] == 1.0 and x[col("tc.async_width")] == 16
+    # unpadded, every row of B and of the staging tile starts in the same bank
+    assert rows[0][col("tc.bank_aligned")] > 0 and rows[8][col("tc.bank_aligned")] == 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from math import ceil
 from typing import Sequence
 
-from autotune.codegen.cuda.emit import PRELUDE, emit_kernel
+from autotune.codegen.cuda.emit import PRELUDE, emit_kernel, headers
 from autotune.codegen.cuda.nvcc import (
     CudaCompileError,
     Resources,
@@ -57,7 +57,8 @@ def generate_cuda(func: PrimFunc, target: Target, name: str | None = None
     """CUDA C (prelude + one kernel) and its launch config; raises CudaCodegenError when the
     launch breaks the target's limits or the AST has no correct CUDA form."""
     body, launch = prepare_kernel(func, target)
-    return PRELUDE + "\n" + emit_kernel(func, body, launch, name or kernel_name(func)), launch
+    kernel = emit_kernel(func, body, launch, name or kernel_name(func))
+    return headers(func) + PRELUDE + "\n" + kernel, launch
 
 
 def prepare_kernel(func: PrimFunc, target: Target) -> tuple[Stmt, Launch]:

@@ -3,21 +3,31 @@
 blockIdx/threadIdx loops become index constants, vthread and unrolled loops ``#pragma
 unroll`` loops, local buffers register arrays, shared buffers ``__shared__`` arrays at
 function scope, ``Sync`` ``__syncthreads()``. Index arithmetic is ``int`` unless a buffer is
-large enough to need ``long long``.
+large enough to need ``long long``. Buffers are typed by their dtype: a float16/bfloat16
+element is widened to float when loaded and rounded to nearest even when stored. Fragment
+buffers become ``nvcuda::wmma::fragment`` arrays, the Mma statements wmma calls, and the
+Async statements ``cp.async`` inline PTX.
 """
 from __future__ import annotations
 
 import re
 
-from autotune.codegen.cuda.passes import Launch, shared_buffers
+from autotune.codegen.cuda.passes import CudaCodegenError, Launch, shared_buffers, writes
 from autotune.ir.analysis import Interval, interval, loop_extents, simplify
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
 from autotune.ir.stmt import (
     Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Buffer,
     For,
     ForKind,
     IfThenElse,
+    MmaFill,
+    MmaLoad,
+    MmaStore,
+    MmaSync,
     PrimFunc,
     Scope,
     Seq,
@@ -26,6 +36,7 @@ from autotune.ir.stmt import (
     Sync,
     walk_stmts,
 )
+from autotune.ops.dtypes import dtype_info
 
 # floor division and modulo for operands that may be negative (C rounds toward zero)
 PRELUDE = """\
@@ -53,6 +64,13 @@ _PREC = {"?": 1, "||": 2, "&&": 3, "==": 4, "!=": 4, "<": 5, "<=": 5, ">": 5, ">
          "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
 _ATOM = 9
 _INT_LIMIT = 2**31 // 8  # beyond this many elements an overhanging tile index may overflow int
+_WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
+_ROUND = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
+_HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
+_WMMA = "nvcuda::wmma::"
+_FRAGMENT_USE = {Scope.WMMA_A: "matrix_a", Scope.WMMA_B: "matrix_b",
+                 Scope.WMMA_ACC: "accumulator"}
+_SHARED_ALIGN, _MMA_SHARED_ALIGN = 16, 128  # wmma needs 32-byte aligned pointers
 
 
 class _Names:
@@ -79,6 +97,67 @@ def emit_kernel(func: PrimFunc, body: Stmt, launch: Launch, name: str) -> str:
     return _Emitter(func, body, launch).kernel(name)
 
 
+def headers(func: PrimFunc) -> str:
+    """The ``#include`` lines ``func`` needs (none for a float32 kernel without wmma)."""
+    bufs = [*func.args, *func.workspaces,
+            *(x.buffer for x in walk_stmts(func.body) if isinstance(x, Allocate))]
+    names = [_HEADERS[b.dtype] for b in bufs if b.dtype in _HEADERS]
+    if any(b.scope.is_fragment for b in bufs):
+        names.append("mma.h")
+    return "".join(f"#include <{n}>\n" for n in dict.fromkeys(sorted(names)))
+
+
+def c_type(dtype: str) -> str:
+    """The CUDA C element type of a buffer of ``dtype``."""
+    return dtype_info(dtype).c_type
+
+
+def written_buffers(s: Stmt) -> set[Buffer]:
+    """Buffers some statement of ``s`` writes (Store, MmaStore, AsyncCopy): the kernel
+    parameters that are not ``const``."""
+    return set(writes(s))
+
+
+def mma_shared_buffers(s: Stmt) -> set[Buffer]:
+    """Buffers that wmma loads or stores or cp.async fills: declared 128-byte aligned."""
+    out: set[Buffer] = set()
+    for x in walk_stmts(s):
+        if isinstance(x, MmaLoad):
+            out.add(x.src)
+        elif isinstance(x, (MmaStore, AsyncCopy)):
+            out.add(x.dst)
+    return out
+
+
+def fragment_layouts(s: Stmt) -> dict[Buffer, str]:
+    """The one memory layout each A/B fragment buffer is loaded with (a wmma fragment's
+    layout is part of its type); CudaCodegenError for a buffer loaded with both."""
+    out: dict[Buffer, str] = {}
+    for x in walk_stmts(s):
+        if isinstance(x, MmaLoad) and x.frag.scope is not Scope.WMMA_ACC:
+            if out.setdefault(x.frag, x.layout) != x.layout:
+                raise CudaCodegenError(f"fragment {x.frag.name} is loaded both row- and "
+                                       "column-major; a wmma fragment has one layout")
+    return out
+
+
+def fragment_shapes(s: Stmt) -> dict[Buffer, tuple[int, int, int]]:
+    """The MMA shape of each fragment buffer (one per buffer)."""
+    out: dict[Buffer, tuple[int, int, int]] = {}
+    for x in walk_stmts(s):
+        if isinstance(x, (MmaFill, MmaLoad, MmaStore)):
+            uses, shape = [x.frag], x.shape
+        elif isinstance(x, MmaSync):
+            uses, shape = [x.acc, x.a, x.b], x.shape
+        else:
+            continue
+        for b in uses:
+            if out.setdefault(b, shape) != shape:
+                raise CudaCodegenError(f"fragment {b.name} is used with MMA shapes "
+                                       f"{out[b]} and {shape}")
+    return out
+
+
 class _Emitter:
     def __init__(self, func: PrimFunc, body: Stmt, launch: Launch):
         self.func, self.body, self.launch = func, body, launch
@@ -87,19 +166,24 @@ class _Emitter:
         self.ext = loop_extents(body)
         self.ranges: dict[Var, Interval] = {}
         self.itype = "long long" if index_bits(func) == 64 else "int"
+        self.layouts = fragment_layouts(body)
+        self.frag_shapes = fragment_shapes(body)
+        self.mma_shared = mma_shared_buffers(body)
 
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
-        stored = {s.buffer for s in walk_stmts(self.body) if isinstance(s, Store)}
+        stored = written_buffers(self.body)
         params = []
         for b in (*self.func.args, *self.func.workspaces):
             const = "" if b in stored else "const "
-            params.append(f"{const}float* __restrict__ {self.names(b)}")
+            params.append(f"{const}{c_type(b.dtype)}* __restrict__ {self.names(b)}")
         bounds_ = self.launch.threads
         head = f'extern "C" __global__ void __launch_bounds__({bounds_}) {name}('
         self.lines.append(head + ", ".join(params) + ") {")
         for b in dict.fromkeys(shared_buffers(self.func.body)):
-            self.lines.append(f"  __shared__ __align__(16) float {self.names(b)}[{b.size}];")
+            align = _MMA_SHARED_ALIGN if b in self.mma_shared else _SHARED_ALIGN
+            self.lines.append(f"  __shared__ __align__({align}) {c_type(b.dtype)} "
+                              f"{self.names(b)}[{b.size}];")
         self.stmt(self.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
@@ -114,8 +198,11 @@ class _Emitter:
         elif isinstance(s, Store):
             self._store(s, pad)
         elif isinstance(s, Allocate):
-            if s.buffer.scope is not Scope.SHARED:  # shared ones are declared up front
-                self.lines.append(f"{pad}float {self.names(s.buffer)}[{s.buffer.size}];")
+            b = s.buffer
+            if b.scope.is_fragment:
+                self.lines.append(f"{pad}{self._fragment_type(b)} {self.names(b)}[{b.size}];")
+            elif b.scope is not Scope.SHARED:  # shared ones are declared up front
+                self.lines.append(f"{pad}{c_type(b.dtype)} {self.names(b)}[{b.size}];")
             self.stmt(s.body, ind)
         elif isinstance(s, IfThenElse):
             self.lines.append(f"{pad}if ({self.expr(s.cond)}) {{")
@@ -127,7 +214,79 @@ class _Emitter:
         elif isinstance(s, Sync):
             self.lines.append(f"{pad}__syncthreads();")
         else:
-            raise TypeError(f"unknown statement {type(s).__name__}")
+            self.lines.append(pad + self._warp_or_async(s))
+
+    # ------------------------------------------------------------------ tensor cores
+    def _fragment_type(self, b: Buffer) -> str:
+        shape = self.frag_shapes.get(b)
+        if shape is None:
+            raise CudaCodegenError(f"fragment {b.name} is never used by an Mma statement")
+        m, n, k = shape
+        use = _FRAGMENT_USE[b.scope]
+        if b.scope is Scope.WMMA_ACC:
+            if b.dtype != FLOAT:
+                raise CudaCodegenError(f"accumulator {b.name} is {b.dtype}; only float32")
+            return f"{_WMMA}fragment<{_WMMA}{use}, {m}, {n}, {k}, float>"
+        if b.dtype not in _WIDEN:
+            raise CudaCodegenError(f"fragment {b.name} is {b.dtype}; wmma takes "
+                                   f"{' or '.join(_WIDEN)} operands")
+        layout = self.layouts.get(b)
+        if layout is None:
+            raise CudaCodegenError(f"fragment {b.name} is never loaded: its layout is unknown")
+        return (f"{_WMMA}fragment<{_WMMA}{use}, {m}, {n}, {k}, {c_type(b.dtype)}, "
+                f"{_WMMA}{layout}_major>")
+
+    def _at(self, b: Buffer, offset: Expr) -> str:
+        """A pointer to element ``offset`` (flat) of ``b``."""
+        return f"{self.names(b)} + {self._sub(simplify(offset, self.ext), _PREC['+'] + 1)}"
+
+    def _warp_or_async(self, s: Stmt) -> str:
+        """One Mma (warp-collective) or Async (cp.async) statement."""
+        if isinstance(s, MmaFill):
+            return f"{_WMMA}fill_fragment({self._ref(s.frag, s.index)}, {s.value!r}f);"
+        if isinstance(s, MmaLoad):
+            layout = (f", {_WMMA}mem_{s.layout}_major" if s.frag.scope is Scope.WMMA_ACC
+                      else "")
+            return (f"{_WMMA}load_matrix_sync({self._ref(s.frag, s.index)}, "
+                    f"{self._at(s.src, s.offset)}, {s.ldm}{layout});")
+        if isinstance(s, MmaSync):
+            acc = self._ref(s.acc, s.acc_index)
+            return (f"{_WMMA}mma_sync({acc}, {self._ref(s.a, s.a_index)}, "
+                    f"{self._ref(s.b, s.b_index)}, {acc});")
+        if isinstance(s, MmaStore):
+            if s.dst.dtype != FLOAT:
+                raise CudaCodegenError(f"mma_store into {s.dst.name} ({s.dst.dtype}): "
+                                       "accumulators are stored as float32")
+            return (f"{_WMMA}store_matrix_sync({self._at(s.dst, s.offset)}, "
+                    f"{self._ref(s.frag, s.index)}, {s.ldm}, {_WMMA}mem_row_major);")
+        if isinstance(s, AsyncCopy):
+            return self._async_copy(s)
+        if isinstance(s, AsyncCommit):
+            return 'asm volatile("cp.async.commit_group;\\n" ::);'
+        if isinstance(s, AsyncWait):
+            # the clobber keeps the compiler from moving shared accesses across the wait
+            return f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");'
+        raise TypeError(f"unknown statement {type(s).__name__}")
+
+    def _async_copy(self, s: AsyncCopy) -> str:
+        """``cp.async`` of 4, 8 or 16 bytes (16 bypass L1: ``.cg``); where ``valid`` is
+        false the source size is 0, so nothing is read and the destination zero-filled,
+        and the source address is the buffer's start (never out of bounds)."""
+        nbytes = s.elems * dtype_info(s.dst.dtype).itemsize
+        if nbytes not in (4, 8, 16):
+            raise CudaCodegenError(f"cp.async of {nbytes} bytes; 4, 8 or 16 are possible")
+        cache = "cg" if nbytes == 16 else "ca"
+        dst = f"(unsigned)__cvta_generic_to_shared({self._at(s.dst, s.dst_offset)})"
+        if s.valid is None:
+            src = self._at(s.src, s.src_offset)
+            return (f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes};\\n" '
+                    f':: "r"({dst}), "l"({src}));')
+        ok = self.expr(s.valid)
+        off = self._sub(simplify(s.src_offset, self.ext), _PREC["?"] + 1)
+        src = f"{self.names(s.src)} + (at_ok ? {off} : 0)"
+        return (f"{{ const bool at_ok = {ok}; "
+                f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;\\n" '
+                f':: "r"({dst}), "l"({src}), "r"(at_ok ? {nbytes} : 0)); }}')
 
     def _for(self, s: For, ind: int) -> None:
         pad = "  " * ind
@@ -151,7 +310,10 @@ class _Emitter:
     def _store(self, s: Store, pad: str) -> None:
         target = self._ref(s.buffer, s.indices)
         v = s.value
-        if (isinstance(v, BinOp) and v.op == "+" and isinstance(v.a, Load)
+        rounding = _ROUND.get(s.buffer.dtype)
+        if rounding is not None:  # computed in float, rounded once into the half buffer
+            self.lines.append(f"{pad}{target} = {rounding}({self.expr(v)});")
+        elif (isinstance(v, BinOp) and v.op == "+" and isinstance(v.a, Load)
                 and v.a.buffer is s.buffer and v.a.indices == s.indices):
             self.lines.append(f"{pad}{target} += {self.expr(v.b)};")
         else:
@@ -171,6 +333,9 @@ class _Emitter:
         if isinstance(e, Const):
             return _const(e), _ATOM
         if isinstance(e, Load):
+            widen = _WIDEN.get(e.buffer.dtype)
+            if widen is not None:
+                return f"{widen}({self._ref(e.buffer, e.indices)})", _ATOM
             return self._ref(e.buffer, e.indices), _ATOM
         if isinstance(e, Select):
             c, t, f = self._sub(e.cond, 2), self._sub(e.t, 2), self._sub(e.f, 1)

@@ -4,8 +4,9 @@ buffers, guards normalised and kept away from barriers.
 After ``prepare`` every blockIdx/threadIdx loop spans its full launch dimension (a narrower
 one gets an explicit ``idx < extent`` guard), no ``Sync`` sits under a guard that depends on
 a thread index (such guards are pushed inside, around the statements between barriers, but
-never around a cooperative fill of shared memory), and guards proven true by interval
-bounds are gone.
+never around a cooperative fill of shared memory, and never around a warp-collective Mma
+statement: that is an error), and guards proven true by interval bounds are gone. cp.async
+and mma_store count as writes, mma_load as a read, wherever barriers are placed or dropped.
 """
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from autotune.ir.analysis import Interval, decide, map_stmt_exprs, stmt_exprs, s
 from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
 from autotune.ir.stmt import (
     Allocate,
+    AsyncCopy,
     Buffer,
     For,
     ForKind,
     IfThenElse,
+    MmaFill,
+    MmaLoad,
+    MmaStore,
+    MmaSync,
     PrimFunc,
     Scope,
     Seq,
@@ -29,6 +35,7 @@ from autotune.ir.stmt import (
     Sync,
     walk_stmts,
 )
+from autotune.ops.dtypes import dtype_info
 
 
 class CudaCodegenError(ValueError):
@@ -67,7 +74,8 @@ def launch_of(func: PrimFunc) -> Launch:
         if isinstance(s, For) and s.kind in dims:
             dims[s.kind] = max(dims[s.kind], s.extent)
         elif isinstance(s, Allocate) and s.buffer.scope is Scope.SHARED:
-            shared += -(-s.buffer.size * 4 // 16) * 16  # declared 16-byte aligned
+            nbytes = s.buffer.size * dtype_info(s.buffer.dtype).itemsize
+            shared += -(-nbytes // 16) * 16  # declared 16-byte aligned (or more)
     grid = tuple(dims[k] for k in _BLOCK)
     block = tuple(dims[k] for k in _THREAD)
     return Launch(grid, block, shared)  # type: ignore[arg-type]
@@ -75,6 +83,27 @@ def launch_of(func: PrimFunc) -> Launch:
 
 def contains_sync(s: Stmt) -> bool:
     return any(isinstance(x, Sync) for x in walk_stmts(s))
+
+
+WARP_COLLECTIVE = (MmaFill, MmaLoad, MmaSync, MmaStore)
+
+
+def writes(s: Stmt) -> list[Buffer]:
+    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store)."""
+    out = []
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.append(x.buffer)
+        elif isinstance(x, (AsyncCopy, MmaStore)):
+            out.append(x.dst)
+    return out
+
+
+def reads(s: Stmt) -> list[Buffer]:
+    """The buffers ``s`` reads: loads, cp.async sources, mma_load sources."""
+    out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
+    out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
+    return out
 
 
 def shared_buffers(s: Stmt) -> list[Buffer]:
@@ -98,7 +127,7 @@ def check_stages(func: PrimFunc, launch: Launch) -> None:
     roots = func.body.stmts if isinstance(func.body, Seq) else (func.body,)
     written: set[Buffer] = set()
     for s in roots:
-        read = {e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)}
+        read = set(reads(s))
         clash = sorted(b.name for b in read & written)
         if clash:
             raise CudaCodegenError(f"{func.name}: a stage reads {', '.join(clash)} written by "
@@ -107,8 +136,7 @@ def check_stages(func: PrimFunc, launch: Launch) -> None:
         if not bound and launch.threads * prod(launch.grid) > 1:
             raise CudaCodegenError(f"{func.name}: a stage has no blockIdx/threadIdx loop, so "
                                    "every thread would run all of it; bind its loops")
-        written |= {x.buffer for x in walk_stmts(s)
-                    if isinstance(x, Store) and x.buffer.scope is Scope.GLOBAL}
+        written |= {b for b in writes(s) if b.scope is Scope.GLOBAL}
 
 
 # ---------------------------------------------------------------- bounds and guards
@@ -195,6 +223,10 @@ def _push_guard(c: Expr, s: Stmt, threads: frozenset[Var]) -> Stmt:
     if not contains_sync(s):
         if is_shared_fill(s) and not threads & _vars_of(s):
             return s
+        if any(isinstance(x, WARP_COLLECTIVE) for x in walk_stmts(s)):
+            # the guard tests a thread index: it may split a warp
+            raise CudaCodegenError("a warp-collective Mma statement would sit under a "
+                                   "thread-dependent guard")
         return IfThenElse(c, s)
     if isinstance(s, Sync):
         return s
@@ -214,9 +246,11 @@ def _vars_of(s: Stmt) -> set[Var]:
 
 
 def is_shared_fill(s: Stmt) -> bool:
-    """Whether ``s`` writes shared memory and nothing else (a cooperative fill)."""
-    stores = [x for x in walk_stmts(s) if isinstance(x, Store)]
-    return bool(stores) and all(x.buffer.scope is Scope.SHARED for x in stores)
+    """Whether ``s`` writes shared memory and nothing else (a cooperative fill, by stores
+    or cp.async)."""
+    written = writes(s)
+    return (bool(written) and all(b.scope is Scope.SHARED for b in written)
+            and not any(isinstance(x, WARP_COLLECTIVE) for x in walk_stmts(s)))
 
 
 def _dedupe_syncs(s: Stmt) -> Stmt:
@@ -245,11 +279,8 @@ def _dedupe_syncs(s: Stmt) -> Stmt:
 
 
 def _touches_shared(s: Stmt) -> bool:
-    for x in walk_stmts(s):
-        if isinstance(x, Store) and x.buffer.scope is Scope.SHARED:
-            return True
-    return any(isinstance(e, Load) and e.buffer.scope is Scope.SHARED
-               for top in stmt_exprs(s) for e in walk(top))
+    return any(b.scope is Scope.SHARED for b in writes(s)) or any(
+        b.scope is Scope.SHARED for b in reads(s))
 
 
 def _drop_idle_syncs(s: Stmt, later: bool) -> Stmt:

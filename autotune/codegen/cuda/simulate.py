@@ -14,20 +14,26 @@ compute garbage it raises ``CudaExecutionError``:
 - ``out_of_bounds``: an index outside its buffer;
 - ``divergent_barrier``: a ``__syncthreads()`` that only some threads of a block reach;
 - ``int_overflow`` / ``division_by_zero``: index arithmetic a 32-bit ``int`` cannot hold,
-  or a division by zero.
+  or a division by zero;
+- the tensor-core and ``cp.async`` statements' own kinds, ``divergent_warp``,
+  ``nonuniform_warp``, ``misaligned``, ``async_pending`` and ``invalid_statement`` (see
+  ``simulate_warp``, which runs them).
+
+float16 and bfloat16 buffers arrive and leave in storage form (``ops.dtypes``); inside, the
+model holds their exact values as float32 and rounds each store into them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Callable, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import c_division, flat_index, index_bits
+from autotune.codegen.cuda.emit import c_division, flat_index, index_bits, written_buffers
 from autotune.codegen.cuda.passes import Launch, shared_buffers
 from autotune.ir.analysis import Interval, loop_extents
-from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var
+from autotune.ir.expr import FLOAT, HALF_DTYPES, And, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import (
     Allocate,
     Buffer,
@@ -41,8 +47,11 @@ from autotune.ir.stmt import (
     Store,
     Sync,
     format_stmt,
-    walk_stmts,
 )
+from autotune.ops.dtypes import round_to, to_float32, to_storage
+
+if TYPE_CHECKING:
+    from autotune.codegen.cuda.simulate_warp import FragmentType, WarpState
 
 Value = Union[int, float, np.ndarray]  # a uniform value, or one per lane
 _Env = dict[Var, Value]
@@ -60,17 +69,18 @@ class CudaExecutionError(RuntimeError):
     """A kernel did something whose result a GPU does not define (see the module docstring).
 
     ``kind`` names the violation; ``buffer``, ``index``, ``block`` and ``thread`` (x, y, z)
-    say where, ``other_thread`` names the second party of a race, ``statement`` the loop
-    AST statement that did it."""
+    say where (``warp``, the warp's index in its block, for a warp-collective statement;
+    ``thread`` is then its lane 0), ``other_thread`` names the second party of a race,
+    ``statement`` the loop AST statement that did it."""
 
     def __init__(self, kind: str, message: str, *, buffer: str | None = None,
                  index: int | None = None, block: tuple[int, int, int] | None = None,
                  thread: tuple[int, int, int] | None = None,
                  other_thread: tuple[int, int, int] | None = None,
                  other_block: tuple[int, int, int] | None = None,
-                 statement: str | None = None):
+                 statement: str | None = None, warp: int | None = None):
         self.kind, self.buffer, self.index = kind, buffer, index
-        self.block, self.thread = block, thread
+        self.block, self.thread, self.warp = block, thread, warp
         self.other_block, self.other_thread = other_block, other_thread
         self.statement = statement
         where = f"\n  in: {statement.strip()}" if statement else ""
@@ -133,6 +143,7 @@ class _Grid:
             data: np.ndarray = np.zeros(blocks * b.size, np.float32)
             self.memory[b] = _Memory.new(b, data, defined=False, tracked=True)
         self.int_max = (1 << (index_bits - 1)) - 1
+        self.warps: WarpState | None = None  # warps and cp.async groups, made on first use
 
     def coords(self, lane: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(blockIdx, threadIdx) of ``lane``."""
@@ -160,12 +171,13 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
     if len(arrays) != len(func.args):
         raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
     program = _Compiler(func, body).stmt(body)
-    stored = {s.buffer for s in walk_stmts(body) if isinstance(s, Store)}
+    stored = written_buffers(body)  # by Store, MmaStore or AsyncCopy
     globals_: dict[Buffer, _Memory] = {}
     for b, a in zip(func.args, arrays):
         if a.size != b.size:
             raise ValueError(f"{b.name}: {a.size} elements given, the kernel takes {b.size}")
-        data = np.array(a, dtype=np.float32).reshape(-1)
+        data = np.array(to_float32(np.asarray(a), b.dtype) if b.dtype in HALF_DTYPES else a,
+                        dtype=np.float32).reshape(-1)
         globals_[b] = _Memory.new(b, data, defined=b not in stored, tracked=b in stored)
     for w in func.workspaces:
         globals_[w] = _Memory.new(w, np.zeros(w.size, np.float32), defined=False, tracked=True)
@@ -176,8 +188,10 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
     for first in range(0, blocks, per_chunk):
         grid = _Grid(launch, first, min(per_chunk, blocks - first), globals_, shared, bits)
         program(grid, {}, np.ones(grid.lanes, bool))
-    out, mem = arrays[-1], globals_[func.args[-1]]
-    out[...] = mem.data.reshape(out.shape).astype(out.dtype)
+    out, out_buf = arrays[-1], func.args[-1]
+    mem = globals_[out_buf]
+    data = to_storage(mem.data, out_buf.dtype) if out_buf.dtype in HALF_DTYPES else mem.data
+    out[...] = data.reshape(out.shape).astype(out.dtype)
 
 
 class _Compiler:
@@ -188,6 +202,7 @@ class _Compiler:
         self.ext = loop_extents(body)
         self.ranges: dict[Var, Interval] = {v: (0, n - 1) for v, n in self.ext.items()}
         self.context = ""  # the statement being compiled, named in errors
+        self.fragments: dict[Buffer, FragmentType] = {}  # fragment buffers in scope
 
     def _text(self, s: Stmt) -> str:
         return format_stmt(s)[0].strip()
@@ -200,13 +215,14 @@ class _Compiler:
             return self._for(s)
         if isinstance(s, Store):
             return self._store(s)
-        if isinstance(s, Allocate):
+        if isinstance(s, Allocate) and not s.buffer.scope.is_fragment:
             return self._allocate(s)
         if isinstance(s, IfThenElse):
             return self._if(s)
         if isinstance(s, Sync):
             return self._sync(s)
-        raise TypeError(f"unknown statement {type(s).__name__}")
+        from autotune.codegen.cuda.simulate_warp import warp_stmt  # (which imports this module)
+        return warp_stmt(self, s)
 
     @staticmethod
     def _seq(parts: list[_StmtFn]) -> _StmtFn:
@@ -285,6 +301,7 @@ class _Compiler:
         text = self.context = self._text(s)
         index = self.expr(flat_index(buf, s.indices, self.ext))
         value = self.expr(s.value)
+        half = buf.dtype if buf.dtype in HALF_DTYPES else None
 
         def store(g: _Grid, env: _Env, mask: np.ndarray) -> None:
             v = _lanes(value(g, env, mask), g.lanes)
@@ -292,7 +309,7 @@ class _Compiler:
             mem = g.memory[buf]
             keys = _access(g, mem, _lanes(index(g, env, mask), g.lanes)[lanes], lanes,
                            True, text)
-            mem.data[keys] = v[lanes]
+            mem.data[keys] = v[lanes] if half is None else round_to(v[lanes], half)
             if mem.written is not None:
                 mem.written[keys] = True
         return store
@@ -403,45 +420,59 @@ def _check_int(g: _Grid, r: Value, mask: np.ndarray, what: str) -> None:
                                  f"(index arithmetic of the kernel)", block=blk, thread=thr)
 
 
+def _who(g: _Grid, lane: int, warp: bool
+         ) -> tuple[str, tuple[int, int, int], tuple[int, int, int], int | None]:
+    """How errors name ``lane``'s thread, or its warp for a warp-collective statement:
+    (text, blockIdx, threadIdx, warp)."""
+    blk, thr = g.coords(lane)
+    if not warp:
+        return f"thread {thr} of block {blk}", blk, thr, None
+    w = int(g.tid[lane]) // 32
+    return f"warp {w} of block {blk}", blk, thr, w
+
+
 def _access(g: _Grid, mem: _Memory, index: np.ndarray, lanes: np.ndarray, write: bool,
-            text: str) -> np.ndarray:
-    """Check one access of ``mem`` by ``lanes`` at ``index`` (bounds, poison, races) and
-    return the elements' positions in ``mem.data``."""
+            text: str, warp: bool = False) -> np.ndarray:
+    """Check one access of ``mem`` by ``lanes`` at ``index`` (bounds, cp.async data in
+    flight, poison, races) and return the elements' positions in ``mem.data``. ``warp``:
+    the access is a warp's collective one, ``lanes`` the warp's lane 0."""
     buf = mem.buffer
     index = index.astype(np.int64, copy=False)
     out = (index < 0) | (index >= buf.size)
     if out.any():
         k = int(np.argmax(out))
-        blk, thr = g.coords(int(lanes[k]))
+        who, blk, thr, w = _who(g, int(lanes[k]), warp)
         verb = "writes" if write else "reads"
         raise CudaExecutionError(
-            "out_of_bounds", f"thread {thr} of block {blk} {verb} {buf.name}[{int(index[k])}] "
+            "out_of_bounds", f"{who} {verb} {buf.name}[{int(index[k])}] "
             f"outside its {buf.size} elements", buffer=buf.name, index=int(index[k]),
-            block=blk, thread=thr, statement=text)
+            block=blk, thread=thr, statement=text, warp=w)
     if buf.scope is Scope.SHARED:
         keys, owner = g.local_block[lanes] * buf.size + index, g.tid[lanes]
     elif buf.scope is Scope.LOCAL:
         keys, owner = lanes * buf.size + index, lanes
     else:
         keys, owner = index, g.gtid[lanes]
+    if g.warps is not None and buf.scope is Scope.SHARED:
+        g.warps.check_landed(g, mem, keys, lanes, write, text, warp)
     if not write and mem.written is not None:
         unset = ~mem.written[keys]
         if unset.any():
             k = int(np.argmax(unset))
-            blk, thr = g.coords(int(lanes[k]))
+            who, blk, thr, w = _who(g, int(lanes[k]), warp)
             place = {Scope.SHARED: "shared memory", Scope.LOCAL: "a register array"}.get(
                 buf.scope, "global memory")
             raise CudaExecutionError(
-                "uninitialized", f"thread {thr} of block {blk} reads {buf.name}[{int(index[k])}] "
+                "uninitialized", f"{who} reads {buf.name}[{int(index[k])}] "
                 f"({place}), which no thread wrote", buffer=buf.name, index=int(index[k]),
-                block=blk, thread=thr, statement=text)
+                block=blk, thread=thr, statement=text, warp=w)
     if mem.tracked:
-        _track(g, mem, keys, owner, lanes, index, write, text)
+        _track(g, mem, keys, owner, lanes, index, write, text, warp)
     return keys
 
 
 def _track(g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray, lanes: np.ndarray,
-           index: np.ndarray, write: bool, text: str) -> None:
+           index: np.ndarray, write: bool, text: str, warp: bool = False) -> None:
     """Record who touched ``keys`` in this phase; raise when two threads met on an element
     that one of them wrote."""
     lo, hi = (mem.wmin, mem.wmax) if write else (mem.rmin, mem.rmax)
@@ -457,17 +488,17 @@ def _track(g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray, lanes: n
     lane = int(lanes[k])
     mine = int(owner[k])
     other = int(last[k]) if int(first[k]) == mine else int(first[k])
-    blk, thr = g.coords(lane)
+    me, blk, thr, w = _who(g, lane, warp)
     oblk, othr = g.thread_of(mem.buffer.scope, other, lane)
     who = f"thread {othr}" + (f" of block {oblk}" if oblk != blk else "")
     phase = ("in the same barrier phase" if mem.buffer.scope is Scope.SHARED
              else "in one launch (no barrier orders global memory across blocks)")
     verb = "writes" if write else "reads"
     raise CudaExecutionError(
-        "race", f"thread {thr} of block {blk} {verb} {mem.buffer.name}[{int(index[k])}], "
+        "race", f"{me} {verb} {mem.buffer.name}[{int(index[k])}], "
         f"which {who} also touched, one of them writing, {phase}",
         buffer=mem.buffer.name, index=int(index[k]), block=blk, thread=thr,
-        other_thread=othr, other_block=oblk, statement=text)
+        other_thread=othr, other_block=oblk, statement=text, warp=w)
 
 
 def _trunc_div(x: Value, y: Value) -> Value:

@@ -1,12 +1,17 @@
-"""Schedule templates: one module per (operator, target kind).
+"""Schedule templates: one module per (operator, target kind, element type).
 
-A template module defines ``space(workload, target) -> ConfigSpace`` and
-``schedule(workload, target, config) -> Schedule``.
+A template module defines ``space(workload, target) -> ConfigSpace`` and either
+``schedule(workload, target, config) -> Schedule`` (lowered by `autotune.schedule.lower`)
+or ``lower(workload, target, config) -> PrimFunc`` (a loop AST built directly, as the
+tensor-core template does: its warp-level statements have no Schedule primitive).
+float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore``.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
+
+from autotune.ops.dtypes import HALF_DTYPES
 
 _TEMPLATES: dict[tuple[str, str], str] = {
     ("matmul", "llvm"): "cpu_matmul",
@@ -18,11 +23,18 @@ _TEMPLATES: dict[tuple[str, str], str] = {
     ("conv2d", "cuda"): "cuda_conv2d",
     ("depthwise_conv2d", "cuda"): "cuda_depthwise",
 }
+# half-precision workloads run on the tensor cores
+_HALF_TEMPLATES: dict[tuple[str, str], str] = {
+    ("matmul", "cuda"): "cuda_tensorcore",
+    ("batch_matmul", "cuda"): "cuda_tensorcore",
+    ("conv2d", "cuda"): "cuda_tensorcore",
+}
 
-
-def get_template(op: str, target_kind: str) -> ModuleType:
-    """The template module for ``op`` on targets of ``target_kind``."""
-    name = _TEMPLATES.get((op, target_kind))
+def get_template(op: str, target_kind: str, dtype: str = "float32") -> ModuleType:
+    """The template module for ``op`` on targets of ``target_kind`` with ``dtype`` data."""
+    table = _HALF_TEMPLATES if dtype in HALF_DTYPES else _TEMPLATES
+    name = table.get((op, target_kind))
     if name is None:
-        raise ValueError(f"no schedule template for op {op!r} on target kind {target_kind!r}")
+        raise ValueError(f"no schedule template for op {op!r} on target kind {target_kind!r}"
+                         + (f" with dtype {dtype!r}" if dtype != "float32" else ""))
     return importlib.import_module(f"autotune.schedule.templates.{name}")
