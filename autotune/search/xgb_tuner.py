@@ -18,6 +18,7 @@ Large batches of new rows are shared with ``workers`` processes (``FeatureWorker
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from autotune.costmodel.features import CURVE_SLICE, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.transfer import BaseModel, blend
 from autotune.costmodel.workers import FeatureWorkers, auto_workers
+from autotune.ops.dtypes import DTYPE_INFO, dtype_info
 from autotune.search.annealing import Annealer
 from autotune.search.base import Tuner
 from autotune.search.options import Option
@@ -142,6 +144,11 @@ class XGBTuner(Tuner):
         except Exception as exc:  # history only helps: a failure to read it must not stop a job
             log.warning("xgb tuner: no transfer history (%s)", exc)
             return
+        # half workloads run tensor-core kernels, float32 ones SIMT kernels: each learns
+        # from its own family (float16 and bfloat16 share one template)
+        half = dtype_info(task.workload.dtype).is_half
+        history = {key: records for key, records in history.items()
+                   if dtype_info(_dtype_of(key)).is_half == half}
         self.base = BaseModel.from_history(history, task.target, exclude=task.workload.key,
                                            workers=self.workers,
                                            seed=int(self.rng.integers(2**31)))
@@ -299,3 +306,12 @@ class XGBTuner(Tuner):
             free[pick] = False
             shared = np.maximum(shared, (digits == digits[pick]).sum(axis=1))
         return [configs[i] for i in chosen]
+
+
+def _dtype_of(workload_key: str) -> str:
+    """The dtype a workload key names (float32 when it names none or is not JSON)."""
+    try:
+        dtype = json.loads(workload_key).get("dtype", "float32")
+    except (ValueError, AttributeError):
+        return "float32"
+    return dtype if dtype in DTYPE_INFO else "float32"

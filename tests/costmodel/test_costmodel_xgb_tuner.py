@@ -191,3 +191,36 @@ def test_model_scores_are_the_current_models_ranking():
     scores = tuner.model_scores(first + batch)
     assert scores is not None and len(scores) == 24 and np.isfinite(scores).all()
     assert len(set(scores)) > 1
+
+
+def test_transfer_learns_only_from_kernels_of_the_same_family():
+    """A float32 task's base model leaves out half workloads' records (tensor-core kernels),
+    and would take them in without the dtype filter: they lower fine on their own target."""
+    from autotune.db.records import TrialRecord
+    from autotune.ops import workload
+    from autotune.target import Target
+
+    key, (wl, target, configs, _, y) = main_data()
+    half = workload("matmul", M=256, N=256, K=256, dtype="float16")
+    cuda = Target("cuda -arch=sm_90")
+    sp = config_space(half, cuda)
+    rng = np.random.default_rng(0)
+    half_records = []
+    for i, index in enumerate(rng.choice(len(sp), 40, replace=False)):
+        c = sp.get(int(index))
+        if sp.invalid_reason(c):
+            continue
+        cost = 1e-4 * (1 + i)
+        half_records.append(TrialRecord(workload_key=half.key, target_key=cuda.key,
+                                        config=c.to_dict(), config_index=c.index, costs=(cost,),
+                                        cost=cost, gflops=half.flops() / cost / 1e9,
+                                        error="none"))
+    assert len(half_records) >= 8
+    history = {k: trial_records(k) for k in dataset()}
+    history[half.key] = half_records
+    tuner = XGBTuner(config_space(wl, target), seed=0, pool={c.index for c in configs},
+                     task=TuningTask(wl, target, FakeHistoryDB(history)))
+    tuner.next_batch(4)
+    assert tuner.base is not None
+    assert half.key not in tuner.base.workloads
+    assert set(tuner.base.workloads) == set(dataset()) - {key}
