@@ -246,6 +246,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="timed calls per round")
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved rounds of eager, torch.compile and autotune")
+    parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
+                        help="conv layouts on llvm: nchw, or auto (channel-blocked between "
+                             "consecutive convs; see compile_model)")
     parser.add_argument("--no-breakdown", action="store_true")
     args = parser.parse_args()
 
@@ -262,7 +265,8 @@ def main() -> None:
         where = f"{torch.cuda.get_device_name()}, fp32 (TF32 off)"
     else:
         where = f"{torch.get_num_threads()} threads"
-    print(f"target {target.key}; torch {torch.__version__}, {where}; each line's ratios are "
+    print(f"target {target.key}; layout {args.layout}; torch {torch.__version__}, {where}; "
+          f"each line's ratios are "
           f"medians over {args.rounds} interleaved rounds of {args.repeat} calls")
     budgets = [int(b) for b in args.trials.split(",") if b.strip()]
     for name in args.models.split(","):
@@ -291,11 +295,13 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         t0 = time.monotonic()
         result = None
         if budget > 0:
-            result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db)
+            result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db,
+                                         layout=args.layout)
         minutes = (time.monotonic() - t0) / 60
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # layers without records run their defaults
-            compiled = autotune.compile_model(model, inputs, target=target, db=args.db)
+            compiled = autotune.compile_model(model, inputs, target=target, db=args.db,
+                                              layout=args.layout)
         calls = {"eager": lambda: model(*inputs), "ours": lambda: compiled(*inputs)}
         if inductor is not None:
             calls["compile"] = inductor
