@@ -177,9 +177,12 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
                   target: Target | str = "cuda -arch=sm_90", seed: int = 0) -> float:
     """Run the kernel ``compile`` would build for a CUDA target in the execution model
     (``autotune.codegen.cuda.simulate``: no GPU needed) on random inputs; return its largest
-    error relative to the output's scale, ``max|out - ref| / max|ref|``. Raises
-    ``CudaExecutionError`` on a race, a read of unwritten memory, an out-of-bounds access or
-    a barrier that only some threads reach."""
+    error relative to the output's scale, ``max|out - ref| / max|ref|`` (half outputs
+    widened exactly). Raises ``CudaExecutionError`` on a race, a read of unwritten memory,
+    an out-of-bounds access, a barrier that only some threads reach, a warp-collective
+    (wmma) statement that only part of a warp reaches or with operands that differ across
+    it, a misaligned wmma or cp.async address, or a touch of cp.async data still in flight
+    (its ``kind`` says which)."""
     import numpy as np
 
     from autotune.codegen.cuda.compiler import prepare_kernel
