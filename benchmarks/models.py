@@ -183,6 +183,7 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     """Per kernel group: autotune's time against torch running the same folded layer, the
     two interleaved; then the model's time outside autotune's kernels (torch's operators
     between them and the calls' overhead)."""
+    from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.runtime import kernel_modules
 
     seen: dict[Any, list[Any]] = {}
@@ -198,7 +199,10 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
-        calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*args)}
+        # torch runs the layer in NCHW: a blocked layer's inputs are unblocked once, untimed
+        block = getattr(wl, "block", 1)
+        plain = args if block == 1 else tuple(LayoutTransform(block, False)(x) for x in args)
+        calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*plain)}
         kernel_only = bare_kernel(mods[0], args)
         if kernel_only is not None:
             calls["kernel"] = kernel_only
