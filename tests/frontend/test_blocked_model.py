@@ -11,6 +11,7 @@ import torch
 import autotune
 from autotune.db import Database
 from autotune.driver import config_space
+from autotune.frontend import layouts
 from autotune.frontend.layouts import LayoutTransform, transforms
 from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
 from autotune.measure import MeasureResult
@@ -106,21 +107,30 @@ def test_extract_auto_gives_the_blocked_forms() -> None:
 
 
 @pytest.mark.skipif(LANES != 16, reason="the transform count is worked out for 16 lanes")
-def test_mobilenet_blocks_only_linked_convs() -> None:
+@pytest.mark.parametrize("convs_per_transform", [2, 0.5])
+def test_mobilenet_chains_split_by_depthwise_convs_stay_nchw(monkeypatch, convs_per_transform
+                                                              ) -> None:
+    """The projections and expansions of TinyMobileNet link into one chain of 4 convs that
+    would need 5 transforms: under the default rule (2 convs per transform) it stays NCHW;
+    with the bar lowered it runs blocked, with the transforms worked out by hand."""
+    monkeypatch.setattr(layouts, "CONVS_PER_TRANSFORM", convs_per_transform)
     torch.manual_seed(0)
     model, inputs = randomize_bn(TinyMobileNet()), (torch.randn(1, 3, 32, 32),)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = compile_model(model, inputs, target=LLVM, db=None, layout="auto")
     blocked = [m.place for m in kernel_modules(compiled) if m.workload.layout != "NCHW"]
-    # the first expand conv reads the stem (3 channels) and feeds a depthwise conv: alone,
-    # it stays NCHW; each projection feeds the next block's expansion: a chain of two
-    assert blocked == ["blocks.0.block.6", "blocks.1.block.0", "blocks.1.block.6",
-                       "blocks.2.block.0"]
-    # into: block 0's projection (its input and its residual), block 1's projection;
-    # out of: the expansions of blocks 1 and 2 before their depthwise convs
-    assert sorted(t.to_blocked for t in transforms(compiled)) == [False, False, True, True,
-                                                                   True]
+    if convs_per_transform == 2:
+        assert blocked == [] and transforms(compiled) == []
+    else:
+        # the first expand conv reads the stem (3 channels) and feeds a depthwise conv:
+        # alone, it stays NCHW; each projection feeds the next block's expansion
+        assert blocked == ["blocks.0.block.6", "blocks.1.block.0", "blocks.1.block.6",
+                           "blocks.2.block.0"]
+        # into: block 0's projection (its input and its residual), block 1's projection;
+        # out of: the expansions of blocks 1 and 2 before their depthwise convs
+        assert sorted(t.to_blocked for t in transforms(compiled)) == [False, False, True,
+                                                                       True, True]
     with torch.no_grad():
         want, got = model(*inputs), compiled(*inputs)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
