@@ -1,4 +1,4 @@
-"""Issue-28 layers against torch CPU (oneDNN): ResNet-18's 7x7 and strided 3x3 convs, its
+"""Model layers against torch CPU (oneDNN): ResNet-18's 7x7 and strided 3x3 convs, its
 512-channel 7x7 conv, MobileNet's strided depthwise layers and a 1024-channel depthwise.
 
 Each layer runs as a compiled model runs it: convs prepacked (weight packed once, outside
