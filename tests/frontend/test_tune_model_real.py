@@ -56,15 +56,18 @@ def test_tune_model_then_compile_model(tmp_path: Path):
 
 
 class Blockable(nn.Module):
-    """Two 16-channel convs and a residual: a blocked chain on a CPU of 8 or 16 lanes."""
+    """Two residual blocks of two 16-channel convs: a blocked chain on a CPU of 8 or 16
+    lanes (4 convs for its 2 transforms, at least the 2 per transform a chain needs)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
-        self.conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.convs = nn.ModuleList(nn.Conv2d(16, 16, 3, padding=1, bias=False)
+                                   for _ in range(4))
 
     def forward(self, x):
-        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + x)
+        for a, b in (self.convs[:2], self.convs[2:]):
+            x = torch.relu(b(torch.relu(a(x))) + x)
+        return x
 
 
 @pytest.mark.slow
