@@ -160,3 +160,11 @@ def _first_reason(predicates: tuple[Callable[[Config], str | None], ...],
         if reason is not None:
             return reason
     return None
+
+
+# Orders of a conv's outer tile loops (channels k, rows y, columns x; 0 outer, 1 inner),
+# shared by the NCHW and channel-blocked CPU conv templates.
+CONV_ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
+               ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
+               ("k0", "k1", "y0", "x0", "y1", "x1"), ("y0", "k0", "x0", "y1", "k1", "x1")]
+MAX_CONV_REG_TILE = 512  # accumulator floats: beyond this the tile spills and unrolling explodes

@@ -17,6 +17,8 @@ from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_blocked_graph
 from autotune.schedule.schedule import Schedule, Stage
 from autotune.schedule.templates.common import (
+    CONV_ORDERS,
+    MAX_CONV_REG_TILE,
     all_of,
     fit_count,
     innermost_factors,
@@ -33,10 +35,8 @@ from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder,
 from autotune.target import Target
 from autotune.target.cpu_facts import CpuFacts, facts_of
 
-ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x1", "k1"),
-          ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
-          ("k0", "k1", "y0", "x0", "y1", "x1"), ("y0", "k0", "x0", "y1", "k1", "x1")]
-MAX_REG_TILE = 512  # accumulator floats, as in the NCHW template
+ORDERS = CONV_ORDERS
+MAX_REG_TILE = MAX_CONV_REG_TILE
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
