@@ -5,10 +5,14 @@ random configs are measured on this host until ``--pool`` of them are valid (fai
 in the pool: a replayed tuner meets them as often as a real one would); per operator, two
 other shapes get ``--history`` valid configs each, the transfer history of ``xgb+transfer``.
 Records go to a SQLite database (``--db``; a re-run resumes from it) and are exported as
-gzip JSON lines: benchmarks/data/<name>.jsonl.gz and history_<op>.jsonl.gz.
+gzip JSON lines: benchmarks/data/<name>.jsonl.gz and history_<name>.jsonl.gz.
+
+The pools a target cannot run are skipped: the float16 pool (``matmul_fp16``, tensor
+cores) is recorded on a GPU, ``--target "cuda -arch=sm_90"``, and replayed anywhere.
 
     .venv/bin/python benchmarks/record_pools.py [--pool 1000] [--history 300] [--only conv]
                                                 [--db /tmp/pools.db] [--out benchmarks/data]
+                                                [--target llvm]
 
 A faster timing protocol than the default (3 repeats of at least 5 ms) keeps the run at
 about half an hour on 2 cores.
@@ -36,6 +40,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
 from autotune.measure import Executor, LocalExecutor, MeasureInput, MeasureOptions  # noqa: E402
+from autotune.ops.workload import WorkloadError  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -46,6 +51,8 @@ POOLS = {
                                 stride=1, pad=1),
     "depthwise": autotune.workload("depthwise_conv2d", N=1, C=128, H=56, W=56, R=3, S=3,
                                    stride=1, pad=1),
+    # tensor cores: recorded on a GPU (--target "cuda -arch=sm_90"), replayed anywhere
+    "matmul_fp16": autotune.workload("matmul", M=1024, N=1024, K=1024, dtype="float16"),
 }
 HISTORY = {
     "matmul": [autotune.workload("matmul", M=256, N=256, K=256),
@@ -58,6 +65,8 @@ HISTORY = {
                                     stride=1, pad=1),
                   autotune.workload("depthwise_conv2d", N=1, C=256, H=28, W=28, R=3, S=3,
                                     stride=1, pad=1)],
+    "matmul_fp16": [autotune.workload("matmul", M=512, N=512, K=512, dtype="float16"),
+                    autotune.workload("matmul", M=2048, N=1024, K=512, dtype="float16")],
 }
 OPTIONS = MeasureOptions(repeat=3, min_repeat_ms=5)
 BATCH = 32
@@ -105,6 +114,18 @@ class GuardedExecutor(Executor):
         self.inner.close()
 
 
+def runnable(target: Any) -> list[str]:
+    """The pools whose workloads ``target`` can run (a CPU refuses half dtypes)."""
+    names = []
+    for name, wl in POOLS.items():
+        try:
+            wl.check_target(target)
+        except WorkloadError:
+            continue
+        names.append(name)
+    return names
+
+
 def record(db: Database, executor: Any, wl, target, valid: int, seed: int,
            label: str) -> tuple[int, int, float]:
     """Measure random configs of ``wl`` until ``valid`` are valid (resuming from ``db``).
@@ -146,18 +167,22 @@ def main(argv: list[str] | None = None) -> None:
                     "re-run resumes (default: autotune-pools.db in the temp dir)")
     ap.add_argument("--out", default=str(DATA), help="folder of the .jsonl.gz files")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", default="llvm",
+                    help='target to record on, e.g. "cuda -arch=sm_90" (default: llvm)')
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     db_path = Path(args.db or Path(tempfile.gettempdir()) / "autotune-pools.db")
-    target = autotune.Target("llvm")
-    names = [n for n in POOLS if not args.only or any(s in n for s in args.only.split(","))]
+    target = autotune.Target(args.target)
+    names = [n for n in runnable(target)
+             if not args.only or any(s in n for s in args.only.split(","))]
     db = Database.open(f"sqlite:///{db_path}")
     print(f"# recording into {db_path} on {target.key}", file=sys.stderr, flush=True)
     rows = []
     try:
         with LocalExecutor(target, OPTIONS) as local:
-            executor = GuardedExecutor(local, target)
+            # a busy CPU slows parallel CPU kernels (see above); a GPU kernel runs alone
+            executor = GuardedExecutor(local, target) if target.kind == "llvm" else local
             for name in names:
                 wl = POOLS[name]
                 n, ok, best = record(db, executor, wl, target, args.pool, args.seed, name)
@@ -174,8 +199,9 @@ def main(argv: list[str] | None = None) -> None:
                     _export_many(db, HISTORY[name], target, hpath)
     finally:
         db.dispose()
+    retries = getattr(executor, "retries", 0)
     print(f"\nreplay pools on {target.key} (repeat={OPTIONS.repeat}, "
-          f"min_repeat_ms={OPTIONS.min_repeat_ms:g}; {executor.retries} batches measured "
+          f"min_repeat_ms={OPTIONS.min_repeat_ms:g}; {retries} batches measured "
           f"again on a busy machine)\n")
     head = f"{'pool':22s} {'workload':66s} {'measured':>8s} {'valid':>6s} {'best':>7s}  file"
     print(head)

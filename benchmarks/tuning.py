@@ -45,7 +45,7 @@ from typing import Any, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from record_pools import DATA, POOLS, GuardedExecutor  # noqa: E402
+from record_pools import DATA, POOLS, GuardedExecutor, runnable  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.db import Database  # noqa: E402
@@ -203,6 +203,7 @@ def run_real(args: argparse.Namespace, names: list[str], labels: list[str]) -> N
     target = autotune.Target("llvm")
     points = checkpoints(args.trials)
     rows, to90, notes = [], {}, []
+    names = [n for n in names if n in runnable(target)]  # the GPU's pools replay only
     with LocalExecutor(target, MeasureOptions()) as local, \
             tempfile.TemporaryDirectory() as tmp:
         executor = local if args.no_guard else GuardedExecutor(local, target)
