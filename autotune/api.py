@@ -118,7 +118,9 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
 def _missing_sqlite_file(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
+    from autotune.db.engine import normalize_url
+
+    parsed = make_url(normalize_url(url))
     name = parsed.database or ""
     return (parsed.get_backend_name() == "sqlite" and name not in ("", ":memory:")
             and not name.startswith("file:") and not Path(name).expanduser().exists())

@@ -19,7 +19,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AUTOTUNE_", env_file=".env",
                                       env_file_encoding="utf-8", extra="ignore")
 
-    db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the tuning database")
+    db_url: str = Field(default=DEFAULT_DB_URL,
+                        description="SQLAlchemy URL of the tuning database, or a SQLite "
+                                    "file's path")
     host: str = Field(default="127.0.0.1", description="address the REST service binds")
     port: int = Field(default=8000, ge=1, le=65535, description="port the REST service binds")
     max_concurrent_jobs: int = Field(

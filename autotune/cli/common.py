@@ -44,7 +44,8 @@ def shown(url: str) -> str:
 
 def add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", metavar="URL", default=None,
-                   help="database URL (default: $AUTOTUNE_DB_URL or sqlite:///autotune.db)")
+                   help="database URL or SQLite file path (default: $AUTOTUNE_DB_URL or "
+                        "sqlite:///autotune.db)")
 
 
 def add_task(p: argparse.ArgumentParser) -> None:

@@ -44,7 +44,8 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                    help="conv layouts: nchw (default), or auto: channel-blocked NCHW<lanes>c "
                         "where the channels allow, transformed at the chains' edges (llvm)")
     p.add_argument("--db", metavar="URL", default=None,
-                   help="database URL (default: $AUTOTUNE_DB_URL or sqlite:///autotune.db)")
+                   help="database URL or SQLite file path (default: $AUTOTUNE_DB_URL or "
+                        "sqlite:///autotune.db)")
 
 
 def configure_tune_model(p: argparse.ArgumentParser) -> None:

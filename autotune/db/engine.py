@@ -28,9 +28,12 @@ def _dumps(value: Any) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """Route bare ``postgresql://`` URLs to psycopg 3 (the only PostgreSQL driver we ship)."""
+    """Route bare ``postgresql://`` URLs to psycopg 3 (the only PostgreSQL driver we ship);
+    a plain file path (no ``scheme:``) names a SQLite file."""
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", url):  # a drive letter (C:) is a path
+        return f"sqlite:///{Path(url).expanduser().absolute()}"
     return url
 
 

@@ -1,0 +1,40 @@
+"""A plain file path where a database URL is expected names a SQLite file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune.api import open_database
+from autotune.db import Database
+from autotune.db.engine import normalize_url
+
+
+@pytest.mark.parametrize("given", ["runs/tune.db", "tune.db", "C:\\tmp\\tune.db"])
+def test_a_path_becomes_an_absolute_sqlite_url(given, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = normalize_url(given)
+    assert url.startswith("sqlite:///")
+    assert Path(url[len("sqlite:///"):]).is_absolute()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///x.db", "sqlite://", "postgresql+psycopg://u@h/d"])
+def test_urls_stay_as_they_are(url):
+    assert normalize_url(url) == url
+
+
+def test_a_path_opens_records_and_reads_back(tmp_path):
+    path = tmp_path / "sub" / "tune.db"
+    with open_database(str(path), create=False) as missing:
+        assert missing is None  # looking up never creates the file
+    assert not path.exists()
+    db = Database.open(str(path))
+    try:
+        wl = autotune.workload("matmul", M=8, N=8, K=8)
+        assert db.trials_for(wl, autotune.Target("llvm")) == []
+    finally:
+        db.dispose()
+    assert path.exists()
+    with open_database(str(path), create=False) as found:
+        assert found is not None
