@@ -1,9 +1,11 @@
 """Tuner comparison: how fast random, ga, xgb and xgb with transfer find a fast kernel.
 
 Workloads: matmul 512^3, conv2d (N=1, C=K=128, 28x28, 3x3, stride 1, pad 1) and depthwise
-(N=1, C=128, 56x56, 3x3, stride 1, pad 1). "xgb+transfer" starts from a base model trained
-on other shapes of the same operator (benchmarks/data/history_<op>.jsonl.gz, imported into
-its fresh database); plain xgb runs with transfer=False.
+(N=1, C=128, 56x56, 3x3, stride 1, pad 1) on this host; matmul 1024^3 float16 on tensor cores
+in replay only (``matmul_fp16``: its pool was recorded on an H200, sm_90). "xgb+transfer"
+starts from a base model trained on other shapes of the same operator
+(benchmarks/data/history_<name>.jsonl.gz, imported into its fresh database); plain xgb runs
+with transfer=False.
 
 * ``--real``: real measurement on this host, one seed, each run in a fresh SQLite database:
   best GFLOP/s after 16/32/64/128 trials, and the trials each tuner needs to reach 90% of
@@ -126,7 +128,8 @@ def verdict(num: float, den: float, budget: int, target: float) -> str:
 def print_table(title: str, rows: list[tuple[str, str, list[float], float, str]],
                 points: list[int], budget: int, extra_head: str) -> None:
     print(f"\n{title}\n")
-    head = (f"{'workload':10s} {'tuner':13s} "
+    w = max([10, *(len(r[0]) for r in rows)])
+    head = (f"{'workload':{w}s} {'tuner':13s} "
             + " ".join(f"{'@' + str(p):>7s}" for p in points)
             + f" {'to 90%':>7s} {extra_head:>12s}")
     print(head)
@@ -135,7 +138,7 @@ def print_table(title: str, rows: list[tuple[str, str, list[float], float, str]]
     for name, label, bests, to90, extra in rows:
         shown = name if name != last else ""
         last = name
-        print(f"{shown:10s} {label:13s} " + " ".join(f"{b:7.1f}" for b in bests)
+        print(f"{shown:{w}s} {label:13s} " + " ".join(f"{b:7.1f}" for b in bests)
               + f" {fmt_trials(to90, budget):>7s} {extra:>12s}")
 
 
@@ -150,7 +153,8 @@ def print_ratios(title: str, to90: dict[tuple[str, str], float], names: list[str
     if not pairs:
         return
     print(f"\n{title}\n")
-    head = f"{'workload':10s} " + " ".join(f"{num + '/' + den:>20s} {'':6s}"
+    w = max([10, *(len(n) for n in names)])
+    head = f"{'workload':{w}s} " + " ".join(f"{num + '/' + den:>20s} {'':6s}"
                                            for num, den, _ in pairs)
     with_expected = expected is not None and "xgb" in labels
     if with_expected:
@@ -166,7 +170,7 @@ def print_ratios(title: str, to90: dict[tuple[str, str], float], names: list[str
                 continue
             cells.append(f"{fmt_ratio(a, b, budget):>20s} "
                          f"{verdict(a, b, budget, target):6s}")
-        line = f"{name:10s} " + " ".join(cells)
+        line = f"{name:{w}s} " + " ".join(cells)
         if with_expected and (name, "xgb") in to90 and name in expected:
             line += f" {fmt_ratio(to90[(name, 'xgb')], expected[name], budget):>19s}"
         print(line)
