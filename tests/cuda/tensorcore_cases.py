@@ -12,6 +12,7 @@ from autotune.space import Config
 
 DTYPES = ("float16", "bfloat16")
 ARCHS = ("sm_80", "sm_90")
+STATIC_SHARED = 49152  # bytes: past this the tiles are dynamic shared memory
 OPS = ("matmul", "batch_matmul", "conv2d")
 SHAPES: dict[str, list[dict]] = {
     "matmul": [dict(M=100, N=100, K=100), dict(M=13, N=37, K=11), dict(M=64, N=72, K=48)],
@@ -42,4 +43,15 @@ def sample_valid(wl: Workload, n: int, seed: int, arch: str = "sm_80") -> list[C
     sp = driver.config_space(wl, target(arch))
     rng = np.random.default_rng(seed)
     out = [c for c in sp.sample(rng, 20 * n) if sp.invalid_reason(c) is None]
+    return out[:n]
+
+
+def sample_dynamic(wl: Workload, n: int, seed: int, arch: str = "sm_80") -> list[Config]:
+    """``n`` distinct valid configs of ``wl`` whose tiles need more than the 48 KB of static
+    shared memory (dynamic shared memory), drawn with ``seed``."""
+    from autotune.schedule.templates.cuda_tensorcore import tiling
+    sp = driver.config_space(wl, target(arch))
+    rng = np.random.default_rng(seed)
+    out = [c for c in sp.sample(rng, 400)
+           if sp.invalid_reason(c) is None and tiling(c).shared_bytes > STATIC_SHARED]
     return out[:n]
