@@ -84,7 +84,7 @@ def test_sampled_configs_over_48kb_use_dynamic_shared_memory(arch, nvcc):
 
 def test_dynamic_tiles_sit_at_fixed_aligned_offsets():
     wl = autotune.workload("matmul", M=4096, N=4096, K=4096, dtype="float16")
-    src = driver.source(wl, target("sm_90"))  # the default: the 128 x 256 x 32 tile
+    src = driver.source(wl, target("sm_90"))  # the default: 128 x 128 x 32, 4 stages
     t = tc.tiling(driver.config_space(wl, target("sm_90")).default())
     a, b, _ = t.shared_tiles  # 128-byte multiples: the next tile starts where one ends
     assert "__half* const A_shared = reinterpret_cast<__half*>(at_shared + 0);" in src

@@ -13,6 +13,7 @@ from autotune.schedule.templates import cuda_tensorcore as tc
 from tests.cuda.tensorcore_cases import (
     ARCHS,
     DTYPES,
+    LARGE_TILE,
     OPS,
     sample_dynamic,
     sample_valid,
@@ -77,11 +78,11 @@ def test_sampled_configs_over_48kb_are_correct(op, arch):
     dict(frags_n=2, stages=4, block_k=64, vector=4),      # 128 x 128, 4 stages: 148 KB
 ])
 def test_large_tiles_over_several_blocks_and_k_tiles(change):
-    """The large default tile and its kin on 2 x 2 blocks (or 1 x 3), tails in every
+    """A 128 x 256 tile and its kin on 2 x 2 blocks (or 1 x 3), tails in every
     dimension, more k tiles than stages."""
     wl = autotune.workload("matmul", M=136, N=264, K=200, dtype="float16",
                            epilogue=("bias", "relu"))
     sp = driver.config_space(wl, target("sm_90"))
-    cfg = sp.config(tc.LARGE_TILE | change)
+    cfg = sp.config(LARGE_TILE | change)
     assert sp.invalid_reason(cfg) is None and tc.tiling(cfg).shared_bytes > 49152
     assert autotune.simulate_cuda(wl, cfg, target("sm_90")) <= dtype_info("float16").rtol

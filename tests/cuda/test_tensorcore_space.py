@@ -58,27 +58,29 @@ def test_defaults_are_valid_on_every_shape(op, arch):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90"])
-def test_default_of_a_large_matmul_is_the_large_tile(arch):
-    """128 x 256 x 32, 8 warps, 3 stages: 88 KB of shared memory, valid on each arch."""
+def test_default_of_a_large_matmul_is_the_full_tile_with_four_stages(arch):
+    """128 x 128 x 32, 8 warps, 4 stages: 83 KB of shared memory, valid on each arch."""
     wl = autotune.workload("matmul", M=4096, N=4096, K=4096, dtype="float16")
     sp = driver.config_space(wl, target(arch))
     t = tc.tiling(sp.default())
     assert (t.bm, t.bn, t.block_k, t.warps, t.mma, t.stages, t.pad) == (
-        128, 256, 32, (2, 4), (16, 16, 16), 3, 8)
-    assert t.shared_bytes > 49152 and sp.invalid_reason(sp.default()) is None
+        128, 128, 32, (2, 4), (16, 16, 16), 4, 8)
+    assert t.shared_bytes == 84480 and sp.invalid_reason(sp.default()) is None
 
 
 @pytest.mark.parametrize("lim, shape, tile", [
     (target("sm_90").cuda, dict(M=2048, N=1024, K=4096), (64, 128, 2)),  # N < 2048
-    (target("sm_90").cuda, dict(M=4096, N=2048, K=1024), (128, 256, 3)),  # 256 blocks
-    # the large tile's grid, 128 blocks, would leave 4 of 132 SMs idle; not 108
-    (target("sm_90").cuda, dict(M=2048, N=2048, K=4096), (128, 128, 2)),
-    (target("sm_80").cuda, dict(M=2048, N=2048, K=4096), (128, 256, 3)),
-    # no cp.async pipeline below sm_80: today's tile, one stage
+    (target("sm_90").cuda, dict(M=4096, N=2048, K=1024), (128, 128, 4)),
+    (target("sm_90").cuda, dict(M=2048, N=2048, K=4096), (128, 128, 4)),
+    # 4 stages (84480 bytes) past a 64 KB opt-in limit: 3 (65536); past 48 KB: today's 2
+    (CudaLimits("sm_80", max_shared_per_block_optin=65536, multiprocessors=108),
+     dict(M=4096, N=4096, K=4096), (128, 128, 3)),
+    (CudaLimits("sm_80", multiprocessors=108), dict(M=4096, N=4096, K=4096), (128, 128, 2)),
+    # no cp.async pipeline below sm_80: one stage
     (CudaLimits("sm_75", max_shared_per_block_optin=65536, multiprocessors=40),
      dict(M=4096, N=4096, K=4096), (128, 128, 1)),
 ])
-def test_large_tile_only_where_it_fills_the_gpu_and_is_valid(lim, shape, tile):
+def test_large_gemms_get_a_deeper_pipeline_where_it_is_valid(lim, shape, tile):
     wl = autotune.workload("matmul", dtype="float16", **shape)
     t = tc.tiling(tc.default_values(wl, lim))
     assert (t.bm, t.bn, t.stages) == tile
