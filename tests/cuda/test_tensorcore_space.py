@@ -208,6 +208,9 @@ def test_lowered_matmul_uses_fragments_and_cp_async():
     three = driver.lower(wl, target(), sp.config({**dict(sp.default()), "stages": 3,
                                                   "frags_m": 2, "frags_n": 1}))
     assert [w.pending for w in _stmts(three, AsyncWait)] == [1]
+    four = driver.lower(wl, target(), sp.config({**dict(sp.default()), "stages": 4,
+                                                 "frags_m": 2, "frags_n": 1}))
+    assert [w.pending for w in _stmts(four, AsyncWait)] == [2]  # tile ko landed, 2 newer pending
     assert len(_stmts(func, MmaSync)) == 1 and len(_stmts(func, MmaStore)) == 1
     scopes = {s.buffer.scope for s in walk_stmts(func.body) if hasattr(s, "buffer")}
     assert {Scope.WMMA_A, Scope.WMMA_B, Scope.WMMA_ACC, Scope.SHARED} <= scopes
