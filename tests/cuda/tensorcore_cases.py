@@ -12,6 +12,10 @@ from autotune.space import Config
 
 DTYPES = ("float16", "bfloat16")
 ARCHS = ("sm_80", "sm_90")
+STATIC_SHARED = 49152  # bytes: past this the tiles are dynamic shared memory
+# 128 x 256 x 32, 8 warps of 4 x 4 fragments, 3 stages: 90112 bytes of shared memory
+LARGE_TILE = {"mma_shape": "16x16x16", "warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4,
+              "block_k": 32, "stages": 3, "pad": 8, "unroll_k": True, "vector": 8}
 OPS = ("matmul", "batch_matmul", "conv2d")
 SHAPES: dict[str, list[dict]] = {
     "matmul": [dict(M=100, N=100, K=100), dict(M=13, N=37, K=11), dict(M=64, N=72, K=48)],
@@ -42,4 +46,15 @@ def sample_valid(wl: Workload, n: int, seed: int, arch: str = "sm_80") -> list[C
     sp = driver.config_space(wl, target(arch))
     rng = np.random.default_rng(seed)
     out = [c for c in sp.sample(rng, 20 * n) if sp.invalid_reason(c) is None]
+    return out[:n]
+
+
+def sample_dynamic(wl: Workload, n: int, seed: int, arch: str = "sm_80") -> list[Config]:
+    """``n`` distinct valid configs of ``wl`` whose tiles need more than the 48 KB of static
+    shared memory (dynamic shared memory), drawn with ``seed``."""
+    from autotune.schedule.templates.cuda_tensorcore import tiling
+    sp = driver.config_space(wl, target(arch))
+    rng = np.random.default_rng(seed)
+    out = [c for c in sp.sample(rng, 400)
+           if sp.invalid_reason(c) is None and tiling(c).shared_bytes > STATIC_SHARED]
     return out[:n]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import autotune
 from autotune.codegen.cuda.compiler import (
     CudaBinary,
     CudaCodegenError,
@@ -24,6 +25,7 @@ from autotune.ir.stmt import (
     PrimFunc,
     Scope,
     Seq,
+    Stmt,
     Store,
     Sync,
     walk_stmts,
@@ -160,6 +162,77 @@ def test_launch_limits_are_enforced_at_codegen():
     lim = target().cuda
     assert "shared memory" in launch_reason(Launch((1, 1, 1), (32, 1, 1), 64 * 1024), lim)
     assert "block dim z" in launch_reason(Launch((1, 1, 1), (1, 1, 128), 0), lim)
+
+
+def big_tile_kernel(floats: int, fill_all: bool = True) -> PrimFunc:
+    """One block reverses ``a`` through a float tile of ``floats`` (+1 from a half tile of 8
+    elements); without ``fill_all`` the last element of the tile is never written."""
+    a, out = Buffer("a", (floats,)), Buffer("out", (floats,))
+    sh = Buffer("tile", (floats,), scope=Scope.SHARED)
+    small = Buffer("flag", (8,), "float16", Scope.SHARED)
+    t, i = Var("t"), Var("i")
+    fill: Stmt = Store(sh, (i * 256 + t,), a[i * 256 + t])
+    if not fill_all:
+        fill = IfThenElse(cmp("<", i * 256 + t, floats - 1), fill)
+    fill = For(i, floats // 256, ForKind.SERIAL, fill)
+    use = For(i, floats // 256, ForKind.SERIAL,
+              Store(out, (i * 256 + t,), sh[floats - 1 - i * 256 - t] + small[t % 8]))
+    init = IfThenElse(cmp("<", t, 8), Store(small, (t,), Const(1.0)))
+    body = For(t, 256, TX, Allocate(sh, Allocate(small, Seq([fill, init, Sync(), use]))))
+    return PrimFunc("big", (a, out), body)
+
+
+def test_shared_memory_past_48kb_is_one_dynamic_block():
+    """13 KB of tiles stay static arrays; 64 KB become pointers into the dynamic block, each
+    at a 128-byte aligned offset, and the launch carries its size instead."""
+    small = launch_of(big_tile_kernel(3328))
+    assert (small.shared_bytes, small.dynamic_shared_bytes) == (3328 * 4 + 16, 0)
+    f = big_tile_kernel(16384)
+    assert launch_of(f) == Launch((1, 1, 1), (256, 1, 1), 0, 16384 * 4 + 128)
+    assert launch_of(f, static_limit=100_000).dynamic_shared_bytes == 0
+    src, launch = generate_cuda(f, target())
+    assert launch.dynamic_shared_bytes == 65664
+    assert "extern __shared__ __align__(128) unsigned char at_shared[];" in src
+    assert "float* const tile = reinterpret_cast<float*>(at_shared + 0);" in src
+    assert "__half* const flag = reinterpret_cast<__half*>(at_shared + 65536);" in src
+    assert "__shared__ __align__" not in src.replace("extern __shared__ __align__", "")
+
+
+@pytest.mark.parametrize("arch, fits", [("sm_80", 166912), ("sm_86", 101376),
+                                         ("sm_89", 101376), ("sm_90", 232448)])
+def test_dynamic_shared_memory_is_checked_against_the_opt_in_limit(arch, fits):
+    lim = autotune.Target(f"cuda -arch={arch}").cuda
+    static = Launch((1, 1, 1), (32, 1, 1), 49152 + 16)
+    assert "static shared memory > limit 49152" in launch_reason(static, lim)
+    assert launch_reason(Launch((1, 1, 1), (32, 1, 1), 0, fits), lim) is None
+    over = launch_reason(Launch((1, 1, 1), (32, 1, 1), 0, fits + 128), lim)
+    assert over == f"{fits + 128} bytes of shared memory > opt-in limit {fits} of {arch}"
+    res = Resources(registers=32)
+    assert resource_reason(res, Launch((1, 1, 1), (32, 1, 1), 0, fits), lim) is None
+    assert "opt-in limit" in resource_reason(res, Launch((1, 1, 1), (32, 1, 1), 0, fits + 1),
+                                             lim)
+
+
+def test_big_tile_kernel_compiles_and_runs_in_the_execution_model(nvcc):
+    import numpy as np
+
+    from autotune.codegen.cuda.compiler import prepare_kernel
+    from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
+    f = big_tile_kernel(16384)
+    r = compile_cuda_batch([f], target(), FAST_NVCC)[0]
+    assert isinstance(r, CudaBinary), r
+    assert r.resources.shared_bytes == 0 and r.launch.dynamic_shared_bytes == 65664
+    body, launch = prepare_kernel(f, target())
+    a = np.arange(16384, dtype=np.float32)
+    out = np.zeros(16384, np.float32)
+    run_kernel(f, body, launch, [a, out])
+    np.testing.assert_array_equal(out, a[::-1] + 1.0)
+    # dynamic shared memory starts as poison, as static arrays do
+    holed = big_tile_kernel(16384, fill_all=False)
+    body, launch = prepare_kernel(holed, target())
+    with pytest.raises(CudaExecutionError) as err:
+        run_kernel(holed, body, launch, [a, np.zeros_like(out)])
+    assert err.value.kind == "uninitialized" and launch.dynamic_shared_bytes == 65664
 
 
 def test_register_pressure_is_checked_after_compiling():

@@ -29,6 +29,7 @@ void *stream = 0, *function = 0;
 uint64_t args[16];
 char entry[256], image[4];
 uint64_t memset_words = 0;
+int attributes = 0, attribute = -1, attribute_value = 0;
 int cuInit(unsigned flags) { return 0; }
 int cuGetErrorName(int code, const char **s) { *s = "CUDA_ERROR_STANDIN"; return 0; }
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal > 0 ? 101 : 0; }
@@ -41,6 +42,9 @@ int cuModuleLoadData(void **mod, const void *img) {
 int cuModuleGetFunction(void **fn, void *mod, const char *name) {
     strncpy(entry, name, 255); *fn = (void *)0x3000; return 0; }
 int cuModuleUnload(void *mod) { unloads++; return 0; }
+int cuFuncSetAttribute(void *fn, int attr, int value) {
+    if (fn != (void *)0x3000) return 400;
+    attributes++; attribute = attr; attribute_value = value; return 0; }
 int cuMemAlloc_v2(uint64_t *ptr, size_t n) { *ptr = 0x50000 + n; return 0; }
 int cuMemsetD32_v2(uint64_t ptr, unsigned v, size_t n) { memset_words = n; return 0; }
 int cuMemFree_v2(uint64_t ptr) { frees++; return 0; }
@@ -96,6 +100,26 @@ def test_a_compiled_kernel_launches_with_its_config_pointers_and_stream(stub, nv
     dk.launch(ptrs, stream=0)  # the legacy default stream: NULL
     assert ctypes.c_void_p.in_dll(stub, "stream").value is None
     assert (_int(stub, "pushes"), _int(stub, "launches")) == (2, 2)
+
+
+def test_dynamic_shared_memory_is_opted_in_once_per_loaded_function(stub, nvcc):
+    """A kernel past 48 KB of shared memory: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES
+    = 8) once when its function is loaded, then every launch asks for those bytes."""
+    wl = autotune.workload("matmul", M=2048, N=4096, K=64, dtype="float16")
+    kernel = autotune.compile(wl, autotune.Target("cuda -arch=sm_90"))  # 4 stages: 84480 bytes
+    assert kernel.dynamic_shared > 49152
+    dk = device_kernel(kernel, 0)
+    ctypes.c_int.in_dll(stub, "nargs").value = 3
+    dk.launch([0x10, 0x20, 0x30])
+    dk.launch([0x10, 0x20, 0x40])
+    assert (_int(stub, "attributes"), _int(stub, "attribute")) == (1, 8)
+    assert _int(stub, "attribute_value") == kernel.dynamic_shared
+    assert list((ctypes.c_uint * 7).in_dll(stub, "dims"))[6] == kernel.dynamic_shared
+    copy.deepcopy(dk).launch([0x10, 0x20, 0x50])  # a copy loads, and opts in, on its own
+    assert _int(stub, "attributes") == 2
+    small = DeviceKernel(b"\x7fELF", "k", (1, 1, 1), (32, 1, 1), 0, 3, [])
+    small.launch([0x10, 0x20, 0x30])  # static shared memory only: nothing to opt in to
+    assert _int(stub, "attributes") == 2
 
 
 def test_workspaces_are_zeroed_once_and_passed_after_the_arguments(stub):

@@ -60,6 +60,66 @@ def test_kernels_match_numpy_on_the_gpu(op, gpu, nvcc):
                                            err_msg=f"{wl} {cfg}")
 
 
+class _Driver:
+    """pycuda's driver as far as a launch uses it, recording what it is asked (this host has
+    no GPU); numpy arrays stand for device memory."""
+
+    class function_attribute:  # noqa: N801 (pycuda's name)
+        MAX_DYNAMIC_SHARED_SIZE_BYTES = "MAX_DYNAMIC_SHARED_SIZE_BYTES"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def module_from_buffer(self, binary: bytes) -> "_Driver":
+        self.calls.append(("load", binary[:4]))
+        return self
+
+    def get_function(self, entry: str) -> "_Driver":
+        return self
+
+    def prepare(self, spec: str) -> None:
+        self.calls.append(("prepare", spec))
+
+    def set_attribute(self, attr: str, value: int) -> None:
+        self.calls.append(("set_attribute", attr, value))
+
+    def prepared_call(self, grid, block, *args, shared_size: int = 0) -> None:
+        self.calls.append(("launch", grid, block, shared_size))
+
+    def mem_alloc(self, nbytes: int) -> int:
+        return 0x1000 + nbytes
+
+    def memcpy_htod(self, dev, a) -> None:
+        pass
+
+    def memcpy_dtoh(self, a, dev) -> None:
+        pass
+
+
+def test_dynamic_shared_memory_is_opted_in_once_and_launched_with(monkeypatch, nvcc):
+    """pycuda: set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) once when the function loads,
+    then each launch asks for the kernel's dynamic bytes."""
+    from autotune.codegen.cuda import runtime
+
+    fake = _Driver()
+    monkeypatch.setattr(runtime, "cuda_device", lambda ordinal=0: fake)
+    wl = autotune.workload("matmul", M=2048, N=4096, K=64, dtype="float16")
+    k = autotune.compile(wl, autotune.Target("cuda -arch=sm_90"))  # 4 stages: 84480 bytes
+    assert k.dynamic_shared == k.func.attrs["launch"]["dynamic_shared_bytes"] > 49152
+    args = wl.random_args(0)
+    k(*args)
+    k(*args)
+    attr = ("set_attribute", "MAX_DYNAMIC_SHARED_SIZE_BYTES", k.dynamic_shared)
+    launch = ("launch", k.grid, k.block, k.dynamic_shared)
+    assert fake.calls == [("load", b"\x7fELF"), ("prepare", "PPP"), attr, launch, launch]
+    small_wl = autotune.workload("matmul", M=64, N=64, K=64, dtype="float16")
+    small = autotune.compile(small_wl, target())
+    fake.calls.clear()
+    small(*small_wl.random_args(0))
+    assert [c[0] for c in fake.calls] == ["load", "prepare", "launch"]
+    assert fake.calls[-1][-1] == 0  # static shared memory only: nothing to opt in to
+
+
 @pytest.mark.cuda_device
 def test_device_arrays_and_event_timing(gpu, nvcc):
     wl = autotune.workload("conv2d", epilogue=("scale_shift", "relu"), **SHAPES["conv2d"][0])

@@ -27,8 +27,17 @@ from autotune.ir.stmt import (
     Seq,
     Sync,
 )
+from autotune.schedule.templates import cuda_tensorcore as tc
 from tests.cuda.cuda_cases import FAST_NVCC
-from tests.cuda.tensorcore_cases import ARCHS, DTYPES, OPS, sample_valid, target, workloads
+from tests.cuda.tensorcore_cases import (
+    ARCHS,
+    DTYPES,
+    OPS,
+    sample_dynamic,
+    sample_valid,
+    target,
+    workloads,
+)
 
 PER_WORKLOAD = 3  # sampled configs per (workload, arch), besides the default
 
@@ -51,9 +60,42 @@ def test_sampled_configs_compile(arch, nvcc):
         assert r.resources.shared_bytes == r.launch.shared_bytes  # tiles are 128-byte sized
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sampled_configs_over_48kb_use_dynamic_shared_memory(arch, nvcc):
+    """Their tiles live in one extern dynamic block: ptxas reports no static shared
+    memory, and the launch carries the bytes the tiling needs (up to the arch's opt-in)."""
+    funcs, tilings = [], []
+    for i, op in enumerate(OPS):
+        for wl in workloads(op, DTYPES[i % 2]):
+            for cfg in sample_dynamic(wl, 2, seed=3 + i, arch=arch):
+                funcs.append(driver.lower(wl, target(arch), cfg))
+                tilings.append(tc.tiling(cfg))
+    assert len(funcs) >= 2 * len(OPS)
+    results = compile_cuda_batch(funcs, target(arch), FAST_NVCC)
+    limit = target(arch).cuda.max_shared_per_block_optin
+    for f, t, r in zip(funcs, tilings, results):
+        assert isinstance(r, CudaBinary), r
+        assert r.resources.shared_bytes == 0 and r.launch.shared_bytes == 0
+        assert 49152 < r.launch.dynamic_shared_bytes == t.shared_bytes <= limit
+        assert f.attrs["launch"]["dynamic_shared_bytes"] == t.shared_bytes
+        assert "extern __shared__ __align__(128) unsigned char at_shared[];" in r.source
+        assert not re.search(r"^\s*__shared__", r.source, re.M)  # no static arrays
+
+
+def test_dynamic_tiles_sit_at_fixed_aligned_offsets():
+    wl = autotune.workload("matmul", M=4096, N=4096, K=4096, dtype="float16")
+    src = driver.source(wl, target("sm_90"))  # the default: 128 x 128 x 32, 4 stages
+    t = tc.tiling(driver.config_space(wl, target("sm_90")).default())
+    a, b, _ = t.shared_tiles  # 128-byte multiples: the next tile starts where one ends
+    assert "__half* const A_shared = reinterpret_cast<__half*>(at_shared + 0);" in src
+    assert f"__half* const B_shared = reinterpret_cast<__half*>(at_shared + {a});" in src
+    assert f"float* const C_staging = reinterpret_cast<float*>(at_shared + {a + b});" in src
+
+
 def test_defaults_compile_with_release_flags_without_spilling(nvcc):
+    large = [autotune.workload("matmul", M=4096, N=4096, K=4096, dtype=dt) for dt in DTYPES]
     funcs = [driver.lower(wl, target("sm_90")) for op in OPS for dt in DTYPES
-             for wl in workloads(op, dt)]
+             for wl in workloads(op, dt)] + [driver.lower(wl, target("sm_90")) for wl in large]
     for f, r in zip(funcs, compile_cuda_batch(funcs, target("sm_90"))):
         assert isinstance(r, CudaBinary), r
         assert r.resources.spill_stores == 0, f.name

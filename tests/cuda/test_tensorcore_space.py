@@ -57,11 +57,62 @@ def test_defaults_are_valid_on_every_shape(op, arch):
             assert t.bm // 2 < max(M, 16) and t.bn // 2 < max(N, 16), (wl, t)
 
 
-def test_default_of_a_large_matmul_is_the_full_tile():
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90"])
+def test_default_of_a_large_matmul_is_the_full_tile_with_four_stages(arch):
+    """128 x 128 x 32, 8 warps, 4 stages: 83 KB of shared memory, valid on each arch."""
     wl = autotune.workload("matmul", M=4096, N=4096, K=4096, dtype="float16")
-    t = tc.tiling(driver.config_space(wl, target("sm_90")).default())
+    sp = driver.config_space(wl, target(arch))
+    t = tc.tiling(sp.default())
     assert (t.bm, t.bn, t.block_k, t.warps, t.mma, t.stages, t.pad) == (
-        128, 128, 32, (2, 4), (16, 16, 16), 2, 8)
+        128, 128, 32, (2, 4), (16, 16, 16), 4, 8)
+    assert t.shared_bytes == 84480 and sp.invalid_reason(sp.default()) is None
+
+
+@pytest.mark.parametrize("lim, shape, tile", [
+    (target("sm_90").cuda, dict(M=2048, N=1024, K=4096), (64, 128, 2)),  # N < 2048
+    (target("sm_90").cuda, dict(M=4096, N=2048, K=1024), (128, 128, 4)),
+    (target("sm_90").cuda, dict(M=2048, N=2048, K=4096), (128, 128, 4)),
+    # 4 stages (84480 bytes) past a 64 KB opt-in limit: 3 (65536); past 48 KB: today's 2
+    (CudaLimits("sm_80", max_shared_per_block_optin=65536, multiprocessors=108),
+     dict(M=4096, N=4096, K=4096), (128, 128, 3)),
+    (CudaLimits("sm_80", multiprocessors=108), dict(M=4096, N=4096, K=4096), (128, 128, 2)),
+    # no cp.async pipeline below sm_80: one stage
+    (CudaLimits("sm_75", max_shared_per_block_optin=65536, multiprocessors=40),
+     dict(M=4096, N=4096, K=4096), (128, 128, 1)),
+])
+def test_large_gemms_get_a_deeper_pipeline_where_it_is_valid(lim, shape, tile):
+    wl = autotune.workload("matmul", dtype="float16", **shape)
+    t = tc.tiling(tc.default_values(wl, lim))
+    assert (t.bm, t.bn, t.stages) == tile
+    assert tc.tiling_reason(t, lim) is None
+
+
+LADDER = {  # tiling -> the archs whose opt-in shared memory per block it fits
+    "128x256 s3, 90112 B": (replace(tc.Tiling((16, 16, 16), (2, 4), (4, 4), 32), stages=3),
+                            {"sm_80", "sm_86", "sm_89", "sm_90"}),
+    "128x256 s4, 117248 B": (tc.Tiling((16, 16, 16), (2, 4), (4, 4), 32, stages=4),
+                             {"sm_80", "sm_90"}),
+    "256x128 bk64 s3, 172032 B": (tc.Tiling((16, 16, 16), (4, 2), (4, 4), 64, stages=3),
+                                  {"sm_90"}),
+    "256x128 bk64 s4 512 threads, 234496 B": (
+        tc.Tiling((16, 16, 16), (4, 4), (4, 2), 64, stages=4), set()),
+}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
+@pytest.mark.parametrize("label", list(LADDER))
+def test_shared_memory_past_48kb_is_valid_up_to_each_archs_opt_in_limit(arch, label):
+    """The tiles of these are dynamic shared memory: 163 KB on sm_80, 99 KB on sm_86/89,
+    227 KB on sm_90 (the CUDA programming guide's per-block opt-in limits)."""
+    t, fits = LADDER[label]
+    lim = target(arch).cuda
+    assert t.shared_bytes > 49152
+    reason = tc.tiling_reason(t, lim)
+    if arch in fits:
+        assert reason is None, reason
+    else:
+        assert reason == (f"{t.shared_bytes} bytes of shared memory > opt-in limit "
+                          f"{lim.max_shared_per_block_optin} of {arch}")
 
 
 @pytest.mark.parametrize("op, shape", [
@@ -85,7 +136,7 @@ GOOD = tc.Tiling((16, 16, 16), (2, 4), (4, 2), 32)
 
 @pytest.mark.parametrize("tiling, needle", [
     (replace(GOOD, warps=(4, 16)), "threads per block"),
-    (replace(GOOD, frags=(8, 4), block_k=64), "shared memory"),
+    (replace(GOOD, frags=(4, 4), block_k=64, stages=4, pad=72), "shared memory"),
     (replace(GOOD, warps=(1, 1), frags=(8, 8), block_k=16, stages=1), "fragment registers"),
     (replace(GOOD, pad=4), "ldm 36 of the A tile"),
     (replace(GOOD, mma=(32, 8, 16), frags=(1, 2)), "not 32-byte aligned"),
@@ -108,7 +159,8 @@ def test_space_rejects_reachable_violations_before_build():
     wl = autotune.workload("matmul", M=512, N=512, K=512, dtype="float16")
     sp = driver.config_space(wl, target())
     base = dict(sp.default())
-    cases = {"shared memory": dict(warps_m=4, warps_n=4, frags_m=2, frags_n=2, block_k=64),
+    cases = {"shared memory": dict(warps_m=4, warps_n=4, frags_m=4, frags_n=2, block_k=64,
+                                   stages=4),
              "fragment registers": dict(warps_m=1, warps_n=1, frags_m=8, frags_n=8,
                                         block_k=16, stages=1),
              "32-byte aligned": dict(mma_shape="32x8x16")}
@@ -120,15 +172,21 @@ def test_space_rejects_reachable_violations_before_build():
 
 
 def test_estimates_match_what_lowering_builds():
-    """Threads and shared bytes `Tiling` reports are those of the loop AST."""
+    """Threads and shared bytes `Tiling` reports are those of the loop AST: static up to
+    48 KB, dynamic past it."""
     from autotune.codegen.cuda.passes import launch_of
+    dynamic = 0
     for op in OPS:
         for wl in workloads(op, "float16"):
             for cfg in sample_valid(wl, 6, seed=1):
                 t = tc.tiling(cfg)
                 launch = launch_of(driver.lower(wl, target(), cfg))
                 assert launch.block == (t.threads, 1, 1)
-                assert launch.shared_bytes == t.shared_bytes
+                big = t.shared_bytes > 49152
+                assert (launch.shared_bytes, launch.dynamic_shared_bytes) == (
+                    (0, t.shared_bytes) if big else (t.shared_bytes, 0))
+                dynamic += big
+    assert dynamic > 0
 
 
 def _stmts(func, kind):
@@ -150,6 +208,9 @@ def test_lowered_matmul_uses_fragments_and_cp_async():
     three = driver.lower(wl, target(), sp.config({**dict(sp.default()), "stages": 3,
                                                   "frags_m": 2, "frags_n": 1}))
     assert [w.pending for w in _stmts(three, AsyncWait)] == [1]
+    four = driver.lower(wl, target(), sp.config({**dict(sp.default()), "stages": 4,
+                                                 "frags_m": 2, "frags_n": 1}))
+    assert [w.pending for w in _stmts(four, AsyncWait)] == [2]  # tile ko landed, 2 newer pending
     assert len(_stmts(func, MmaSync)) == 1 and len(_stmts(func, MmaStore)) == 1
     scopes = {s.buffer.scope for s in walk_stmts(func.body) if hasattr(s, "buffer")}
     assert {Scope.WMMA_A, Scope.WMMA_B, Scope.WMMA_ACC, Scope.SHARED} <= scopes

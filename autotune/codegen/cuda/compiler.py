@@ -1,8 +1,9 @@
 """CUDA code generation: a ``PrimFunc`` to CUDA C, and nvcc to a cubin.
 
 ``compile_cuda(func, target) -> (source, cubin)`` is the CUDA backend's ``compile``; it also
-records ``func.attrs["launch"]`` (grid, block, shared bytes), ``func.attrs["cuda_kernel"]``
-(the entry's name) and ``func.attrs["cuda_resources"]`` (ptxas registers, spills...).
+records ``func.attrs["launch"]`` (grid, block, static and dynamic shared bytes),
+``func.attrs["cuda_kernel"]`` (the entry's name) and ``func.attrs["cuda_resources"]``
+(ptxas registers, spills...).
 ``compile_cuda_with_info`` returns the same as a ``CudaBinary``; ``compile_cuda_batch``
 compiles many kernels with one nvcc call.
 """
@@ -64,8 +65,9 @@ def generate_cuda(func: PrimFunc, target: Target, name: str | None = None
 def prepare_kernel(func: PrimFunc, target: Target) -> tuple[Stmt, Launch]:
     """The kernel body after every CUDA pass (what the emitter prints, statement for
     statement) and its launch; raises CudaCodegenError as ``generate_cuda`` does."""
-    launch = launch_of(func)
-    reason = launch_reason(launch, _limits(target))
+    lim = _limits(target)
+    launch = launch_of(func, lim.max_shared_per_block)
+    reason = launch_reason(launch, lim)
     if reason:
         raise CudaCodegenError(f"{func.name}: {reason}")
     return prepare(func, launch), launch
@@ -81,9 +83,13 @@ def launch_reason(launch: Launch, lim: CudaLimits) -> str | None:
     for axis, n, cap in zip("xyz", launch.grid, lim.max_grid_dim):
         if n > cap:
             return f"grid dim {axis} = {n} > limit {cap}"
-    if launch.shared_bytes + launch.dynamic_shared_bytes > lim.max_shared_per_block:
-        return (f"{launch.shared_bytes} bytes of shared memory > limit "
+    if launch.shared_bytes > lim.max_shared_per_block:
+        return (f"{launch.shared_bytes} bytes of static shared memory > limit "
                 f"{lim.max_shared_per_block}")
+    total = launch.shared_bytes + launch.dynamic_shared_bytes
+    if total > lim.max_shared_per_block_optin:
+        return (f"{total} bytes of shared memory > opt-in limit "
+                f"{lim.max_shared_per_block_optin} of {lim.arch}")
     return None
 
 
@@ -97,6 +103,10 @@ def resource_reason(res: Resources, launch: Launch, lim: CudaLimits) -> str | No
                 f"{lim.regs_per_block} registers per block")
     if res.shared_bytes > lim.max_shared_per_block:
         return f"{res.shared_bytes} bytes of shared memory > limit {lim.max_shared_per_block}"
+    total = res.shared_bytes + launch.dynamic_shared_bytes
+    if total > lim.max_shared_per_block_optin:
+        return (f"{total} bytes of shared memory > opt-in limit "
+                f"{lim.max_shared_per_block_optin} of {lim.arch}")
     return None
 
 

@@ -2,17 +2,24 @@
 
 blockIdx/threadIdx loops become index constants, vthread and unrolled loops ``#pragma
 unroll`` loops, local buffers register arrays, shared buffers ``__shared__`` arrays at
-function scope, ``Sync`` ``__syncthreads()``. Index arithmetic is ``int`` unless a buffer is
-large enough to need ``long long``. Buffers are typed by their dtype: a float16/bfloat16
-element is widened to float when loaded and rounded to nearest even when stored. Fragment
-buffers become ``nvcuda::wmma::fragment`` arrays, the Mma statements wmma calls, and the
-Async statements ``cp.async`` inline PTX.
+function scope (past 48 KB, pointers into one ``extern __shared__`` block of dynamic shared
+memory, which the launch sizes), ``Sync`` ``__syncthreads()``. Index arithmetic is ``int``
+unless a buffer is large enough to need ``long long``. Buffers are typed by their dtype: a
+float16/bfloat16 element is widened to float when loaded and rounded to nearest even when
+stored. Fragment buffers become ``nvcuda::wmma::fragment`` arrays, the Mma statements
+wmma calls, and the Async statements ``cp.async`` inline PTX.
 """
 from __future__ import annotations
 
 import re
 
-from autotune.codegen.cuda.passes import CudaCodegenError, Launch, shared_buffers, writes
+from autotune.codegen.cuda.passes import (
+    CudaCodegenError,
+    Launch,
+    dynamic_shared_layout,
+    shared_buffers,
+    writes,
+)
 from autotune.ir.analysis import Interval, interval, loop_extents, simplify
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
 from autotune.ir.stmt import (
@@ -71,6 +78,7 @@ _WMMA = "nvcuda::wmma::"
 _FRAGMENT_USE = {Scope.WMMA_A: "matrix_a", Scope.WMMA_B: "matrix_b",
                  Scope.WMMA_ACC: "accumulator"}
 _SHARED_ALIGN, _MMA_SHARED_ALIGN = 16, 128  # wmma needs 32-byte aligned pointers
+_DYNAMIC = "at_shared"  # the extern dynamic shared block ("at_" names are never a buffer's)
 
 
 class _Names:
@@ -180,13 +188,30 @@ class _Emitter:
         bounds_ = self.launch.threads
         head = f'extern "C" __global__ void __launch_bounds__({bounds_}) {name}('
         self.lines.append(head + ", ".join(params) + ") {")
-        for b in dict.fromkeys(shared_buffers(self.func.body)):
-            align = _MMA_SHARED_ALIGN if b in self.mma_shared else _SHARED_ALIGN
-            self.lines.append(f"  __shared__ __align__({align}) {c_type(b.dtype)} "
-                              f"{self.names(b)}[{b.size}];")
+        if self.launch.dynamic_shared_bytes:
+            self._dynamic_shared()
+        else:
+            for b in dict.fromkeys(shared_buffers(self.func.body)):
+                align = _MMA_SHARED_ALIGN if b in self.mma_shared else _SHARED_ALIGN
+                self.lines.append(f"  __shared__ __align__({align}) {c_type(b.dtype)} "
+                                  f"{self.names(b)}[{b.size}];")
         self.stmt(self.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
+
+    def _dynamic_shared(self) -> None:
+        """Every shared buffer as a pointer at its fixed offset in the one dynamic block
+        (past the 48 KB of static arrays a block may declare; see `dynamic_shared_layout`)."""
+        offsets, size = dynamic_shared_layout(self.func.body)
+        if size > self.launch.dynamic_shared_bytes:
+            raise CudaCodegenError(f"{size} bytes of shared buffers > the launch's "
+                                   f"{self.launch.dynamic_shared_bytes} dynamic bytes")
+        self.lines.append(f"  extern __shared__ __align__({_MMA_SHARED_ALIGN}) "
+                          f"unsigned char {_DYNAMIC}[];")
+        for b, offset in offsets.items():
+            t = c_type(b.dtype)
+            self.lines.append(f"  {t}* const {self.names(b)} = "
+                              f"reinterpret_cast<{t}*>({_DYNAMIC} + {offset});")
 
     def stmt(self, s: Stmt, ind: int) -> None:
         pad = "  " * ind

@@ -19,6 +19,7 @@ from autotune.codegen.cuda.runtime import CudaKernel, NoCudaDevice
 from autotune.ops.dtypes import storage_dtype
 
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
 _P = ctypes.c_void_p
 _U = ctypes.c_uint
@@ -33,6 +34,7 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "cuModuleLoadData": (ctypes.POINTER(_P), ctypes.c_char_p),
     "cuModuleGetFunction": (ctypes.POINTER(_P), _P, ctypes.c_char_p),
     "cuModuleUnload": (_P,),
+    "cuFuncSetAttribute": (_P, ctypes.c_int, ctypes.c_int),
     "cuMemAlloc_v2": (ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t),
     "cuMemsetD32_v2": (ctypes.c_uint64, _U, ctypes.c_size_t),
     "cuMemFree_v2": (ctypes.c_uint64,),
@@ -149,6 +151,10 @@ class DeviceKernel:
             _check(lib, lib.cuModuleGetFunction(ctypes.byref(fn), module,
                                                 self.entry.encode()),
                    f"cuModuleGetFunction({self.entry})")
+            if self.shared_bytes:  # past 48 KB a launch needs the function's opt-in
+                _check(lib, lib.cuFuncSetAttribute(fn, _MAX_DYNAMIC_SHARED, self.shared_bytes),
+                       f"cuFuncSetAttribute({self.entry}, max dynamic shared "
+                       f"{self.shared_bytes})")
             for nbytes in self.workspace_bytes:
                 ptr, words = ctypes.c_uint64(), -(-max(nbytes, 4) // 4)  # half: odd sizes
                 _check(lib, lib.cuMemAlloc_v2(ctypes.byref(ptr), 4 * words), "cuMemAlloc")

@@ -66,19 +66,41 @@ _THREAD = (ForKind.THREAD_X, ForKind.THREAD_Y, ForKind.THREAD_Z)
 _LAUNCH_KINDS = (*_BLOCK, *_THREAD)
 
 
-def launch_of(func: PrimFunc) -> Launch:
-    """Grid/block dims (the largest extent bound to each tag) and shared bytes of ``func``."""
+STATIC_SHARED_LIMIT = 49152  # bytes of static __shared__ arrays a block may declare
+DYNAMIC_SHARED_ALIGN = 128    # each buffer's offset in the dynamic shared block
+
+
+def launch_of(func: PrimFunc, static_limit: int = STATIC_SHARED_LIMIT) -> Launch:
+    """Grid/block dims (the largest extent bound to each tag) and shared bytes of ``func``:
+    static, or, past ``static_limit``, all of them dynamic (see `dynamic_shared_layout`)."""
     dims = {k: 1 for k in (*_BLOCK, *_THREAD)}
     shared = 0
     for s in walk_stmts(func.body):
         if isinstance(s, For) and s.kind in dims:
             dims[s.kind] = max(dims[s.kind], s.extent)
         elif isinstance(s, Allocate) and s.buffer.scope is Scope.SHARED:
-            nbytes = s.buffer.size * dtype_info(s.buffer.dtype).itemsize
-            shared += -(-nbytes // 16) * 16  # declared 16-byte aligned (or more)
+            shared += -(-_nbytes(s.buffer) // 16) * 16  # declared 16-byte aligned (or more)
     grid = tuple(dims[k] for k in _BLOCK)
     block = tuple(dims[k] for k in _THREAD)
+    if shared > static_limit:
+        _, dynamic = dynamic_shared_layout(func.body)
+        return Launch(grid, block, 0, dynamic)  # type: ignore[arg-type]
     return Launch(grid, block, shared)  # type: ignore[arg-type]
+
+
+def dynamic_shared_layout(s: Stmt) -> tuple[dict[Buffer, int], int]:
+    """Byte offset of each shared buffer of ``s`` in one dynamic shared block (in order of
+    allocation, each 128-byte aligned: wmma and cp.async need 32 and 16) and its size."""
+    offsets: dict[Buffer, int] = {}
+    end = 0
+    for b in dict.fromkeys(shared_buffers(s)):
+        offsets[b] = end
+        end += -(-_nbytes(b) // DYNAMIC_SHARED_ALIGN) * DYNAMIC_SHARED_ALIGN
+    return offsets, end
+
+
+def _nbytes(b: Buffer) -> int:
+    return b.size * dtype_info(b.dtype).itemsize
 
 
 def contains_sync(s: Stmt) -> bool:

@@ -91,6 +91,9 @@ class CudaKernel(Kernel):
             module = cuda.module_from_buffer(self.binary)
             fn = module.get_function(self.entry)
             fn.prepare("P" * (len(self.func.args) + len(self.func.workspaces)))
+            if self.dynamic_shared:  # past 48 KB a launch needs the function's opt-in
+                fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 self.dynamic_shared)
             self._module = module  # the function is valid only while its module lives
             self._workspaces = [_zeroed(cuda, b) for b in self.func.workspaces]
             self._cuda, self._function = cuda, fn
