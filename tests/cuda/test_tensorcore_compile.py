@@ -49,7 +49,10 @@ def test_sampled_configs_compile(arch, nvcc):
     assert not failed, f"{len(failed)} failed; first: {failed[0][0]}\n{failed[0][1]}"
     for f, r in zip(funcs, results):
         assert isinstance(r, CudaBinary) and r.resources.registers > 0
-        assert r.resources.shared_bytes == r.launch.shared_bytes  # tiles are 128-byte sized
+        if f.workspaces:  # split-K uses one float of the staging tile: ptxas drops the rest
+            assert r.resources.shared_bytes < r.launch.shared_bytes
+        else:
+            assert r.resources.shared_bytes == r.launch.shared_bytes  # 128-byte sized tiles
 
 
 def test_defaults_compile_with_release_flags_without_spilling(nvcc):

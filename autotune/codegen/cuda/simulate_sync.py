@@ -69,6 +69,8 @@ class Ordering:
         self.acquired: dict[int, dict[int, tuple[int, int, int]]] = {}
         # per thread (grid id): atomics it did and has not fenced yet (key, clock)
         self.pending: dict[int, list[tuple[int, int]]] = {}
+        # per block: fenced writes no atomic published yet (buffer, elements, writers)
+        self.fenced: dict[int, list[tuple[Buffer, np.ndarray, np.ndarray]]] = {}
 
     def key(self, counter: Buffer, index: int) -> int:
         return self.counters[counter] * (1 << 40) + index
@@ -89,8 +91,15 @@ class Ordering:
         for buf, el in self.elements.items():
             mem = g.memory[buf]
             mine = (mem.wmin == mem.wmax) & np.isin(mem.wmin, ids) & (el.fence_phase < 0)
-            if mine.any():
-                el.fence_phase[mine] = phases[np.searchsorted(ids, mem.wmin[mine])]
+            if not mine.any():
+                continue
+            at = np.nonzero(mine)[0]
+            writers = mem.wmin[at]
+            el.fence_phase[at] = phases[np.searchsorted(ids, writers)]
+            blocks = writers // g.threads
+            for b in np.unique(blocks).tolist():
+                sel = blocks == b
+                self.fenced.setdefault(b, []).append((buf, at[sel], writers[sel]))
         for lane, gtid in zip(lanes.tolist(), gtids.tolist()):
             for key, time in self.pending.pop(gtid, []):
                 block = gtid // g.threads
@@ -105,13 +114,20 @@ class Ordering:
         gtid = int(g.gtid[lane])
         block = gtid // g.threads
         phase = int(g.phase[g.local_block[lane]])
-        for buf, el in self.elements.items():
-            mem = g.memory[buf]
-            fenced = (el.fence_phase >= 0) & (el.counter < 0) & (mem.wmin == mem.wmax)
-            fenced &= mem.wmin // g.threads == block
-            fenced &= (el.fence_phase < phase) | (mem.wmin == gtid)
-            el.counter[fenced] = key
-            el.time[fenced] = self.clock
+        later = []  # fenced in this phase by other threads: not ordered before this atomic
+        for buf, at, writers in self.fenced.pop(block, []):
+            el, mem = self.elements[buf], g.memory[buf]
+            # still the write that was fenced, and not published yet
+            live = (el.fence_phase[at] >= 0) & (el.counter[at] < 0) & \
+                (mem.wmin[at] == writers) & (mem.wmax[at] == writers)
+            ordered = live & ((el.fence_phase[at] < phase) | (writers == gtid))
+            el.counter[at[ordered]] = key
+            el.time[at[ordered]] = self.clock
+            rest = live & ~ordered
+            if rest.any():
+                later.append((buf, at[rest], writers[rest]))
+        if later:
+            self.fenced[block] = later
         self.pending.setdefault(gtid, []).append((key, self.clock))
 
     def ordered(self, g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray,
