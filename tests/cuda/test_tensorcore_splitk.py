@@ -243,6 +243,9 @@ def test_defaults_split_the_late_resnet_convs(shape, split):
     assert tiles < tgt.cuda.multiprocessors <= tiles * split
     assert tc.k_tiles(t, K)[1] >= tc.MIN_SPLIT_TILES
     assert autotune.lower(wl, tgt, cfg).workspaces
+    wl = autotune.workload("conv2d", N=1, R=3, S=3, stride=1, pad=1, dtype="float16",
+                           epilogue=("bias", "relu"), **shape)
+    assert autotune.simulate_cuda(wl, cfg, tgt, block_seed=3) <= dtype_info("float16").rtol
 
 
 def test_defaults_do_not_split_a_grid_that_fills_the_gpu():
@@ -251,3 +254,23 @@ def test_defaults_do_not_split_a_grid_that_fills_the_gpu():
                                  pad=1, dtype="float16"),
                autotune.workload("matmul", M=16, N=16, K=64, dtype="float16")):  # K short
         assert driver.config_space(wl, target("sm_90")).default()["split_k"] == 1, wl
+
+
+def test_recorded_pools_replay_the_configs_they_recorded():
+    """split_k is the first knob, 1 first: the float16 matmul pool, recorded before it
+    existed, names by index the configs its knobs describe, with no split."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "data" / "matmul_fp16.jsonl.gz"
+    with gzip.open(path, "rt") as fp:
+        records = [json.loads(line) for line, _ in zip(fp, range(40))]
+    sp = None
+    for rec in records:
+        if sp is None:
+            wl = autotune.workload(rec["workload"]["op"], dtype=rec["workload"]["dtype"],
+                                   **rec["workload"]["params"])
+            sp = driver.config_space(wl, autotune.Target(rec["target"]))
+        cfg = sp.get(rec["config"]["index"])
+        assert dict(cfg) == {"split_k": 1, **rec["config"]["knobs"]}

@@ -251,7 +251,7 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
     then, larger side first down to 32 x 32, while the grid leaves multiprocessors idle (a
     1024^2 output in 128^2 tiles is 64 blocks for 132 SMs). Where the tiles still leave
     SMs idle, split-K: the smallest split that fills them, keeping MIN_SPLIT_TILES k tiles
-    per split (ResNet's 512x7x7 conv: 8 tiles of K = 4608 split 16 ways)."""
+    per split (ResNet's 512x7x7 conv at batch 1: 32 tiles of 32 x 32, K = 4608, split 8)."""
     batch, M, N, K = gemm_dims(wl)
     (wm, fm), (wn, fn) = _shrink(M, 2, 4), _shrink(N, 4, 2)
     unit = 16
