@@ -6,9 +6,8 @@ one MMA shape (nvcuda::wmma), float32 accumulators. The block tile is derived:
 BM = WM * FM * m, BN = WN * FN * n, so every point of the space tiles exactly. With
 ``split_k`` S > 1 the k tiles are cut into S contiguous ranges, one block per range and
 output tile; the partial tiles meet in a float32 workspace, summed in a fixed order by the
-block that arrives last (see `cuda_tensorcore_lower`). The kernel
-is built as a loop AST directly (``lower``, see `cuda_tensorcore_lower`), not through a
-Schedule.
+block that arrives last. The kernel is built as a loop AST directly (``lower``, see
+`cuda_tensorcore_lower`), not through a Schedule.
 """
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ class _Kernel:
         # the image (batch element) and the k range of the block: bz itself without a split
         self.image: Expr = self.bz if split == 1 else self.bz // split
         self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.bn)
-        self.k_tiles, self.per_split = k_tiles(t, self.K)
+        self.per_split = k_tiles(t, self.K)[1]
         self.workspaces: tuple[Buffer, ...] = ()
         if split > 1:
             n_tiles = self.batch * self.tiles_m * self.tiles_n
