@@ -174,15 +174,19 @@ def compile_prepacked(workload: Workload, target: Target,
 
 
 def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
-                  target: Target | str = "cuda -arch=sm_90", seed: int = 0) -> float:
+                  target: Target | str = "cuda -arch=sm_90", seed: int = 0, *,
+                  block_seed: int | None = None, launches: int = 1) -> float:
     """Run the kernel ``compile`` would build for a CUDA target in the execution model
     (``autotune.codegen.cuda.simulate``: no GPU needed) on random inputs; return its largest
     error relative to the output's scale, ``max|out - ref| / max|ref|`` (half outputs
     widened exactly). Raises ``CudaExecutionError`` on a race, a read of unwritten memory,
     an out-of-bounds access, a barrier that only some threads reach, a warp-collective
     (wmma) statement that only part of a warp reaches or with operands that differ across
-    it, a misaligned wmma or cp.async address, or a touch of cp.async data still in flight
-    (its ``kind`` says which)."""
+    it, a misaligned wmma or cp.async address, a touch of cp.async data still in flight,
+    or a split-K counter left non-zero (its ``kind`` says which). ``block_seed``: run the
+    blocks in an order drawn with it (default: index order); ``launches``: run that many
+    times on the same workspaces, as a loaded kernel does (each launch's output is
+    checked)."""
     import numpy as np
 
     from autotune.codegen.cuda.compiler import prepare_kernel
@@ -196,13 +200,22 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     body, launch = prepare_kernel(func, target)
     args = workload.random_args(seed)
     ref = np.asarray(workload.reference(args[:-1]), dtype=np.float64)
-    run_kernel(func, body, launch, args)
-    out: np.ndarray = to_float32(args[-1], workload.dtype).astype(np.float64)  # exact
-    nan = np.isnan(out)
-    if nan.any():
-        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(nan)), out.shape))
-        raise CudaExecutionError("unwritten_output", f"{int(nan.sum())} of {out.size} output "
-                                 f"elements were never written (the first at {at})",
-                                 buffer=func.args[-1].name)
     scale = float(np.max(np.abs(ref), initial=0.0)) or 1.0
-    return float(np.max(np.abs(out - ref), initial=0.0)) / scale
+    order = (None if block_seed is None else
+             np.random.default_rng(block_seed).permutation(int(np.prod(launch.grid))))
+    # allocated once, as a loaded kernel does: later launches start from what it left
+    scratch: list[np.ndarray] = [np.zeros(w.size, np.float32) for w in func.workspaces]
+    unset = args[-1].copy()  # as random_args left it: NaN
+    err = 0.0
+    for _ in range(launches):
+        args[-1][...] = unset
+        run_kernel(func, body, launch, args, block_order=order, scratch=scratch)
+        out: np.ndarray = to_float32(args[-1], workload.dtype).astype(np.float64)  # exact
+        nan = np.isnan(out)
+        if nan.any():
+            at = tuple(int(i) for i in np.unravel_index(int(np.argmax(nan)), out.shape))
+            raise CudaExecutionError("unwritten_output", f"{int(nan.sum())} of {out.size} "
+                                     f"output elements were never written (the first at "
+                                     f"{at})", buffer=func.args[-1].name)
+        err = max(err, float(np.max(np.abs(out - ref), initial=0.0)) / scale)
+    return err

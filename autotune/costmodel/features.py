@@ -43,14 +43,16 @@ Layout of ``extract(func)`` (``N_AST`` floats), in this order:
    lg innermost extent; stride w.r.t. the innermost loop per buffer slot (4); lg local and
    shared bytes; guard evaluations per iteration; the dominant store's share of all float
    ops; log2 of (total trip count over all stores / the dominant store's). Last the
-   ``N_TC`` = 19 tensor-core and element-type floats (``NestSummary.tc``): lg MMA flops,
+   ``N_TC`` = 21 tensor-core and element-type floats (``NestSummary.tc``): lg MMA flops,
    their share of all flops, lg MMA operations (per warp); lg bytes loaded into fragments
    from global and from shared memory, lg bytes stored from fragments to global and to
    shared; lg cp.async bytes, bytes per cp.async; lg commits, waits and barriers (per
    block); the largest wait_group + 1 (0 without waits); lg accumulator and A/B fragment
    bytes per thread; lg argument bytes of half and of float32 elements; lg MMA flops per
    fragment byte loaded; the share of shared-memory fragment bytes whose rows all start in
-   one bank (``ldm`` a multiple of 128 bytes: an unpadded layout's bank conflicts).
+   one bank (``ldm`` a multiple of 128 bytes: an unpadded layout's bank conflicts); lg
+   bytes of partial tiles stored into workspaces (split-K: each is read back once by the
+   last block) and lg atomics (per block: split-K's arrivals, the split times the tiles).
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ N_SITE = 16
 N_STORE = L_LEVELS * N_LEVEL + N_SITE
 N_GLOBAL = 9
 CURVE_POINTS = tuple(range(8, 25))
-N_TC = 19
+N_TC = 21
 N_CURVE = B_BUFFERS * len(CURVE_POINTS) + 17 + N_TC
 N_AST = K_STORES * N_STORE + N_GLOBAL + N_CURVE
 CURVE_SLICE = slice(N_AST - N_CURVE, N_AST)
@@ -118,7 +120,7 @@ def _plan() -> tuple[np.ndarray, np.ndarray]:
     for j in range(8, 12):
         t[o + j] = _SLG
     o += 17
-    for j in (0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 16, 17):
+    for j in (0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 16, 17, 19, 20):
         t[o + j] = _LG
     arr = np.asarray(t)
     return np.flatnonzero(arr == _LG), np.flatnonzero(arr == _SLG)
@@ -322,6 +324,8 @@ def _tensor_core(summary: NestSummary, flops: float, out: Raw, o: int) -> None:
     out[o + 17] = mma / loaded if loaded > 0 else 0.0
     shared = tc["frag_load_shared"] + tc["frag_store_shared"]
     out[o + 18] = tc["bank_aligned"] / shared if shared > 0 else 0.0
+    out[o + 19] = tc["workspace_bytes"]
+    out[o + 20] = tc["atomics"]
 
 
 def finish_rows(raws: Sequence[Raw | None]) -> np.ndarray:
@@ -377,7 +381,8 @@ def feature_names(kind: str = "ast") -> list[str]:
                                   "frag_load_shared", "frag_store_global", "frag_store_shared",
                                   "async_bytes", "async_width", "commits", "waits", "syncs",
                                   "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes",
-                                  "float_arg_bytes", "mma_intensity", "bank_aligned")]
+                                  "float_arg_bytes", "mma_intensity", "bank_aligned",
+                                  "workspace_bytes", "atomics")]
     names += curve
     assert len(names) == N_AST and len(curve) == N_CURVE
     return curve if kind == "curve" else names

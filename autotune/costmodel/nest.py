@@ -16,6 +16,7 @@ from autotune.ir.stmt import (
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
+    AtomicAdd,
     Buffer,
     For,
     ForKind,
@@ -40,7 +41,7 @@ WARP = 32
 TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
            "frag_store_shared", "async_bytes", "async_copies", "commits", "waits", "syncs",
            "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes",
-           "bank_aligned")
+           "bank_aligned", "workspace_bytes", "atomics")
 BANKS_BYTES = 128  # 32 banks of 4 bytes: rows this far apart start in the same bank
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
@@ -84,14 +85,17 @@ class NestSummary:
     # launch-wide counts: MMA flops and operations (per warp), bytes through fragments by
     # memory scope, cp.async bytes and copies, commits, waits and barriers (per block),
     # groups a wait leaves in flight (the largest wait_group, plus 1 when there is a wait),
-    # fragment bytes per thread (registers), argument bytes by element type, and shared
-    # bytes through fragments whose rows all start in one bank (ldm a multiple of 128 bytes)
+    # fragment bytes per thread (registers), argument bytes by element type, shared
+    # bytes through fragments whose rows all start in one bank (ldm a multiple of 128
+    # bytes), fragment bytes stored into workspaces (split-K's partial tiles) and atomics
+    # (per block)
     tc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TC_KEYS, 0.0))
+    workspaces: frozenset[Buffer] = frozenset()
 
 
 def summarize(func: PrimFunc) -> NestSummary:
     """Walk ``func`` once and summarise each store's loop nest and accesses."""
-    out = NestSummary()
+    out = NestSummary(workspaces=frozenset(func.workspaces))
     for w in func.workspaces:
         out.alloc_bytes[Scope.GLOBAL] += w.size * ITEMSIZE.get(w.dtype, 4)
     for b in func.args:
@@ -139,6 +143,8 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
         out.tc["syncs"] += _executions(extents, kinds, guards, "block")
     elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
         _tensor_core(s, extents, kinds, guards, out)
+    elif isinstance(s, AtomicAdd):
+        out.tc["atomics"] += _executions(extents, kinds, guards, "block")
 
 
 def _executions(extents: list[int], kinds: list[ForKind], guards: list[int], unit: str
@@ -182,6 +188,8 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
         moved = s.shape[0] * s.shape[1] * item * _executions(extents, kinds, guards, "warp")
         shared = s.dst.scope is Scope.SHARED
         tc["frag_store_shared" if shared else "frag_store_global"] += moved
+        if s.dst in out.workspaces:
+            tc["workspace_bytes"] += moved
         if shared and s.ldm * item % BANKS_BYTES == 0:
             tc["bank_aligned"] += moved
     elif isinstance(s, AsyncCopy):

@@ -25,7 +25,9 @@ from autotune.ir.stmt import (
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
+    AtomicAdd,
     Buffer,
+    Fence,
     For,
     IfThenElse,
     MmaFill,
@@ -397,8 +399,11 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, IfThenElse):
         return IfThenElse(fn(s.cond), map_stmt_exprs(s.then, fn),
                           None if s.else_ is None else map_stmt_exprs(s.else_, fn))
-    if isinstance(s, (Sync, AsyncCommit, AsyncWait)):
+    if isinstance(s, (Sync, AsyncCommit, AsyncWait, Fence)):
         return s
+    if isinstance(s, AtomicAdd):
+        return AtomicAdd(s.result, tuple(fn(i) for i in s.result_index), s.buffer,
+                         tuple(fn(i) for i in s.index), s.value)
     if isinstance(s, MmaFill):
         return MmaFill(s.frag, tuple(fn(i) for i in s.index), s.value, s.shape)
     if isinstance(s, MmaLoad):
@@ -440,6 +445,9 @@ def stmt_exprs(s: Stmt) -> Iterator[Expr]:
             yield x.src_offset
             if x.valid is not None:
                 yield x.valid
+        elif isinstance(x, AtomicAdd):
+            yield from x.result_index
+            yield from x.index
 
 
 def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:

@@ -295,10 +295,47 @@ class AsyncWait(Stmt):
         return AsyncWait, (self.pending,)
 
 
+# ---------------------------------------------------------------- global-memory ordering
+# Blocks of one launch communicate only through these (split-K's partial tiles): a block
+# writes, fences, then one thread counts its arrival atomically; the last to arrive reads
+# what the others wrote.
+
+class Fence(Stmt):
+    """``__threadfence()``: the thread's global writes before it are visible device-wide
+    before any of its later ones (an atomic after it publishes them; after an atomic, it
+    orders the thread's later reads behind what that atomic observed)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return Fence, ()
+
+
+class AtomicAdd(Stmt):
+    """``result[result_index] = atomicAdd(&buffer[index], value)``: one thread adds
+    ``value`` to a float32 element of global memory atomically; the old value goes to
+    ``result`` (a float32 shared or local buffer)."""
+
+    __slots__ = ("result", "result_index", "buffer", "index", "value")
+
+    def __init__(self, result: Buffer, result_index: tuple[Expr, ...], buffer: Buffer,
+                 index: tuple[Expr, ...], value: float):
+        assert len(index) == len(buffer.shape), (buffer.name, index)
+        assert len(result_index) == len(result.shape), (result.name, result_index)
+        self.result, self.result_index = result, tuple(result_index)
+        self.buffer, self.index, self.value = buffer, tuple(index), float(value)
+
+    def __reduce__(self) -> tuple:
+        return AtomicAdd, (self.result, self.result_index, self.buffer, self.index,
+                           self.value)
+
+
 @dataclass
 class PrimFunc:
     """A lowered kernel: arguments (inputs, then the output), runtime-allocated workspaces
-    (global temporaries, e.g. a packed weight), and the loop AST."""
+    (global temporaries, e.g. a packed weight or split-K's partial tiles and counters:
+    allocated and zeroed once per loaded kernel, passed after the arguments), and the loop
+    AST."""
 
     name: str
     args: tuple[Buffer, ...]
@@ -366,6 +403,11 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         return [f"{pad}async_commit()"]
     if isinstance(s, AsyncWait):
         return [f"{pad}async_wait({s.pending})"]
+    if isinstance(s, Fence):
+        return [f"{pad}thread_fence()"]
+    if isinstance(s, AtomicAdd):
+        return [f"{pad}{_frag(s.result, s.result_index)} = atomic_add("
+                f"{_frag(s.buffer, s.index)}, {s.value!r})"]
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

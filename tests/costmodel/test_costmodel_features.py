@@ -200,7 +200,7 @@ def test_cp_async_pipelines_count_copy_bytes_groups_waits_and_barriers():
 def test_float32_kernels_have_an_empty_tensor_core_block():
     x = extract(hand_matmul(64, 64, 64, 4, 16, 8))
     tc = [i for i, n in enumerate(NAMES) if n.startswith("tc.")]
-    assert len(tc) == 19
+    assert len(tc) == 21
     assert x[col("tc.float_arg_bytes")] == pytest.approx(np.log2(1 + 3 * 64 * 64 * 4))
     assert not np.any(np.delete(x[tc], tc.index(col("tc.float_arg_bytes"))))
 
@@ -221,3 +221,21 @@ def test_tensor_core_template_configs_show_their_mma_work_and_shared_layout():
         assert x[col("tc.mma_share")] == 1.0 and x[col("tc.async_width")] == 16
     # unpadded, every row of B and of the staging tile starts in the same bank
     assert rows[0][col("tc.bank_aligned")] > 0 and rows[8][col("tc.bank_aligned")] == 0
+
+
+def test_split_k_shows_its_workspace_traffic_and_atomics():
+    """Split-K's partial tiles (S x tiles x BM x BN floats) and one arrival per block; none
+    without a split, with the same MMA work either way."""
+    t = Target("cuda -arch=sm_90")
+    wl = autotune.workload("matmul", M=64, N=64, K=512, dtype="float16")
+    sp = config_space(wl, t)
+    base = dict(sp.default()) | dict(warps_m=2, warps_n=2, frags_m=1, frags_n=1)  # 32 x 32
+    rows = {}
+    for split in (1, 4):
+        cfg = sp.config(base | dict(split_k=split))
+        assert sp.invalid_reason(cfg) is None
+        rows[split] = extract(autotune.lower(wl, t, cfg))
+    assert rows[1][col("tc.workspace_bytes")] == 0 and rows[1][col("tc.atomics")] == 0
+    assert rows[4][col("tc.workspace_bytes")] == pytest.approx(np.log2(1 + 4 * 4 * 32 * 32 * 4))
+    assert rows[4][col("tc.atomics")] == pytest.approx(np.log2(1 + 4 * 4))
+    assert rows[4][col("tc.mma_flops")] == rows[1][col("tc.mma_flops")]

@@ -14,8 +14,8 @@ DTYPES = ("float16", "bfloat16")
 ARCHS = ("sm_80", "sm_90")
 STATIC_SHARED = 49152  # bytes: past this the tiles are dynamic shared memory
 # 128 x 256 x 32, 8 warps of 4 x 4 fragments, 3 stages: 90112 bytes of shared memory
-LARGE_TILE = {"mma_shape": "16x16x16", "warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4,
-              "block_k": 32, "stages": 3, "pad": 8, "unroll_k": True, "vector": 8}
+LARGE_TILE = {"split_k": 1, "mma_shape": "16x16x16", "warps_m": 2, "warps_n": 4, "frags_m": 4,
+              "frags_n": 4, "block_k": 32, "stages": 3, "pad": 8, "unroll_k": True, "vector": 8}
 OPS = ("matmul", "batch_matmul", "conv2d")
 SHAPES: dict[str, list[dict]] = {
     "matmul": [dict(M=100, N=100, K=100), dict(M=13, N=37, K=11), dict(M=64, N=72, K=48)],

@@ -164,3 +164,23 @@ def test_half_workspaces_are_sized_by_their_storage_and_zeroed_whole(stub):
     # 6 bytes round up to 2 words, all of them zeroed
     assert list((ctypes.c_uint64 * 3).in_dll(stub, "args")) == [0x10, 0x20, 0x50000 + 8]
     assert ctypes.c_uint64.in_dll(stub, "memset_words").value == 2
+
+
+def test_a_split_k_kernel_gets_its_scratch_once_after_the_arguments(stub, nvcc):
+    """The partial tiles and the counters: allocated and zeroed at the first launch, the
+    same two pointers after the workload's arguments at every launch."""
+    wl = autotune.workload("matmul", M=40, N=48, K=200, dtype="float16")
+    sp = autotune.driver.config_space(wl, target())
+    cfg = sp.config(dict(sp.default()) | dict(split_k=4, warps_m=2, warps_n=2, frags_m=1,
+                                              frags_n=1, block_k=16))
+    kernel = autotune.compile(wl, target(), cfg)
+    dk = device_kernel(kernel, 0)
+    partials, counters = 4 * 2 * 2 * 32 * 32 * 4, 2 * 2 * 4  # bytes: S x tiles x BM x BN
+    assert dk.workspace_bytes == (partials, counters)
+    ctypes.c_int.in_dll(stub, "nargs").value = 5
+    for out in (0x7200, 0x7300):
+        dk.launch([0x7000, 0x7100, out])
+        assert list((ctypes.c_uint64 * 5).in_dll(stub, "args")) == [
+            0x7000, 0x7100, out, 0x50000 + partials, 0x50000 + counters]
+    assert ctypes.c_uint64.in_dll(stub, "memset_words").value == counters // 4  # the last
+    assert kernel.grid[2] == 4  # the splits

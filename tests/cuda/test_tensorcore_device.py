@@ -62,3 +62,63 @@ def test_large_tiles_past_48kb_match_the_reference_on_the_gpu(change, gpu, nvcc)
                                  torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     assert check_output(out.cpu().numpy(), ref, 0.0, 0.0, "float16") is None
+
+
+def _split_configs(wl, tgt, splits=(2, 4, 8, 16)):
+    sp = driver.config_space(wl, tgt)
+    out = []
+    for split in splits:
+        for change in (dict(warps_m=2, warps_n=2, frags_m=1, frags_n=1, block_k=16), {}):
+            cfg = sp.config(dict(sp.default()) | change | dict(split_k=split))
+            if sp.invalid_reason(cfg) is None:
+                out.append(cfg)
+                break
+    return out
+
+
+@pytest.mark.cuda_device
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OPS)
+def test_split_k_kernels_match_the_reference_launch_after_launch(op, dtype, gpu, nvcc):
+    """Splits of 2 to 16 on long reductions; three launches on the same workspaces (each
+    relies on the last block of the one before having reset the counters)."""
+    tgt = device_target()
+    wl = {"matmul": autotune.workload("matmul", M=72, N=40, K=1000, dtype=dtype,
+                                      epilogue=("bias", "relu")),
+          "batch_matmul": autotune.workload("batch_matmul", B=3, M=24, N=40, K=640,
+                                            dtype=dtype),
+          "conv2d": autotune.workload("conv2d", N=2, C=64, H=7, W=7, K=48, R=3, S=3,
+                                      stride=1, pad=1, dtype=dtype,
+                                      epilogue=("scale_shift", "residual", "relu"))}[op]
+    configs = _split_configs(wl, tgt)
+    assert len(configs) >= 3
+    for i, cfg in enumerate(configs):
+        kernel = autotune.compile(wl, tgt, cfg)
+        for launch in range(3):
+            args = wl.random_args(10 * i + launch)
+            kernel(*args)
+            wrong = check_output(args[-1], wl.reference(args[:-1]), 0.0, 0.0, dtype)
+            assert wrong is None, f"{wl} {dict(cfg)} launch {launch}: {wrong}"
+
+
+@pytest.mark.cuda_device
+def test_the_driver_launcher_runs_a_split_kernel_with_its_own_scratch(gpu, nvcc):
+    """The ctypes launcher (compiled models' path) allocates the workspaces itself."""
+    import numpy as np
+
+    from autotune.codegen.cuda.launcher import device_kernel
+
+    tgt = device_target()
+    wl = autotune.workload("conv2d", N=1, C=128, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1,
+                           dtype="float16")
+    cfg = _split_configs(wl, tgt, (8,))[0]
+    dk = device_kernel(autotune.compile(wl, tgt, cfg))
+    for seed in range(2):
+        args = wl.random_args(seed)
+        dev = [gpu.to_device(np.ascontiguousarray(a)) for a in args]
+        dk.launch([int(d) for d in dev])
+        gpu.Context.synchronize()
+        out = np.empty_like(args[-1])
+        gpu.memcpy_dtoh(out, dev[-1])
+        wrong = check_output(out, wl.reference(args[:-1]), 0.0, 0.0, "float16")
+        assert wrong is None, wrong

@@ -3,7 +3,9 @@
 blockIdx/threadIdx loops become index constants, vthread and unrolled loops ``#pragma
 unroll`` loops, local buffers register arrays, shared buffers ``__shared__`` arrays at
 function scope (past 48 KB, pointers into one ``extern __shared__`` block of dynamic shared
-memory, which the launch sizes), ``Sync`` ``__syncthreads()``. Index arithmetic is ``int``
+memory, which the launch sizes), ``Sync`` ``__syncthreads()``, ``Fence`` ``__threadfence()``,
+``AtomicAdd`` ``atomicAdd``; in a kernel that fences, a workspace it writes is read with
+``__ldcg`` (at L2, where another block's fenced writes are). Index arithmetic is ``int``
 unless a buffer is large enough to need ``long long``. Buffers are typed by their dtype: a
 float16/bfloat16 element is widened to float when loaded and rounded to nearest even when
 stored. Fragment buffers become ``nvcuda::wmma::fragment`` arrays, the Mma statements
@@ -27,7 +29,9 @@ from autotune.ir.stmt import (
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
+    AtomicAdd,
     Buffer,
+    Fence,
     For,
     ForKind,
     IfThenElse,
@@ -177,6 +181,9 @@ class _Emitter:
         self.layouts = fragment_layouts(body)
         self.frag_shapes = fragment_shapes(body)
         self.mma_shared = mma_shared_buffers(body)
+        # workspaces written in a launch that fences: other blocks read them (split-K)
+        fences = any(isinstance(x, Fence) for x in walk_stmts(body))
+        self.scratch = set(func.workspaces) & written_buffers(body) if fences else set()
 
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
@@ -238,6 +245,11 @@ class _Emitter:
             self.lines.append(f"{pad}}}")
         elif isinstance(s, Sync):
             self.lines.append(f"{pad}__syncthreads();")
+        elif isinstance(s, Fence):
+            self.lines.append(f"{pad}__threadfence();")
+        elif isinstance(s, AtomicAdd):
+            self.lines.append(f"{pad}{self._ref(s.result, s.result_index)} = atomicAdd("
+                              f"&{self._ref(s.buffer, s.index)}, {s.value!r}f);")
         else:
             self.lines.append(pad + self._warp_or_async(s))
 
@@ -361,6 +373,8 @@ class _Emitter:
             widen = _WIDEN.get(e.buffer.dtype)
             if widen is not None:
                 return f"{widen}({self._ref(e.buffer, e.indices)})", _ATOM
+            if e.buffer in self.scratch:  # not L1: another block wrote it
+                return f"__ldcg(&{self._ref(e.buffer, e.indices)})", _ATOM
             return self._ref(e.buffer, e.indices), _ATOM
         if isinstance(e, Select):
             c, t, f = self._sub(e.cond, 2), self._sub(e.t, 2), self._sub(e.f, 1)

@@ -86,8 +86,10 @@ def _check(lib: ctypes.CDLL, code: int, call: str) -> None:
 class DeviceKernel:
     """One kernel of a cubin on device ``ordinal``: ``launch(pointers, stream)`` runs it on
     the device pointers (arguments in order, the output last) on the stream whose handle is
-    ``stream`` (0: the legacy default stream). Its workspaces are allocated and zeroed once,
-    so launches must not overlap on different streams."""
+    ``stream`` (0: the legacy default stream). Its workspaces are allocated and zeroed once
+    and passed after the pointers, so launches must not overlap on different streams: a
+    split-K kernel's partial tiles and arrival counters would be shared by both (use one
+    stream per `DeviceKernel`, or one `DeviceKernel` per stream)."""
 
     def __init__(self, binary: bytes, entry: str, grid: Sequence[int], block: Sequence[int],
                  shared_bytes: int, n_args: int, workspace_bytes: Sequence[int],

@@ -19,6 +19,7 @@ from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
 from autotune.ir.stmt import (
     Allocate,
     AsyncCopy,
+    AtomicAdd,
     Buffer,
     For,
     ForKind,
@@ -111,20 +112,24 @@ WARP_COLLECTIVE = (MmaFill, MmaLoad, MmaSync, MmaStore)
 
 
 def writes(s: Stmt) -> list[Buffer]:
-    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store)."""
+    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store; an
+    atomic writes its element and its result)."""
     out = []
     for x in walk_stmts(s):
         if isinstance(x, Store):
             out.append(x.buffer)
         elif isinstance(x, (AsyncCopy, MmaStore)):
             out.append(x.dst)
+        elif isinstance(x, AtomicAdd):
+            out += [x.buffer, x.result]
     return out
 
 
 def reads(s: Stmt) -> list[Buffer]:
-    """The buffers ``s`` reads: loads, cp.async sources, mma_load sources."""
+    """The buffers ``s`` reads: loads, cp.async sources, mma_load sources, atomics."""
     out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
     out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
+    out += [x.buffer for x in walk_stmts(s) if isinstance(x, AtomicAdd)]
     return out
 
 

@@ -7,7 +7,9 @@ buffer's storage dtype (float32, float16, or bfloat16 as uint16 bits; see
 Loading is lazy: without pycuda or a GPU a kernel still exists (its ``source`` and
 ``binary`` can be read) and calling it raises ``RuntimeError("no CUDA device is present:
 ...")``. The CUDA context is the device's primary context, made current in the calling
-thread on first use (one kernel object should be used from one thread).
+thread on first use (one kernel object should be used from one thread). The kernel's
+workspaces (split-K's partial tiles and counters) are allocated and zeroed once, at load,
+and passed after the arguments at every launch; the kernel leaves its counters at 0.
 """
 from __future__ import annotations
 

@@ -17,7 +17,15 @@ compute garbage it raises ``CudaExecutionError``:
   or a division by zero;
 - the tensor-core and ``cp.async`` statements' own kinds, ``divergent_warp``,
   ``nonuniform_warp``, ``misaligned``, ``async_pending`` and ``invalid_statement`` (see
-  ``simulate_warp``, which runs them).
+  ``simulate_warp``, which runs them);
+- ``counter_not_reset``, and the exception to the global ``race``: a read of what another
+  block wrote and published by a fence and an atomic the reader's block acquired (see
+  ``simulate_sync``, which runs fences and atomics).
+
+Blocks run in chunks, each chunk's in lockstep, in index order or in a given order (so the
+block that arrives last at a split-K counter need not be the highest one). Workspaces may
+be passed in (``scratch``) to keep their contents from one launch to the next, as a loaded
+kernel does.
 
 float16 and bfloat16 buffers arrive and leave in storage form (``ops.dtypes``); inside, the
 model holds their exact values as float32 and rounds each store into them.
@@ -36,7 +44,9 @@ from autotune.ir.analysis import Interval, loop_extents
 from autotune.ir.expr import FLOAT, HALF_DTYPES, And, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import (
     Allocate,
+    AtomicAdd,
     Buffer,
+    Fence,
     For,
     ForKind,
     IfThenElse,
@@ -51,6 +61,7 @@ from autotune.ir.stmt import (
 from autotune.ops.dtypes import round_to, to_float32, to_storage
 
 if TYPE_CHECKING:
+    from autotune.codegen.cuda.simulate_sync import Ordering
     from autotune.codegen.cuda.simulate_warp import FragmentType, WarpState
 
 Value = Union[int, float, np.ndarray]  # a uniform value, or one per lane
@@ -120,18 +131,18 @@ class _Memory:
 class _Grid:
     """The lanes of one chunk of blocks and every buffer they see."""
 
-    def __init__(self, launch: Launch, first_block: int, blocks: int,
-                 globals_: dict[Buffer, _Memory], shared: Sequence[Buffer], index_bits: int):
+    def __init__(self, launch: Launch, block_ids: np.ndarray, globals_: dict[Buffer, _Memory],
+                 shared: Sequence[Buffer], index_bits: int, order: Ordering | None = None):
         gx, gy, _ = launch.grid
         bx, by, _ = launch.block
         self.launch = launch
         self.threads = launch.threads
-        self.blocks = blocks
+        self.blocks = blocks = len(block_ids)
         self.lanes = blocks * self.threads
         lane: np.ndarray = np.arange(self.lanes, dtype=np.int64)
         self.local_block: np.ndarray = lane // self.threads           # block within the chunk
         self.tid: np.ndarray = lane % self.threads                     # thread id within its block
-        gblock: np.ndarray = first_block + self.local_block
+        gblock: np.ndarray = block_ids[self.local_block]
         self.gtid = gblock * self.threads + self.tid       # thread id within the grid
         self.index: dict[tuple[str, int], np.ndarray] = {
             ("block", 0): gblock % gx, ("block", 1): gblock // gx % gy,
@@ -144,6 +155,8 @@ class _Grid:
             self.memory[b] = _Memory.new(b, data, defined=False, tracked=True)
         self.int_max = (1 << (index_bits - 1)) - 1
         self.warps: WarpState | None = None  # warps and cp.async groups, made on first use
+        self.order = order  # fences and atomics (None: the kernel has none)
+        self.phase: np.ndarray = np.zeros(blocks, np.int64)  # barriers each block passed
 
     def coords(self, lane: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(blockIdx, threadIdx) of ``lane``."""
@@ -165,9 +178,19 @@ class _Grid:
 
 
 def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.ndarray],
-               max_lanes: int = MAX_LANES) -> None:
+               max_lanes: int = MAX_LANES, *, block_order: Sequence[int] | None = None,
+               scratch: Sequence[np.ndarray] | None = None) -> None:
     """Run a prepared kernel body (``compiler.prepare_kernel``) with ``launch`` on numpy
-    arrays (``func.args`` order: inputs, then the output, which is written in place)."""
+    arrays (``func.args`` order: inputs, then the output, which is written in place).
+    ``block_order``: the linear block ids in the order they run (default: ascending).
+    ``scratch``: one float32 array per workspace, read and updated in place (default: a
+    zeroed one per call)."""
+    from autotune.codegen.cuda.simulate_sync import (
+        Ordering,
+        check_counters,
+        counters_of,
+        uses_ordering,
+    )
     if len(arrays) != len(func.args):
         raise ValueError(f"{func.name} takes {len(func.args)} arrays, got {len(arrays)}")
     program = _Compiler(func, body).stmt(body)
@@ -179,15 +202,30 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
         data = np.array(to_float32(np.asarray(a), b.dtype) if b.dtype in HALF_DTYPES else a,
                         dtype=np.float32).reshape(-1)
         globals_[b] = _Memory.new(b, data, defined=b not in stored, tracked=b in stored)
-    for w in func.workspaces:
-        globals_[w] = _Memory.new(w, np.zeros(w.size, np.float32), defined=False, tracked=True)
+    if scratch is None:
+        scratch = [np.zeros(w.size, np.float32) for w in func.workspaces]
+    if len(scratch) != len(func.workspaces):
+        raise ValueError(f"{func.name} has {len(func.workspaces)} workspaces, "
+                         f"{len(scratch)} scratch arrays given")
+    for w, data in zip(func.workspaces, scratch):
+        if data.dtype != np.float32 or data.size != w.size:
+            raise ValueError(f"{w.name}: scratch must be {w.size} float32 elements")
+        # (a workspace read before this launch wrote it is still an uninitialized read)
+        globals_[w] = _Memory.new(w, data.reshape(-1), defined=False, tracked=True)
     shared = list(dict.fromkeys(shared_buffers(func.body)))
     blocks = prod(launch.grid)
+    order: np.ndarray = (np.arange(blocks, dtype=np.int64) if block_order is None
+                         else np.asarray(block_order, dtype=np.int64))
+    if sorted(order.tolist()) != list(range(blocks)):
+        raise ValueError(f"block_order must be a permutation of the {blocks} block ids")
+    counters = counters_of(body)
+    ordering = Ordering(globals_, counters) if uses_ordering(body) else None
     per_chunk = max(1, max_lanes // launch.threads)
     bits = index_bits(func)
     for first in range(0, blocks, per_chunk):
-        grid = _Grid(launch, first, min(per_chunk, blocks - first), globals_, shared, bits)
+        grid = _Grid(launch, order[first:first + per_chunk], globals_, shared, bits, ordering)
         program(grid, {}, np.ones(grid.lanes, bool))
+    check_counters(globals_, counters)
     out, out_buf = arrays[-1], func.args[-1]
     mem = globals_[out_buf]
     data = to_storage(mem.data, out_buf.dtype) if out_buf.dtype in HALF_DTYPES else mem.data
@@ -221,7 +259,13 @@ class _Compiler:
             return self._if(s)
         if isinstance(s, Sync):
             return self._sync(s)
-        from autotune.codegen.cuda.simulate_warp import warp_stmt  # (which imports this module)
+        # (these modules import this one)
+        from autotune.codegen.cuda.simulate_sync import atomic_stmt, fence_stmt
+        if isinstance(s, Fence):
+            return fence_stmt(self, s)
+        if isinstance(s, AtomicAdd):
+            return atomic_stmt(self, s)
+        from autotune.codegen.cuda.simulate_warp import warp_stmt
         return warp_stmt(self, s)
 
     @staticmethod
@@ -291,20 +335,29 @@ class _Compiler:
                     f"of block {b}: thread {t_in} waits there, thread {t_out} never comes",
                     block=b, thread=t_out, other_thread=t_in, statement="__syncthreads();")
             full = count == g.threads
+            g.phase[full] += 1
             for m in g.memory.values():
                 if m.buffer.scope is Scope.SHARED:
                     m.new_phase(full)
         return sync
 
     def _store(self, s: Store) -> _StmtFn:
-        buf = s.buffer
         text = self.context = self._text(s)
-        index = self.expr(flat_index(buf, s.indices, self.ext))
+        write = self.stmt_store(s.buffer, s.indices, text)
         value = self.expr(s.value)
-        half = buf.dtype if buf.dtype in HALF_DTYPES else None
 
         def store(g: _Grid, env: _Env, mask: np.ndarray) -> None:
-            v = _lanes(value(g, env, mask), g.lanes)
+            write(g, env, mask, value(g, env, mask))
+        return store
+
+    def stmt_store(self, buf: Buffer, indices: tuple[Expr, ...], text: str
+                   ) -> Callable[[_Grid, _Env, np.ndarray, Value], None]:
+        """What a store to ``buf[indices]`` of a value (per lane) does."""
+        index = self.expr(flat_index(buf, indices, self.ext))
+        half = buf.dtype if buf.dtype in HALF_DTYPES else None
+
+        def store(g: _Grid, env: _Env, mask: np.ndarray, value: Value) -> None:
+            v = _lanes(value, g.lanes)
             lanes: np.ndarray = np.nonzero(mask)[0]
             mem = g.memory[buf]
             keys = _access(g, mem, _lanes(index(g, env, mask), g.lanes)[lanes], lanes,
@@ -478,12 +531,18 @@ def _track(g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray, lanes: n
     lo, hi = (mem.wmin, mem.wmax) if write else (mem.rmin, mem.rmax)
     np.minimum.at(lo, keys, owner)
     np.maximum.at(hi, keys, owner)
+    if write and g.order is not None:
+        g.order.written(mem.buffer, keys)
     wlo, whi = mem.wmin[keys], mem.wmax[keys]
     first = np.minimum(wlo, mem.rmin[keys])
     last = np.maximum(whi, mem.rmax[keys])
     racy = (wlo <= whi) & (first != last)
     if not racy.any():
         return
+    if not write and g.order is not None:  # published and acquired: ordered, no race
+        racy &= ~g.order.ordered(g, mem, keys, owner, lanes)
+        if not racy.any():
+            return
     k = int(np.argmax(racy))
     lane = int(lanes[k])
     mine = int(owner[k])
@@ -492,7 +551,9 @@ def _track(g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray, lanes: n
     oblk, othr = g.thread_of(mem.buffer.scope, other, lane)
     who = f"thread {othr}" + (f" of block {oblk}" if oblk != blk else "")
     phase = ("in the same barrier phase" if mem.buffer.scope is Scope.SHARED
-             else "in one launch (no barrier orders global memory across blocks)")
+             else "in one launch (no barrier orders global memory across blocks)"
+             if g.order is None else "in one launch, and no fence and atomic published "
+             "the write to the reader's block")
     verb = "writes" if write else "reads"
     raise CudaExecutionError(
         "race", f"{me} {verb} {mem.buffer.name}[{int(index[k])}], "

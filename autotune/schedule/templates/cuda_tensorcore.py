@@ -3,9 +3,11 @@
 A thread block computes a BM x BN tile of the output seen as a GEMM (conv2d: implicit GEMM
 per image, weights x im2col), its warps arranged WM x WN, each warp FM x FN fragments of
 one MMA shape (nvcuda::wmma), float32 accumulators. The block tile is derived:
-BM = WM * FM * m, BN = WN * FN * n, so every point of the space tiles exactly. The kernel
-is built as a loop AST directly (``lower``, see `cuda_tensorcore_lower`), not through a
-Schedule.
+BM = WM * FM * m, BN = WN * FN * n, so every point of the space tiles exactly. With
+``split_k`` S > 1 the k tiles are cut into S contiguous ranges, one block per range and
+output tile; the partial tiles meet in a float32 workspace, summed in a fixed order by the
+block that arrives last. The kernel is built as a loop AST directly (``lower``, see
+`cuda_tensorcore_lower`), not through a Schedule.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ FRAG_COUNTS = (1, 2, 4, 8)
 BLOCK_KS = (16, 32, 64)
 STAGES = (1, 2, 3, 4)         # 1: fill, barrier, compute, barrier; 2+: cp.async pipeline
 VECTORS = (8, 4, 2)          # halves per cp.async: 16, 8 and 4 bytes
+SPLITS = (1, 2, 4, 8, 16)    # k ranges per output tile (split-K)
+WORKSPACE_CAP = 1 << 26      # bytes of split-K partial tiles a kernel may hold
+MIN_SPLIT_TILES = 4          # k tiles per split the default keeps
 SHAPE_NAMES = tuple("x".join(map(str, s)) for s in WMMA_SHAPES)
 
 
@@ -36,7 +41,8 @@ SHAPE_NAMES = tuple("x".join(map(str, s)) for s in WMMA_SHAPES)
 class Tiling:
     """The geometry a config asks for: MMA shape (m, n, k), warp grid (WM, WN), fragments
     per warp (FM, FN), k step BK, pipeline stages, shared row padding (elements), whether
-    the inner k loop is unrolled, and the widest global->shared copy (elements)."""
+    the inner k loop is unrolled, the widest global->shared copy (elements), and the
+    number of k ranges (split-K) per output tile."""
 
     mma: tuple[int, int, int]
     warps: tuple[int, int]
@@ -46,6 +52,7 @@ class Tiling:
     pad: int = 8
     unroll: bool = True
     vector: int = 8
+    split_k: int = 1
 
     @property
     def bm(self) -> int:
@@ -102,7 +109,7 @@ def tiling(cfg: Mapping[str, Any]) -> Tiling:
     m, n, k = (int(x) for x in str(cfg["mma_shape"]).split("x"))
     return Tiling((m, n, k), (cfg["warps_m"], cfg["warps_n"]),
                   (cfg["frags_m"], cfg["frags_n"]), cfg["block_k"], cfg["stages"],
-                  cfg["pad"], bool(cfg["unroll_k"]), cfg["vector"])
+                  cfg["pad"], bool(cfg["unroll_k"]), cfg["vector"], cfg["split_k"])
 
 
 def sm_version(lim: CudaLimits) -> int:
@@ -177,9 +184,48 @@ def gemm_dims(wl: Workload) -> tuple[int, int, int, int]:
     return batch, wl.dim("M"), wl.dim("N"), wl.dim("K")
 
 
+def k_tiles(t: Tiling, K: int) -> tuple[int, int]:
+    """(k tiles of the reduction, k tiles per split): split s takes tiles s*per ..
+    min((s+1)*per, tiles) - 1."""
+    tiles = -(-K // t.block_k)
+    return tiles, -(-tiles // t.split_k)
+
+
+def workspace_bytes(t: Tiling, wl: Workload) -> int:
+    """Bytes of split-K's float32 partial tiles (0 without a split)."""
+    if t.split_k == 1:
+        return 0
+    batch, M, N, _ = gemm_dims(wl)
+    tiles = batch * -(-M // t.bm) * -(-N // t.bn)
+    return t.split_k * tiles * t.bm * t.bn * FLOAT_BYTES
+
+
+def split_reason(t: Tiling, wl: Workload, lim: CudaLimits) -> str | None:
+    """Why ``t``'s split-K cannot serve ``wl``: a split with no k tile, a workspace over
+    WORKSPACE_CAP, or too many blocks along the grid's z (batch x splits)."""
+    if t.split_k not in SPLITS:
+        return f"split_k {t.split_k}; {', '.join(map(str, SPLITS))} are supported"
+    if t.split_k == 1:
+        return None
+    batch, _, _, K = gemm_dims(wl)
+    tiles, per = k_tiles(t, K)
+    if (t.split_k - 1) * per >= tiles:
+        return (f"split_k {t.split_k} leaves a split with no k tile ({tiles} k tiles of "
+                f"{t.block_k}, {per} per split)")
+    ws = workspace_bytes(t, wl)
+    if ws > WORKSPACE_CAP:
+        return f"split_k {t.split_k} needs {ws} bytes of workspace > cap {WORKSPACE_CAP}"
+    if batch * t.split_k > lim.max_grid_dim[2]:
+        return f"grid dim z = {batch * t.split_k} > limit {lim.max_grid_dim[2]}"
+    return None
+
+
 def space(wl: Workload, target: Target) -> ConfigSpace:
     lim = limits(target)
     knobs = [
+        # first (the most significant digit), 1 first: configs without a split keep the
+        # indices they had before the knob existed (recorded pools replay by index)
+        Choice("split_k", list(SPLITS)),
         Choice("mma_shape", list(SHAPE_NAMES)),
         Choice("warps_m", list(WARP_COUNTS)),
         Choice("warps_n", list(WARP_COUNTS)),
@@ -192,11 +238,12 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("vector", list(VECTORS)),
     ]
     return ConfigSpace(knobs, default=default_values(wl, lim),
-                       validity=partial(_validity, lim), name="cuda_tensorcore")
+                       validity=partial(_validity, lim, wl), name="cuda_tensorcore")
 
 
-def _validity(lim: CudaLimits, cfg: Config) -> str | None:
-    return tiling_reason(tiling(cfg), lim)
+def _validity(lim: CudaLimits, wl: Workload, cfg: Config) -> str | None:
+    t = tiling(cfg)
+    return tiling_reason(t, lim) or split_reason(t, wl, lim)
 
 
 LARGE_GEMM = 2048     # both output sides at least this: a deeper pipeline, where valid
@@ -210,7 +257,10 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
     1024^2 output in 128^2 tiles is 64 blocks for 132 SMs). A large GEMM (M, N >= 2048)
     gets 4 stages (83 KB of shared memory, dynamic), else 3, where the device allows: on an
     H200, fp16 matmul 4096^3 ran at 326 TFLOP/s against 288 with 2 stages and 265 with
-    a 128 x 256 tile of 3 stages (218 registers a thread: one block per SM)."""
+    a 128 x 256 tile of 3 stages (218 registers a thread: one block per SM). Where the
+    tiles still leave SMs idle, split-K: the smallest split that fills them, keeping
+    MIN_SPLIT_TILES k tiles per split (ResNet's 512x7x7 conv at batch 1: 32 tiles of
+    32 x 32, K = 4608, split 8)."""
     batch, M, N, K = gemm_dims(wl)
     (wm, fm), (wn, fn) = _shrink(M, 2, 4), _shrink(N, 4, 2)
     unit = 16
@@ -223,15 +273,32 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
         else:
             wn, fn = _halve(wn, fn)
     block_k = 32 if K > 16 else 16
-    cfg: dict[str, object] = {
+    values: dict[str, object] = {
         "mma_shape": "16x16x16", "warps_m": wm, "warps_n": wn, "frags_m": fm, "frags_n": fn,
         "block_k": block_k, "stages": 2 if sm_version(lim) >= 80 else 1, "pad": 8,
         "unroll_k": True, "vector": 8}
-    if min(M, N) >= LARGE_GEMM and cfg["stages"] == 2:
-        deeper = (s for s in LARGE_STAGES if tiling_reason(tiling({**cfg, "stages": s}), lim)
-                  is None)
-        cfg["stages"] = next(deeper, 2)
-    return cfg
+    if min(M, N) >= LARGE_GEMM and values["stages"] == 2:
+        deeper = (s for s in LARGE_STAGES
+                  if tiling_reason(tiling({**values, "stages": s, "split_k": 1}), lim) is None)
+        values["stages"] = next(deeper, 2)
+    blocks = batch * -(-M // bm) * -(-N // bn)
+    return {"split_k": _default_split(wl, lim, values, blocks, K), **values}
+
+
+def _default_split(wl: Workload, lim: CudaLimits, values: dict[str, object], blocks: int,
+                   K: int) -> int:
+    """The smallest split of SPLITS that gives every multiprocessor a block, or the largest
+    that keeps MIN_SPLIT_TILES k tiles per split and is valid; 1 when the tiles fill them."""
+    best = 1
+    for split in SPLITS[1:]:
+        if blocks * best >= lim.multiprocessors:
+            break
+        t = tiling({**values, "split_k": split})
+        tiles, per = k_tiles(t, K)
+        if per < MIN_SPLIT_TILES or split_reason(t, wl, lim):
+            break
+        best = split
+    return best
 
 
 def _shrink(extent: int, warps: int, frags: int, unit: int = 16) -> tuple[int, int]:

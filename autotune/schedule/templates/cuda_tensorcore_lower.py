@@ -9,6 +9,16 @@ S stages (cp.async) the fills of tiles t+1..t+S-1 are in flight while tile t is 
 The epilogue goes one fragment of every warp at a time through a float32 staging tile in
 shared memory, where the threads of each warp read their fragment back, apply the
 epilogue in float32 and store the output under bounds guards.
+
+Split-K (S > 1): blockIdx.z is image * S + split, and the block runs its split's range of
+k tiles (the last range may overhang K: those tiles are zero-filled). Its warps store their
+accumulators into the split's slice of a float32 workspace of partial tiles ([split][tile]
+[BM x BN]), every thread fences, and after a barrier thread 0 counts the arrival on the
+tile's counter (atomicAdd, then a fence: what the count observed is ordered before the
+reads below). The old count goes through the first element of the staging tile: the block
+that sees S - 1 arrived last, so every slice is published; it sums the S slices in split
+order (the result does not depend on which block was last), applies the epilogue in
+float32, rounds once into the output, and sets the counter back to 0 for the next launch.
 """
 from __future__ import annotations
 
@@ -21,7 +31,9 @@ from autotune.ir.stmt import (
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
+    AtomicAdd,
     Buffer,
+    Fence,
     For,
     ForKind,
     IfThenElse,
@@ -37,7 +49,13 @@ from autotune.ir.stmt import (
     Sync,
 )
 from autotune.ops import Workload
-from autotune.schedule.templates.cuda_tensorcore import VECTORS, WARP, Tiling, gemm_dims
+from autotune.schedule.templates.cuda_tensorcore import (
+    VECTORS,
+    WARP,
+    Tiling,
+    gemm_dims,
+    k_tiles,
+)
 
 ZERO = Const(0.0, FLOAT)
 SIX = Const(6.0, FLOAT)
@@ -149,6 +167,17 @@ class _Kernel:
         self.batch, self.M, self.N, self.K = dims
         self.a_op, self.b_op = a_op, b_op
         self.bz, self.by, self.bx, self.tx = Var("bz"), Var("by"), Var("bx"), Var("tx")
+        split = t.split_k
+        # the image (batch element) and the k range of the block: bz itself without a split
+        self.image: Expr = self.bz if split == 1 else self.bz // split
+        self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.bn)
+        self.per_split = k_tiles(t, self.K)[1]
+        self.workspaces: tuple[Buffer, ...] = ()
+        if split > 1:
+            n_tiles = self.batch * self.tiles_m * self.tiles_n
+            self.partials = Buffer("split_partials", (split * n_tiles * t.bm * t.bn,), FLOAT)
+            self.counters = Buffer("split_counters", (n_tiles,), FLOAT)
+            self.workspaces = (self.partials, self.counters)
         warp = self.tx // WARP
         self.wm = warp // t.warps[1]
         self.wn = warp % t.warps[1]
@@ -166,7 +195,8 @@ class _Kernel:
     # ------------------------------------------------------------------ whole kernel
     def func(self) -> PrimFunc:
         t = self.t
-        body: Stmt = Seq([self._init(), self._main_loop(), self._epilogue()])
+        epilogue = self._epilogue() if t.split_k == 1 else self._split_epilogue()
+        body: Stmt = Seq([self._init(), self._main_loop(), epilogue])
         for frag in (self.acc, self.fb, self.fa):
             body = Allocate(frag, body)
         for sh in (self.c_sh, self.b_sh, self.a_sh):
@@ -174,9 +204,9 @@ class _Kernel:
         body = For(self.tx, t.threads, ForKind.THREAD_X, body)
         body = For(self.bx, -(-self.N // t.bn), ForKind.BLOCK_X, body)
         body = For(self.by, -(-self.M // t.bm), ForKind.BLOCK_Y, body)
-        body = For(self.bz, self.batch, ForKind.BLOCK_Z, body)
+        body = For(self.bz, self.batch * t.split_k, ForKind.BLOCK_Z, body)
         args = tuple(self.bufs.values())
-        return PrimFunc(f"at_{self.wl.op}", args, body)
+        return PrimFunc(f"at_{self.wl.op}", args, body, self.workspaces)
 
     def _init(self) -> Stmt:
         i, j = Var("i_init"), Var("j_init")
@@ -192,7 +222,7 @@ class _Kernel:
         before the fill of tile ko+S-1, then computes tile ko while that copy is in flight:
         one barrier per k tile."""
         t = self.t
-        tiles = -(-self.K // t.block_k)
+        tiles = self.per_split  # the block's k tiles (all of them without a split)
         ko = Var("ko")
         commit = [AsyncCommit()] if self.asynchronous else []
         if t.stages == 1:
@@ -217,9 +247,11 @@ class _Kernel:
         return Seq([*head, For(ko, tiles, ForKind.SERIAL, Seq(step))])
 
     def _fill(self, kt: Expr, stage: Expr) -> Stmt:
-        """Fill stage ``stage`` of both shared tiles with k tile ``kt``."""
+        """Fill stage ``stage`` of both shared tiles with the block's k tile ``kt``."""
         t = self.t
-        z = self.bz
+        z = self.image
+        if t.split_k > 1:
+            kt = self.bz % t.split_k * self.per_split + kt
         k0 = kt * t.block_k
         row0, col0 = self.by * t.bm, self.bx * t.bn
         a = self._fill_tile("a", self.a_sh, stage, t.bm, t.block_k, t.lda, self.a_op, self.va,
@@ -304,13 +336,56 @@ class _Kernel:
         ])
         return _unrolled(i, fm, _unrolled(j, fn, chunk))
 
+    def _split_epilogue(self) -> Stmt:
+        """Split-K (see the module docstring): the partial tile out, the arrival counted,
+        and the last block's reduction."""
+        t = self.t
+        m, n, _ = t.mma
+        fm, fn = t.frags
+        split, area = t.split_k, t.bm * t.bn
+        tile = (self.image * self.tiles_m + self.by) * self.tiles_n + self.bx
+        n_tiles = self.batch * self.tiles_m * self.tiles_n
+        i, j = Var("i_out"), Var("j_out")
+        row0 = self.wm * (fm * m) + i * m
+        offset = ((self.bz % split * n_tiles + tile) * area + row0 * t.bn
+                  + self.wn * (fn * n) + j * n)
+        partial = _unrolled(i, fm, _unrolled(j, fn, MmaStore(
+            self.partials, offset, t.bn, self.acc, (i, j), t.mma)))
+        first = cmp("==", self.tx, 0)
+        flag = (Const(0), Const(0))  # the staging tile is free: partials went to global
+        arrive = IfThenElse(first, Seq([
+            AtomicAdd(self.c_sh, flag, self.counters, (tile,), 1.0), Fence()]))
+        last = cmp("==", Load(self.c_sh, flag), Const(float(split - 1), FLOAT))
+        reset = IfThenElse(first, Store(self.counters, (tile,), ZERO))
+        return Seq([partial, Fence(), Sync(), arrive, Sync(),
+                    IfThenElse(last, Seq([self._reduce(tile, n_tiles), reset]))])
+
+    def _reduce(self, tile: Expr, n_tiles: int) -> Stmt:
+        """The last block: each output element of the tile, consecutive threads on
+        consecutive columns, the sum of its S partials in split order, then the
+        epilogue."""
+        t = self.t
+        area = t.bm * t.bn
+        e = Var("e")
+        idx = self.tx + e * t.threads
+        row, col = self.by * t.bm + idx // t.bn, self.bx * t.bn + idx % t.bn
+        total: Expr = Load(self.partials, (tile * area + idx,))
+        for s in range(1, t.split_k):
+            total = total + Load(self.partials, ((s * n_tiles + tile) * area + idx,))
+        out_idx = self._out_index(row, col)
+        store: Stmt = Store(self.bufs["out"], out_idx, self._apply(total, row, col, out_idx))
+        guard = all_of([_in(row, self.M), _in(col, self.N)])
+        if guard is not None:
+            store = IfThenElse(guard, store)
+        return For(e, area // t.threads, ForKind.SERIAL, store)
+
     def _out_index(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
         op = self.wl.op
         if op == "conv2d":
             ow = self.wl.out_w
-            return (self.bz, row, col // ow, col % ow)
+            return (self.image, row, col // ow, col % ow)
         if op == "batch_matmul":
-            return (self.bz, row, col)
+            return (self.image, row, col)
         return (row, col)
 
     def _apply(self, v: Expr, row: Expr, col: Expr, out_idx: tuple[Expr, ...]) -> Expr:
