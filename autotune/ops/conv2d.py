@@ -46,13 +46,14 @@ def out_hw(params: Params, dilation: tuple[int, int]) -> tuple[int, int]:
 
 
 def windows(
-    data: np.ndarray, params: Params, dilation: tuple[int, int]
+    data: np.ndarray, params: Params, dilation: tuple[int, int], fill: float = 0.0
 ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Yield (r, s, view): the padded input sampled at kernel tap (r, s), shape (N,C,OH,OW)."""
+    """Yield (r, s, view): the input padded with ``fill`` sampled at kernel tap (r, s), shape
+    (N,C,OH,OW)."""
     r_taps, s_taps = sizes(params, "RS")
     (sh, sw), (ph, pw) = pair(params, "stride"), pair(params, "pad")
     oh, ow = out_hw(params, dilation)
-    padded = np.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    padded = np.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
     for r in range(r_taps):
         top = r * dilation[0]
         for s in range(s_taps):

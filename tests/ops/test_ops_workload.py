@@ -295,12 +295,15 @@ def test_flops(w, flops):
 
 
 def test_ops_table_describe():
-    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d"}
+    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "max_pool2d"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
-        assert d["epilogue"] == ["bias", "scale_shift", "residual", "relu", "relu6"]
+        pool = name == "max_pool2d"  # takes no epilogue, runs on llvm only
+        assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
+                                                   "relu6"])
+        assert d["targets"] == (["llvm"] if pool else ["llvm", "cuda"])
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}
     assert conv["dilation"] == {**conv["dilation"], "default": 1, "required": False, "pair": True}
