@@ -90,3 +90,17 @@ def test_space_refuses_cuda_at_op():
     with pytest.raises(WorkloadError, match="llvm targets only") as err:
         driver.config_space(wl, autotune.Target("cuda -arch=sm_80"))
     assert err.value.loc == ("op",)
+
+
+def test_cost_model_features_see_a_max_reduction():
+    """The feature extractor reads the pool's dominant store as a reduction of float
+    maxima (counted with the other float ops: no add, multiply or FMA)."""
+    from autotune.costmodel.features import L_LEVELS, N_LEVEL, extract
+
+    wl = autotune.workload("max_pool2d", **CASES[0])
+    x = extract(driver.lower(wl, TARGET))
+    site = x[L_LEVELS * N_LEVEL:]  # store-wide floats of the dominant store
+    adds, muls, fmas, other, loads = site[2:7]
+    assert adds == muls == fmas == 0 and other > 0 and loads > 0
+    assert site[8] > 0  # is a reduction
+    assert np.isfinite(x[~np.isnan(x)]).all()
