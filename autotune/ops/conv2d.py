@@ -5,7 +5,7 @@ from typing import Iterator
 
 import numpy as np
 
-from autotune.ops.spec import OpSpec, Params, ParamSpec, Shape, pair, sizes
+from autotune.ops.spec import OpSpec, ParamError, Params, ParamSpec, Shape, pair, sizes
 
 # Params shared with depthwise_conv2d.
 BATCH = ParamSpec("N", "batch size")
@@ -24,7 +24,7 @@ def conv_out_size(size: int, kernel: int, stride: int, pad: int, dilation: int =
 
 
 def check_kernel_fits(op: str, params: Params, dilation: tuple[int, int]) -> None:
-    """Raise ValueError naming R or S when the (dilated) kernel exceeds the padded input."""
+    """Raise a `ParamError` at R or S when the (dilated) kernel exceeds the padded input."""
     for size_name, kernel_name, axis, word in (("H", "R", 0, "height"), ("W", "S", 1, "width")):
         size, kernel = sizes(params, (size_name, kernel_name))
         padded = size + 2 * pair(params, "pad")[axis]
@@ -32,9 +32,9 @@ def check_kernel_fits(op: str, params: Params, dilation: tuple[int, int]) -> Non
         if extent <= padded:
             continue
         spans = "" if dilation[axis] == 1 else f" with dilation {dilation[axis]} spans {extent} and"
-        raise ValueError(
+        raise ParamError(
             f"{op}: parameter {kernel_name!r}={kernel}{spans} is larger than the padded input "
-            f"{word} {padded} ({size_name} + 2*pad)"
+            f"{word} {padded} ({size_name} + 2*pad)", kernel_name
         )
 
 

@@ -19,7 +19,7 @@ from autotune.ops.conv2d import (
     out_hw,
     windows,
 )
-from autotune.ops.spec import OpSpec, Params, ParamSpec, Shape, pair, sizes
+from autotune.ops.spec import OpSpec, ParamError, Params, ParamSpec, Shape, pair, sizes
 
 _NO_DILATION = (1, 1)
 PAD = ParamSpec("pad", "-inf padding on each side (h, w), at most half the window; an int "
@@ -31,8 +31,8 @@ def _check(params: Params) -> None:
     for axis, (name, word) in enumerate((("R", "height"), ("S", "width"))):
         (window,), pad = sizes(params, name), pair(params, "pad")[axis]
         if 2 * pad > window:  # a window could then lie wholly in the padding
-            raise ValueError(f"max_pool2d: parameter 'pad'={pad} exceeds half the window "
-                             f"{word} {name}={window}")
+            raise ParamError(f"max_pool2d: parameter 'pad'={pad} exceeds half the window "
+                             f"{word} {name}={window}", "pad")
 
 
 def _inputs(params: Params) -> tuple[tuple[str, Shape], ...]:

@@ -19,6 +19,15 @@ Params = Mapping[str, ParamValue]
 Shape = tuple[int, ...]
 
 
+class ParamError(ValueError):
+    """A parameter that an op's check across parameters refuses: ``param`` names it (a
+    `WorkloadError` then points at ``params.<param>``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One operator parameter: an int, or an (h, w) pair when `pair` is set."""

@@ -35,7 +35,7 @@ from autotune.ops.layout import (
     to_blocked,
 )
 from autotune.ops.registry import op_spec
-from autotune.ops.spec import OpSpec, ParamValue, Shape
+from autotune.ops.spec import OpSpec, ParamError, ParamValue, Shape
 
 __all__ = ["DTYPES", "ArgSpec", "Workload", "WorkloadError", "aligned_empty", "workload"]
 
@@ -61,13 +61,15 @@ class WorkloadError(ValueError):
 
 @contextmanager
 def _blame(*loc: str) -> Iterator[None]:
-    """Re-raise a ValueError inside as a `WorkloadError` at ``loc``."""
+    """Re-raise a ValueError inside as a `WorkloadError` at ``loc`` (at the parameter a
+    `ParamError` names, below ``loc``)."""
     try:
         yield
     except WorkloadError:
         raise
     except ValueError as err:
-        raise WorkloadError(str(err), loc) from None
+        param = (err.param,) if isinstance(err, ParamError) else ()
+        raise WorkloadError(str(err), (*loc, *param)) from None
 
 
 def _check_dtype(op: str, dtype: str) -> None:
