@@ -45,6 +45,22 @@ def test_default_config_matches_numpy(params):
     np.testing.assert_array_equal(out, ref)  # a max is exact
 
 
+@pytest.mark.parametrize("spec, stem_x, prime_x", [("llvm -mcpu=haswell", 8, 8),
+                                                   ("llvm -mcpu=skylake-avx512", 16, 13)])
+def test_default_tile_is_tall_and_a_vector_wide(spec, stem_x, prime_x):
+    """8 rows of one vector: the stem pool's 56 columns as whole vectors (16 with a masked
+    tail on AVX-512), and 13 (prime) columns as one partial vector on AVX-512 and a vector
+    with a tail on AVX2, not single columns."""
+    target = autotune.Target(spec)
+    stem = autotune.workload("max_pool2d", N=1, C=64, H=112, W=112, R=3, S=3, stride=2, pad=1)
+    cfg = driver.config_space(stem, target).default()
+    assert (cfg["tile_y"][-1], cfg["tile_x"][-1]) == (8, stem_x)
+    assert cfg["unroll_rs"] == "unroll" and cfg["pad"] == "inline" and cfg["parallel"] == 1
+    prime = autotune.workload("max_pool2d", N=1, C=4, H=25, W=25, R=3, S=3, stride=2, pad=1)
+    cfg = driver.config_space(prime, target).default()
+    assert (cfg["tile_y"][-1], cfg["tile_x"][-1]) == (8, prime_x)
+
+
 def test_sampled_configs_match_numpy():
     rng = np.random.default_rng(11)
     seen = set()

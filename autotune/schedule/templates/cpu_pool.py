@@ -67,11 +67,13 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     rows for 8 output rows of a 3x3 window, not 24), the window unrolled; channels outermost,
     fused with the batch for the parallel loop until every core has 4+ tasks. ResNet's stem
     pool (64 channels 112x112, 3x3 stride 2), one core of a Zen 5: 1 x 16 ran 172 us,
-    4 x 16 93, 8 x 16 67, 8 x 32 85."""
+    4 x 16 93, 8 x 16 67, 8 x 32 85. Where only narrow tiles divide the width (a prime
+    width without native masking), a vector with a tail rather than single columns."""
     tile_c, tile_y, tile_x = knobs[0], knobs[1], knobs[2]
     tail = facts.lanes if facts.vector_bits >= 512 else 0
-    columns = innermost_factors(tile_x, tail)
-    x2 = max(x for x in columns if x <= facts.lanes)
+    x2 = max(x for x in innermost_factors(tile_x, tail) if x <= facts.lanes)
+    if 2 * x2 <= min(facts.lanes, wl.out_w):  # a prime width on AVX2: a vector with a tail
+        x2 = max(x for x in {c[-1] for c in tile_x.candidates} if x <= facts.lanes)
     y2 = max(y for y in innermost_factors(tile_y) if y <= MAX_DEFAULT_ROWS)
     tc = nearest_split(tile_c, (1, 1))
     ty = nearest_split(tile_y, (1, y2))
