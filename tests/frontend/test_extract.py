@@ -11,7 +11,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.api import NoTunedScheduleWarning  # noqa: E402
-from autotune.frontend.runtime import kernel_modules  # noqa: E402
+from autotune.frontend.runtime import kernel_modules, plan_model  # noqa: E402
 from autotune.ops import workload  # noqa: E402
 from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
 
@@ -61,6 +61,12 @@ def test_resnet_max_pool_is_a_task_on_llvm_only():
     stem = workload("max_pool2d", N=1, C=16, H=16, W=16, R=3, S=3, stride=2, pad=1)
     assert pools("llvm") == {stem: ("stem.3",)}
     assert pools("cuda -arch=sm_80") == {} and pools(None) == {}  # stays in torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no records: default configs
+        planned = plan_model(TinyResNet(), (torch.randn(X),), target="llvm", db=None)
+    (pool,) = [p for p in planned if p.workload.op == "max_pool2d"]
+    assert pool.places == ("stem.3",)
+    assert pool.config == autotune.config_space(stem, autotune.Target("llvm")).default()
 
 
 def test_resnet18_stem_pool_is_matched():
