@@ -140,6 +140,14 @@ def test_from_dict_revalidates(data, field):
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": ["float16"]}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "a.b": 1}}, ("params", "a.b")),
+        # checks across parameters name the one at fault
+        ({"op": "conv2d", "params": {"N": 1, "C": 2, "H": 5, "W": 5, "K": 2, "R": 9, "S": 3,
+                                     "stride": 1, "pad": 1}}, ("params", "R")),
+        ({"op": "max_pool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "R": 3, "S": 3,
+                                         "stride": 2, "pad": [1, 2]}}, ("params", "pad")),
+        ({"op": "max_pool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "R": 2, "S": 2,
+                                         "stride": 2, "pad": 0}, "epilogue": ["bias"]},
+         ("epilogue",)),
     ],
 )
 def test_from_dict_errors_name_their_field(data, loc):
