@@ -1,8 +1,10 @@
 """Model layers against torch CPU (oneDNN): ResNet-18's 7x7 and strided 3x3 convs, its
-512-channel 7x7 conv, MobileNet's strided depthwise layers and a 1024-channel depthwise.
+512-channel 7x7 conv, its stem max-pool, MobileNet's strided depthwise layers and a
+1024-channel depthwise.
 
 Each layer runs as a compiled model runs it: convs prepacked (weight packed once, outside
-the timing) with bias+relu fused, depthwise with bias+relu6. Per layer: the default config,
+the timing) with bias+relu fused, depthwise with bias+relu6, the pool alone (torch's
+nn.MaxPool2d, NCHW). Per layer: the default config,
 and the best of a fresh tune of --trials trials (xgb); then the default, the tuned config
 and torch (the same op with bias and the activation, in place) are timed in ROUNDS
 interleaved rounds, each column its best round. Prints the ratios and their geomean;
@@ -38,11 +40,16 @@ def _dw(C: int, H: int, stride: int) -> autotune.Workload:
                              pad=1, epilogue=["bias", "relu6"])
 
 
+def _pool(C: int, H: int) -> autotune.Workload:
+    return autotune.workload("max_pool2d", N=1, C=C, H=H, W=H, R=3, S=3, stride=2, pad=1)
+
+
 LAYERS = {
     "conv 7x7 s2 3->64 224": _conv(3, 224, 64, 7, 2),
     "conv 3x3 s2 64->128 56": _conv(64, 56, 128, 3, 2),
     "conv 3x3 s2 128->256 28": _conv(128, 28, 256, 3, 2),
     "conv 3x3 512->512 7": _conv(512, 7, 512, 3, 1),
+    "maxpool 3x3 s2 64x112": _pool(64, 112),
     "dw s2 96x112": _dw(96, 112, 2),
     "dw s2 144x56": _dw(144, 56, 2),
     "dw 1024x7": _dw(1024, 7, 1),
@@ -51,11 +58,15 @@ LAYERS = {
 
 def torch_layer(wl: autotune.Workload) -> Callable[[], object]:
     """torch eager on the same data: conv (grouped for depthwise) with bias, then the
-    activation in place."""
+    activation in place; a max-pool alone."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     p = wl.params
+    if wl.op == "max_pool2d":
+        pool = torch.nn.MaxPool2d((p["R"], p["S"]), p["stride"], p["pad"])
+        data = torch.from_numpy(wl.random_args(0)[0])
+        return lambda: pool(data)
     x, w, b = (torch.from_numpy(a) for a in wl.random_args(0)[:3])
     if wl.op == "depthwise_conv2d":
         w = w.reshape(p["C"], 1, p["R"], p["S"])

@@ -49,9 +49,28 @@ def test_ops_lists_every_operator(capsys):
     for op in ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d"):
         assert op in out
     assert "dilation=1" in out and "bias, scale_shift, residual, relu, relu6" in out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:5]}
+    rows = {line.split()[0]: line for line in out.splitlines()[1:6]}
     assert "float32,float16,bfloat16" in rows["conv2d"]
     assert "float16" not in rows["depthwise_conv2d"]
+    assert "llvm,cuda" in rows["conv2d"] and " llvm " in rows["max_pool2d"]
+    assert "(none for max_pool2d)" in out
+
+
+POOL = ["max_pool2d", "-p", "N=1", "-p", "C=8", "-p", "H=16", "-p", "W=16", "-p", "R=3",
+        "-p", "S=3", "-p", "stride=2"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epilogue", "relu"], "max_pool2d: takes no epilogue"),
+    (["--target", "cuda -arch=sm_80"], "max_pool2d has kernels for llvm targets only"),
+    (["-p", "pad=2"], "'pad'=2 exceeds half the window"),
+])
+def test_max_pool2d_tasks_are_refused_with_the_reason(capsys, db, extra, message):
+    pad = [] if "pad=2" in extra else ["-p", "pad=1"]
+    code, _, err = run(capsys, "best", *POOL, *pad, *extra)
+    assert code == 2 and message in err
+    code, _, err = run(capsys, "best", *POOL, "-p", "pad=1")  # a valid task: no record yet
+    assert code == 1 and "no valid record for max_pool2d(" in err
 
 
 def test_a_dtype_is_part_of_the_task(capsys, db, synthetic):

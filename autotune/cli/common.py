@@ -57,7 +57,7 @@ def add_task(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epilogue", default="", metavar="STAGES",
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, relu, relu6; residual adds a "
-                        "second tensor of the output's shape)")
+                        "second tensor of the output's shape; none for max_pool2d)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="element type of every argument (default float32); float16 and "
                         "bfloat16 are for matmul, batch_matmul and conv2d on cuda targets "

@@ -20,9 +20,11 @@ def _run_ops(args: argparse.Namespace) -> int:
     rows = []
     for name, spec in OPS.items():
         params = " ".join(p.name if p.required else f"{p.name}={p.default}" for p in spec.params)
-        rows.append([name, params, ",".join(op_dtypes(name)), spec.doc])
-    print_table(["op", "parameters (=default)", "dtypes", "computes"], rows)
-    print(f"epilogue stages: {', '.join(EPILOGUE_STAGES)}")
+        rows.append([name, params, ",".join(op_dtypes(name)), ",".join(spec.targets), spec.doc])
+    print_table(["op", "parameters (=default)", "dtypes", "targets", "computes"], rows)
+    bare = [name for name, spec in OPS.items() if not spec.epilogue]
+    print(f"epilogue stages: {', '.join(EPILOGUE_STAGES)}"
+          + (f" (none for {', '.join(bare)})" if bare else ""))
     print("float16 and bfloat16 run on cuda targets only (bfloat16 from sm_80); products are "
           "accumulated in float32")
     return 0

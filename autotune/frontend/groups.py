@@ -1,6 +1,6 @@
-"""`KernelGroup`: one matched group of a compiled model (conv+BN+epilogue, linear, matmul),
-the base of the modules that run it on autotune's kernels (`runtime.KernelModule` on this
-CPU, `cuda_runtime.CudaKernelModule` on a GPU), with the same computation on torch."""
+"""`KernelGroup`: one matched group of a compiled model (conv+BN+epilogue, linear, matmul,
+max-pool), the base of the modules that run it on autotune's kernels (`runtime.KernelModule`
+on this CPU, `cuda_runtime.CudaKernelModule` on a GPU), with the same computation on torch."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -17,8 +17,9 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 
 class KernelGroup(nn.Module):
-    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul) of a
-    compiled model: what its kernel computes, and the same on torch (``forward_torch``)."""
+    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul,
+    max-pool) of a compiled model: what its kernel computes, and the same on torch
+    (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
@@ -36,6 +37,10 @@ class KernelGroup(nn.Module):
 
     def forward_torch(self, *xs: torch.Tensor) -> torch.Tensor:
         """The same computation on torch (folded weights; any shape that torch accepts)."""
+        if self.kind == "pool":
+            wl = self.workload
+            return F.max_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
+                                wl.pair("pad"))
         params = self.torch_params()
         bias = params[1] if len(params) > 1 else None
         if self.kind == "conv":

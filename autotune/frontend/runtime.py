@@ -38,7 +38,14 @@ from autotune.frontend.layouts import (
     choose_layouts,
     insert_transforms,
 )
-from autotune.frontend.torch import Match, _as_tuple, match_model, prepacks, trace
+from autotune.frontend.torch import (
+    Match,
+    _as_tuple,
+    match_model,
+    prepacks,
+    runs_pools,
+    trace,
+)
 from autotune.ops import Workload, aligned_empty
 from autotune.ops.layout import blocked_shape
 from autotune.space import Config
@@ -165,7 +172,7 @@ def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
     """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
     ``db`` where both layouts of a conv have some)."""
     check_layout_mode(layout, tgt)
-    matches, _ = match_model(gm, prepack=prepacks(tgt))
+    matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt))
     if layout == "nchw":
         return matches, matches
     with open_database(db, create=False) as database:

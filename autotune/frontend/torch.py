@@ -1,7 +1,8 @@
 """Extraction from PyTorch: trace a module with torch.fx, find the operators autotune has
 kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU / ReLU6 as
 epilogue, and a conv's residual add (ResNet's ``relu(bn(conv(x)) + identity)``,
-MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage.
+MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage. Max-pools (``nn.MaxPool2d``,
+``F.max_pool2d``) are matched for llvm targets, the only ones max_pool2d has kernels for.
 
 `match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
 from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
@@ -24,7 +25,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.frontend.tasks import ModelTasks, Task, Unsupported
-from autotune.ops import PREPACKABLE_OPS, Workload, workload
+from autotune.ops import PREPACKABLE_OPS, Workload, op_spec, workload
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
@@ -32,6 +33,11 @@ _ADD_FUNCS = (operator.add, operator.iadd, torch.add)
 _MATMUL_FUNCS = (torch.matmul, torch.bmm, operator.matmul)
 _OTHER_CONVS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _FUNCTIONAL = {F.conv2d: "conv2d", F.linear: "linear"}
+# (F.max_pool2d with return_indices=True traces as F.max_pool2d_with_indices: unsupported)
+_MAX_POOL_FUNCS = (F.max_pool2d, torch.max_pool2d, F.max_pool2d_with_indices)
+# F.max_pool2d's arguments in order (torch.max_pool2d has the first six)
+_MAX_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                  "return_indices")
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class Match:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     params: tuple[np.ndarray, ...]
-    kind: str  # "conv", "linear" or "matmul"
+    kind: str  # "conv", "linear", "matmul" or "pool"
     place: str
 
 
@@ -64,18 +70,20 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
     return gm
 
 
-def match_model(gm: fx.GraphModule, *, prepack: bool = False
+def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = False
                 ) -> tuple[list[Match], list[Unsupported]]:
     """The kernel groups of a traced graph, in graph order, and the unsupported operators;
     with ``prepack`` (llvm targets), a group with a constant weight has the prepacked form
-    of its workload."""
+    of its workload; with ``pools`` (llvm targets), max-pools are matched too."""
     modules = dict(gm.named_modules())
     matches: list[Match] = []
     unsupported: list[Unsupported] = []
     claimed: set[str] = set()  # nodes in a group: an add two convs reach fuses into the first
     for node in gm.graph.nodes:
         try:
-            found = _match(node, modules, claimed)
+            found = _max_pool(node, modules) if pools else None
+            if found is None:
+                found = _match(node, modules, claimed)
         except _Unsupported as why:
             unsupported.append(Unsupported(_place(node), why.op, str(why)))
             continue
@@ -96,7 +104,7 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
-                                       prepack=prepacks(target))
+                                       prepack=prepacks(target), pools=runs_pools(target))
     if layout != "nchw":
         from autotune.frontend.layouts import check_layout_mode, default_layouts
         from autotune.target import Target
@@ -110,11 +118,22 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
 def prepacks(target: Any) -> bool:
     """Whether a compiled model packs its constant weights beforehand on ``target`` (a spec
     or `Target`; None: no target, the usual workloads): on llvm targets."""
+    return _kind(target) == "llvm"
+
+
+def runs_pools(target: Any) -> bool:
+    """Whether a compiled model runs its max-pools on autotune's kernels on ``target`` (a
+    spec or `Target`; None: no target): where max_pool2d has kernels (llvm); elsewhere
+    they stay in torch."""
+    return _kind(target) in op_spec("max_pool2d").targets
+
+
+def _kind(target: Any) -> str | None:
     if target is None:
-        return False
+        return None
     from autotune.target import Target
 
-    return (Target(target) if isinstance(target, str) else target).kind == "llvm"
+    return str((Target(target) if isinstance(target, str) else target).kind)
 
 
 def group(matches: Sequence[Match]) -> tuple[Task, ...]:
@@ -171,6 +190,46 @@ def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
             (node.op == "call_method" and node.target in ("matmul", "bmm")):
         return _matmul(node)
     return None
+
+
+def _max_pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    """A max-pool (``nn.MaxPool2d`` or ``F.max_pool2d``) of float32 NCHW data without
+    dilation, ceil_mode or indices as a max_pool2d match; None for another node."""
+    if node.op == "call_module" and isinstance(modules[str(node.target)], nn.MaxPool2d):
+        mod = modules[str(node.target)]
+        given: dict[str, Any] = dict(kernel_size=mod.kernel_size, stride=mod.stride,
+                                     padding=mod.padding, dilation=mod.dilation,
+                                     ceil_mode=mod.ceil_mode, return_indices=mod.return_indices)
+    elif node.op == "call_function" and node.target in _MAX_POOL_FUNCS:
+        given = {**dict(zip(_MAX_POOL_ARGS[1:], node.args[1:])), **node.kwargs}
+    else:
+        return None
+    x = _input(node, 0, "max_pool2d")
+    shape = _shape(x)
+    if shape is None or len(shape) != 4:
+        raise _Unsupported("max_pool2d", f"input shape {shape}; expected NCHW")
+    _check_fp32(node, "max_pool2d")
+    kernel = _pair(given["kernel_size"])
+    stride = _pair(given.get("stride") or kernel)  # None or [] means the window
+    for name, value, plain in (("dilation", _pair(given.get("dilation", 1)), (1, 1)),
+                               ("ceil_mode", given.get("ceil_mode", False), False),
+                               ("return_indices", given.get("return_indices", False), False)):
+        if value != plain:
+            raise _Unsupported("max_pool2d", f"{name}={value}; max_pool2d has {name}={plain}")
+    n, c, h, w = shape
+    wl = _workload("max_pool2d", [], dict(N=n, C=c, H=h, W=w, R=kernel[0], S=kernel[1],
+                                           stride=stride, pad=_pair(given.get("padding", 0))))
+    return Match(wl, (node.name,), (x.name,), (), "pool", _place(node))
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """An int or a sequence of one or two ints (torch's pool arguments) as (h, w)."""
+    items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(items) == 1:
+        items = (items[0], items[0])
+    if len(items) != 2 or not all(isinstance(v, int) for v in items):
+        raise _Unsupported("max_pool2d", f"window argument {value!r}; expected ints")
+    return (int(items[0]), int(items[1]))
 
 
 def _input(node: fx.Node, i: int, what: str) -> fx.Node:

@@ -5,7 +5,7 @@ from typing import Iterator
 
 import numpy as np
 
-from autotune.ops.spec import OpSpec, Params, ParamSpec, Shape, pair, sizes
+from autotune.ops.spec import OpSpec, ParamError, Params, ParamSpec, Shape, pair, sizes
 
 # Params shared with depthwise_conv2d.
 BATCH = ParamSpec("N", "batch size")
@@ -24,7 +24,7 @@ def conv_out_size(size: int, kernel: int, stride: int, pad: int, dilation: int =
 
 
 def check_kernel_fits(op: str, params: Params, dilation: tuple[int, int]) -> None:
-    """Raise ValueError naming R or S when the (dilated) kernel exceeds the padded input."""
+    """Raise a `ParamError` at R or S when the (dilated) kernel exceeds the padded input."""
     for size_name, kernel_name, axis, word in (("H", "R", 0, "height"), ("W", "S", 1, "width")):
         size, kernel = sizes(params, (size_name, kernel_name))
         padded = size + 2 * pair(params, "pad")[axis]
@@ -32,9 +32,9 @@ def check_kernel_fits(op: str, params: Params, dilation: tuple[int, int]) -> Non
         if extent <= padded:
             continue
         spans = "" if dilation[axis] == 1 else f" with dilation {dilation[axis]} spans {extent} and"
-        raise ValueError(
+        raise ParamError(
             f"{op}: parameter {kernel_name!r}={kernel}{spans} is larger than the padded input "
-            f"{word} {padded} ({size_name} + 2*pad)"
+            f"{word} {padded} ({size_name} + 2*pad)", kernel_name
         )
 
 
@@ -46,13 +46,14 @@ def out_hw(params: Params, dilation: tuple[int, int]) -> tuple[int, int]:
 
 
 def windows(
-    data: np.ndarray, params: Params, dilation: tuple[int, int]
+    data: np.ndarray, params: Params, dilation: tuple[int, int], fill: float = 0.0
 ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Yield (r, s, view): the padded input sampled at kernel tap (r, s), shape (N,C,OH,OW)."""
+    """Yield (r, s, view): the input padded with ``fill`` sampled at kernel tap (r, s), shape
+    (N,C,OH,OW)."""
     r_taps, s_taps = sizes(params, "RS")
     (sh, sw), (ph, pw) = pair(params, "stride"), pair(params, "pad")
     oh, ow = out_hw(params, dilation)
-    padded = np.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    padded = np.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
     for r in range(r_taps):
         top = r * dilation[0]
         for s in range(s_taps):

@@ -19,6 +19,15 @@ Params = Mapping[str, ParamValue]
 Shape = tuple[int, ...]
 
 
+class ParamError(ValueError):
+    """A parameter that an op's check across parameters refuses: ``param`` names it (a
+    `WorkloadError` then points at ``params.<param>``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One operator parameter: an int, or an (h, w) pair when `pair` is set."""
@@ -74,7 +83,10 @@ class OpSpec:
     """An operator: its parameter table and the functions that define its computation.
 
     `inputs` gives the main inputs' (name, shape) in kernel argument order; `compute`
-    takes the params and those inputs (float64) and returns the float64 output.
+    takes the params and those inputs (float64) and returns the float64 output. `macs`
+    counts the main op's steps (multiply-adds; a pool's comparisons), each `flops_per_mac`
+    flops. `epilogue`: whether the op takes a fused epilogue; `targets`: the target kinds
+    it has kernels for.
     """
 
     name: str
@@ -86,6 +98,9 @@ class OpSpec:
     macs: Callable[[Params], int] = field(repr=False)
     compute: Callable[..., np.ndarray] = field(repr=False)
     check: Callable[[Params], None] = field(repr=False, default=lambda params: None)
+    flops_per_mac: int = 2
+    epilogue: bool = True
+    targets: tuple[str, ...] = ("llvm", "cuda")
 
     def param(self, name: str) -> ParamSpec:
         """The parameter called `name`; KeyError if there is none."""
@@ -124,8 +139,9 @@ class OpSpec:
             "name": self.name,
             "doc": self.doc,
             "params": [spec.describe() for spec in self.params],
-            "epilogue": list(EPILOGUE_STAGES),
+            "epilogue": list(EPILOGUE_STAGES) if self.epilogue else [],
             "dtypes": list(op_dtypes(self.name)),
+            "targets": list(self.targets),
         }
 
 

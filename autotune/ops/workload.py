@@ -35,7 +35,7 @@ from autotune.ops.layout import (
     to_blocked,
 )
 from autotune.ops.registry import op_spec
-from autotune.ops.spec import OpSpec, ParamValue, Shape
+from autotune.ops.spec import OpSpec, ParamError, ParamValue, Shape
 
 __all__ = ["DTYPES", "ArgSpec", "Workload", "WorkloadError", "aligned_empty", "workload"]
 
@@ -61,19 +61,26 @@ class WorkloadError(ValueError):
 
 @contextmanager
 def _blame(*loc: str) -> Iterator[None]:
-    """Re-raise a ValueError inside as a `WorkloadError` at ``loc``."""
+    """Re-raise a ValueError inside as a `WorkloadError` at ``loc`` (at the parameter a
+    `ParamError` names, below ``loc``)."""
     try:
         yield
     except WorkloadError:
         raise
     except ValueError as err:
-        raise WorkloadError(str(err), loc) from None
+        param = (err.param,) if isinstance(err, ParamError) else ()
+        raise WorkloadError(str(err), (*loc, *param)) from None
 
 
 def _check_dtype(op: str, dtype: str) -> None:
     reason = op_refusal(op, dtype)
     if reason:
         raise WorkloadError(reason, ("dtype",))
+
+
+def _check_epilogue(spec: OpSpec, chain: tuple[str, ...]) -> None:
+    if chain and not spec.epilogue:
+        raise WorkloadError(f"{spec.name}: takes no epilogue, got {list(chain)}", ("epilogue",))
 
 
 def _check_prepacked(op: str, prepacked: object) -> None:
@@ -123,6 +130,7 @@ class Workload:
         _check_layout(self.op, self.layout, normalized)
         object.__setattr__(self, "param_items", tuple(normalized.items()))
         object.__setattr__(self, "epilogue", canonical_epilogue(self.op, self.epilogue))
+        _check_epilogue(spec, self.epilogue)
 
     # ---- description -------------------------------------------------------------
 
@@ -166,23 +174,28 @@ class Workload:
 
     @property
     def out_h(self) -> int:
-        """Output height (conv ops only)."""
+        """Output height (conv and pool ops only)."""
         return self._conv_out_axis(2)
 
     @property
     def out_w(self) -> int:
-        """Output width (conv ops only)."""
+        """Output width (conv and pool ops only)."""
         return self._conv_out_axis(3)
 
     def _conv_out_axis(self, axis: int) -> int:
-        if self.op not in ("conv2d", "depthwise_conv2d"):
+        if self.op not in ("conv2d", "depthwise_conv2d", "max_pool2d"):
             raise AttributeError(f"{self.op} has no spatial output axes")
         return self.output_shape[axis]
 
     def check_target(self, target: Any) -> None:
-        """Raise a `WorkloadError` at ``dtype`` when ``target`` (an `autotune.target.Target`:
-        its ``kind`` and ``arch``) cannot run this workload's dtype: half dtypes on a CPU,
-        bfloat16 below sm_80."""
+        """Raise a `WorkloadError` when ``target`` (an `autotune.target.Target`: its ``kind``
+        and ``arch``) cannot run this workload: at ``op`` for an op without kernels for its
+        kind (max_pool2d on cuda), at ``dtype`` for half dtypes on a CPU, bfloat16 below
+        sm_80."""
+        if target.kind not in self.spec.targets:
+            raise WorkloadError(f"{self}: {self.op} has kernels for "
+                                f"{', '.join(self.spec.targets)} targets only, not "
+                                f"{target.kind}", ("op",))
         reason = target_refusal(self.dtype, target.kind, getattr(target, "arch", ""))
         if reason:
             raise WorkloadError(f"{self}: {reason}", ("dtype",))
@@ -201,11 +214,12 @@ class Workload:
         return (*main, *extra, ArgSpec("out", self.output_shape, "output", dt))
 
     def flops(self) -> int:
-        """2 per multiply-accumulate of the main op (padding taps included), plus the
-        epilogue's per-output-element flops: bias 1, scale_shift 2, residual 1, relu 1,
-        relu6 2."""
+        """2 per multiply-accumulate of the main op (padding taps included; 1 per
+        comparison of a pool), plus the epilogue's per-output-element flops: bias 1,
+        scale_shift 2, residual 1, relu 1, relu6 2."""
         outputs = int(np.prod(self.output_shape))
-        return 2 * self.spec.macs(self.params) + outputs * epilogue_flops(self.epilogue)
+        return (self.spec.flops_per_mac * self.spec.macs(self.params)
+                + outputs * epilogue_flops(self.epilogue))
 
     def __str__(self) -> str:
         def show(value: ParamValue) -> str:
@@ -286,6 +300,7 @@ class Workload:
             if not isinstance(epilogue, (str, list, tuple)):
                 raise ValueError(f"workload: field 'epilogue' must be a list, got {epilogue!r}")
             chain = canonical_epilogue(op, epilogue)
+        _check_epilogue(spec, chain)
         dtype = data.get("dtype", "float32")
         with _blame("dtype"):
             _check_dtype(op, dtype)

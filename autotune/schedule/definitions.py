@@ -19,6 +19,7 @@ from autotune.schedule.schedule import Schedule, topo_order
 
 ZERO = Const(0.0, FLOAT)
 SIX = Const(6.0, FLOAT)
+NEG_INF = Const(float("-inf"), FLOAT)
 
 
 GRAPHS = 64  # graphs each builder keeps (one per workload and packing)
@@ -146,13 +147,14 @@ def gemv_graph(wl: Workload, parts: int) -> OpGraph:
     return OpGraph([A, B, *extra], C, [part])
 
 
-def _padded(data: Tensor, ph: int, pw: int) -> Tensor | None:
+def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO) -> Tensor | None:
     if ph == 0 and pw == 0:
         return None
     n_, c_, h_, w_ = data.shape
     return compute("data_pad", (n_, c_, h_ + 2 * ph, w_ + 2 * pw),
                    lambda n, c, h, w: _guarded(data, (n, c, h - ph, w - pw),
-                                               [(h - ph, h_), (w - pw, w_)], lower=True),
+                                               [(h - ph, h_), (w - pw, w_)], lower=True,
+                                               fill=fill),
                    axis_names=["n", "c", "h", "w"])
 
 
@@ -244,12 +246,29 @@ def depthwise_graph(wl: Workload) -> OpGraph:
     return OpGraph([data, weight, *extra], out, [pad] if pad else [], pad=pad)
 
 
-def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False) -> Expr:
-    """``t[idx]`` where every (expr, n) in ``bounds`` has 0 <= expr < n, else 0."""
+@lru_cache(maxsize=GRAPHS)
+def max_pool2d_graph(wl: Workload) -> OpGraph:
+    """out[n, c, y, x] = max_{r,s} pad(data)[n, c, y*sh + r, x*sw + s], padded with -inf
+    (padded cells never win)."""
+    N, C, H, W = (wl.dim(x) for x in ("N", "C", "H", "W"))
+    (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
+    data = placeholder("data", (N, C, H, W))
+    pad = _padded(data, ph, pw, NEG_INF)
+    src = pad or data
+    rr, rs = reduce_axis(wl.dim("R"), "rr"), reduce_axis(wl.dim("S"), "rs")
+    out = compute("out", wl.output_shape,
+                  lambda n, c, y, x: src[n, c, y * sh + rr.var, x * sw + rs.var], [rr, rs],
+                  axis_names=["n", "c", "y", "x"], combiner="max")
+    return OpGraph([data], out, [pad] if pad else [], pad=pad)
+
+
+def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False,
+             fill: Const = ZERO) -> Expr:
+    """``t[idx]`` where every (expr, n) in ``bounds`` has 0 <= expr < n, else ``fill``."""
     conds = []
     for e, n in bounds:
         if lower:
             conds.append(cmp(">=", e, 0))
         conds.append(cmp("<", e, n))
     c = all_of(conds)
-    return t[idx] if c is None else Select(c, t[idx], ZERO)
+    return t[idx] if c is None else Select(c, t[idx], fill)

@@ -24,7 +24,7 @@ from autotune.ir.analysis import (
     simplify,
     substitute,
 )
-from autotune.ir.expr import FLOAT, Cmp, Const, Expr, Load, Select, Var, add, cmp, mul, walk
+from autotune.ir.expr import Cmp, Const, Expr, Load, Select, Var, add, cmp, mul, walk
 from autotune.ir.stmt import (
     Allocate,
     Buffer,
@@ -38,6 +38,7 @@ from autotune.ir.stmt import (
     Store,
     Sync,
 )
+from autotune.schedule.compute import COMBINERS
 from autotune.schedule.schedule import Axis, Schedule, SplitRel, Stage
 
 # loops whose iterations a block's threads split among themselves
@@ -204,8 +205,9 @@ class _Lowerer:
             # (they are never written back) rather than guard every point of the tile
             guards += [(g, True) for g in self._load_guards(value)]
         is_red = bool(op.reduce_axes)
-        cur = Load(buf, tuple(sidx))
-        update: Stmt = Store(buf, tuple(sidx), cur + value if is_red else value)
+        combine = COMBINERS[op.combiner][1]
+        update: Stmt = Store(buf, tuple(sidx),
+                             combine(Load(buf, tuple(sidx)), value) if is_red else value)
 
         leaves = st.leaves
         depth = {var[a]: i for i, a in enumerate(leaves)}
@@ -260,11 +262,13 @@ class _Lowerer:
 
     def _init(self, st: Stage, inner: list[Axis], var: dict[Axis, Var], ext: dict[Axis, int],
               buf: Buffer, sidx: list[Expr], placed: dict, first_red: int) -> Stmt:
-        """Zero the accumulator over the spatial loops inside the outermost reduction loop."""
+        """Set the accumulator to the combiner's identity (0 for a sum, -inf for a max) over
+        the spatial loops inside the outermost reduction loop."""
         spatial = [a for a in inner if not a.reduce]
         fresh = {var[a]: self._var(a.name + "_init", ext[a]) for a in spatial}
         conds = [g for d, gs in placed.items() if d > first_red for g, red in gs if not red]
-        stmt: Stmt = Store(buf, tuple(substitute(i, fresh) for i in sidx), Const(0.0, FLOAT))
+        stmt: Stmt = Store(buf, tuple(substitute(i, fresh) for i in sidx),
+                           COMBINERS[st.op.combiner][0])
         stmt = _guard(stmt, [substitute(c, fresh) for c in conds])
         for a in reversed(spatial):
             kind = st.kinds.get(a, ForKind.SERIAL)

@@ -205,7 +205,7 @@ class Schedule:
         op = st.op
         scope = as_scope(scope)
         local = Tensor(f"{t.name}_{scope.value}", t.shape,
-                       ComputeOp(op.axes, op.reduce_axes, op.body))
+                       ComputeOp(op.axes, op.reduce_axes, op.body, combiner=op.combiner))
         read = local[tuple(op.axes)]
         body = read if op.post is None else _subst_acc(op.post, op.acc, read)
         pos = self.stages.index(st)
@@ -222,7 +222,7 @@ class Schedule:
         for r in readers:
             op = r.op
             r.op = ComputeOp(op.axes, op.reduce_axes, _replace_loads(op.body, t, cached), op.post,
-                             op.acc)
+                             op.acc, op.combiner)
         new = Stage(cached, scope)
         pos = min(self.stages.index(r) for r in readers)
         return self._add(new, pos)

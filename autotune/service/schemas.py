@@ -50,6 +50,11 @@ _OP_DTYPES: Any = [  # JSON Schema (to pydantic, a JsonValue)
     {"if": {"properties": {"op": {"const": op}}, "required": ["op"]},
      "then": {"properties": {"dtype": {"enum": list(op_dtypes(op))}}}}
     for op in OPS if op_dtypes(op) != DTYPES]
+# Ops without a fused epilogue (max_pool2d) take an empty chain (`OpSpec.epilogue`).
+_OP_EPILOGUES: Any = {"not": {
+    "properties": {"op": {"enum": [op for op, spec in OPS.items() if not spec.epilogue]},
+                   "epilogue": {"minItems": 1}},
+    "required": ["op", "epilogue"]}}
 # NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block` takes it
 # (a test holds the two together).
 _LAYOUT_PATTERN = r"^NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?$"
@@ -65,7 +70,7 @@ class WorkloadIn(BaseModel):
     # strict: a JSON false is not a 0, nor "64" a 64 (what the schema promises is what counts)
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}],
-        "allOf": [*_OP_DTYPES, _OP_LAYOUTS]})
+        "allOf": [*_OP_DTYPES, _OP_EPILOGUES, _OP_LAYOUTS]})
 
     op: OpName = Field(description="operator name (see GET /api/v1/ops)")
     params: dict[str, Any] = Field(
@@ -89,7 +94,7 @@ class WorkloadIn(BaseModel):
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "
                     "each at most once, and at most one of bias and scale_shift and one of "
-                    "relu and relu6")
+                    "relu and relu6; none for max_pool2d")
 
 
 class JobSettings(BaseModel):

@@ -48,9 +48,15 @@ def test_blocked_chain_matches_torch_with_two_transforms() -> None:
     # the stem (3 input channels) stays NCHW; every other conv is blocked
     assert layouts.pop("stem.0") == "NCHW"
     assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 7
+    # the max-pool runs autotune's kernel in NCHW, between the stem and the blocked chain
+    (pool,) = [m for m in kernel_modules(compiled) if m.kind == "pool"]
+    assert (pool.place, pool.workload.layout) == ("stem.3", "NCHW")
     # one into the blocked layout after the max-pool, one out of it before the avg-pool
     steps = transforms(compiled)
     assert [t.to_blocked for t in steps] == [True, False]
+    modules = dict(compiled.named_modules())
+    into = next(n for n in compiled.graph.nodes if modules.get(str(n.target)) is steps[0])
+    assert modules[str(into.args[0].target)] is pool
     _check(compiled)
     # other shapes fall back to torch, the blocked layers unblocking and reblocking
     model, _ = _model()

@@ -11,7 +11,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.api import NoTunedScheduleWarning  # noqa: E402
-from autotune.frontend.runtime import kernel_modules  # noqa: E402
+from autotune.frontend.runtime import kernel_modules, plan_model  # noqa: E402
 from autotune.ops import workload  # noqa: E402
 from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
 
@@ -50,6 +50,78 @@ def test_resnet_tasks_and_counts():
                                                                  "layer1.1.conv1")
     flops = [t.weight * t.workload.flops() for t in found.tasks]
     assert flops == sorted(flops, reverse=True)
+
+
+def test_resnet_max_pool_is_a_task_on_llvm_only():
+    def pools(target):
+        found = autotune.extract(TinyResNet(), (torch.randn(X),), target=target)
+        assert found.unsupported == ()
+        return {t.workload: t.nodes for t in found.tasks if t.workload.op == "max_pool2d"}
+
+    stem = workload("max_pool2d", N=1, C=16, H=16, W=16, R=3, S=3, stride=2, pad=1)
+    assert pools("llvm") == {stem: ("stem.3",)}
+    assert pools("cuda -arch=sm_80") == {} and pools(None) == {}  # stays in torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no records: default configs
+        planned = plan_model(TinyResNet(), (torch.randn(X),), target="llvm", db=None)
+    (pool,) = [p for p in planned if p.workload.op == "max_pool2d"]
+    assert pool.places == ("stem.3",)
+    assert pool.config == autotune.config_space(stem, autotune.Target("llvm")).default()
+
+
+def test_resnet18_stem_pool_is_matched():
+    from benchmarks.models import resnet18
+
+    model, inputs = resnet18()
+    found = autotune.extract(model, inputs, target="llvm")
+    (pool,) = [t for t in found.tasks if t.workload.op == "max_pool2d"]
+    assert pool.nodes == ("maxpool",)
+    assert pool.workload == workload("max_pool2d", N=1, C=64, H=112, W=112, R=3, S=3, stride=2,
+                                     pad=1)
+
+
+class Pools(nn.Module):
+    """Max-pools as modules and functions: those with dilation, ceil_mode or indices are
+    torch's; the rest autotune's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = nn.MaxPool2d((2, 3), stride=(2, 1))
+        self.ceil = nn.MaxPool2d(2, ceil_mode=True)
+        self.dilated = nn.MaxPool2d(3, 1, 1, dilation=2)
+
+    def forward(self, x):
+        y = F.max_pool2d(self.plain(x), 3, 2, padding=1)
+        z = torch.max_pool2d(x, [2], [])  # stride [] means the window
+        idx = F.max_pool2d(x, 2, return_indices=True)[1]
+        return y.sum() + z.sum() + self.ceil(x).sum() + self.dilated(x).sum() + idx.sum()
+
+
+def test_max_pools_functional_and_unsupported():
+    found = autotune.extract(Pools(), torch.randn(1, 2, 9, 11), target="llvm")
+    assert counts(found) == {
+        workload("max_pool2d", N=1, C=2, H=9, W=11, R=2, S=3, stride=(2, 1), pad=0): 1,
+        workload("max_pool2d", N=1, C=2, H=4, W=9, R=3, S=3, stride=2, pad=1): 1,
+        workload("max_pool2d", N=1, C=2, H=9, W=11, R=2, S=2, stride=2, pad=0): 1,
+    }
+    listed = {u.node: u.reason for u in found.unsupported}
+    assert set(listed) == {"ceil", "dilated", "max_pool2d_with_indices"}
+    assert "ceil_mode=True" in listed["ceil"] and "dilation=(2, 2)" in listed["dilated"]
+    assert "return_indices=True" in listed["max_pool2d_with_indices"]
+
+
+def test_compiled_max_pools_match_torch():
+    torch.manual_seed(0)
+    model, x = Pools().eval(), torch.randn(1, 2, 9, 11) - 3.0  # all negative
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    assert sorted(m.place for m in kernel_modules(compiled)) == ["max_pool2d", "max_pool2d_1",
+                                                                 "plain"]
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
+        x2 = torch.randn(1, 2, 12, 12)  # another shape: torch runs the pools
+        assert torch.equal(compiled(x2), model(x2))
 
 
 def test_mobilenet_tasks_and_counts():
@@ -131,9 +203,11 @@ def test_compile_model_matches_torch(net):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compiled = autotune.compile_model(model, (x,), db=None)
-    tasks = autotune.extract(model, (x,)).tasks
+    tasks = autotune.extract(model, (x,), target="llvm").tasks
     assert sum(issubclass(w.category, NoTunedScheduleWarning) for w in caught) == len(tasks)
     assert len(kernel_modules(compiled)) == sum(t.weight for t in tasks)
+    pools = [m.place for m in kernel_modules(compiled) if m.kind == "pool"]
+    assert pools == (["stem.3"] if net is TinyResNet else [])
     # conv weights the default schedules pack are packed once, at compile time
     assert any(m.kernel_params[0].shape != m.params[0].shape for m in kernel_modules(compiled))
     # the weights are bound once: a call passes only pointers, never the checked path

@@ -93,3 +93,33 @@ def test_tune_model_tunes_the_blocked_layouts_compile_model_runs(tmp_path: Path)
     with torch.no_grad():
         want = model(x)
         assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+class Pooled(nn.Module):
+    """A conv, then ResNet's stem max-pool (3x3, stride 2, pad 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.conv(x)))
+
+
+@pytest.mark.slow
+def test_tune_model_tunes_the_max_pool_with_xgb(tmp_path: Path):
+    """The pool is a task like the conv: tuned by the default (xgb) tuner, whose cost model
+    reads the pool kernel's features, then run by compile_model from its records."""
+    url = f"sqlite:///{tmp_path / 'model.db'}"
+    model, x = Pooled().eval(), torch.randn(1, 4, 15, 15)
+    result = autotune.tune_model(model, (x,), trials=12, db=url, measure_options=FAST,
+                                 tuner="xgb")
+    assert result.trials_done == 12 and not result.failed
+    ops = {t.name.split("(")[0]: t.trials for t in result.tasks}
+    assert set(ops) == {"conv2d", "max_pool2d"} and ops["max_pool2d"] >= 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoTunedScheduleWarning)  # every kernel has a record
+        compiled = autotune.compile_model(model, (x,), db=url)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-5, atol=1e-5)

@@ -114,7 +114,7 @@ def test_half_dtypes_exist_for_the_tensor_core_ops_only():
     assert described == {"matmul": ["float32", "float16", "bfloat16"],
                          "batch_matmul": ["float32", "float16", "bfloat16"],
                          "conv2d": ["float32", "float16", "bfloat16"],
-                         "depthwise_conv2d": ["float32"]}
+                         "depthwise_conv2d": ["float32"], "max_pool2d": ["float32"]}
     with pytest.raises(WorkloadError) as err:
         Workload.from_dict({"op": "depthwise_conv2d", "dtype": "bfloat16",
                             "params": dict(N=1, C=2, H=5, W=5, R=3, S=3, stride=1, pad=1)})

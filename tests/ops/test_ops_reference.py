@@ -47,6 +47,20 @@ def naive_conv2d(data, weight, stride, pad, dilation=(1, 1), groups_of=None):
     return out
 
 
+def naive_max_pool2d(data, r, s, stride, pad):
+    """Direct max over each window's cells inside the input (padding never counts)."""
+    n, c, h, w = data.shape
+    (sh, sw), (ph, pw) = stride, pad
+    oh, ow = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
+    out = np.empty((n, c, oh, ow))
+    for y in range(oh):
+        for x in range(ow):
+            cells = [data[:, :, iy, ix] for iy in range(y * sh - ph, y * sh - ph + r)
+                     for ix in range(x * sw - pw, x * sw - pw + s) if 0 <= iy < h and 0 <= ix < w]
+            out[:, :, y, x] = np.max(np.stack(cells), axis=0)
+    return out
+
+
 def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
     out = out.astype(float).copy()
     moved = np.moveaxis(out, axis, 0)  # a view: writes land in `out`
@@ -74,7 +88,9 @@ SMALL = {
     "batch_matmul": dict(B=2, M=3, N=5, K=7),
     "conv2d": dict(N=1, C=3, H=7, W=5, K=4, R=3, S=3, stride=1, pad=1),
     "depthwise_conv2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1, multiplier=2),
+    "max_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1),
 }
+NO_EPILOGUE = {"max_pool2d"}
 
 
 def naive(w, args):
@@ -86,6 +102,8 @@ def naive(w, args):
         out = naive_batch_matmul(args[0], args[1])
     elif w.op == "conv2d":
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], p["dilation"])
+    elif w.op == "max_pool2d":
+        out = naive_max_pool2d(args[0], p["R"], p["S"], p["stride"], p["pad"])
     else:
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], groups_of=p["multiplier"])
     names = [spec.name for spec in w.arg_specs]
@@ -107,7 +125,8 @@ def test_small_table_covers_every_op():
     assert set(SMALL) == set(OPS)
 
 
-@pytest.mark.parametrize("op, epilogue", list(itertools.product(SMALL, EPILOGUES)))
+@pytest.mark.parametrize("op, epilogue", [(op, epi) for op, epi in itertools.product(
+    SMALL, EPILOGUES) if not (op in NO_EPILOGUE and epi)])
 def test_every_op_and_epilogue_matches_direct_loops(op, epilogue):
     check(workload(op, epilogue=epilogue, **SMALL[op]))
 
@@ -162,6 +181,47 @@ def test_depthwise_channel_reads_input_channel_over_multiplier():
     weight = np.array([1, 2, 3, 4], dtype=np.float32).reshape(4, 1, 1, 1)
     out = w.reference([data, weight])
     assert out[0, :, 0, 0].tolist() == [1.0, 2.0, 30.0, 40.0]
+
+
+POOL_CASES = [
+    dict(N=1, C=64, H=16, W=16, R=3, S=3, stride=2, pad=1),  # ResNet's stem pool, smaller
+    dict(N=2, C=3, H=8, W=9, R=2, S=2, stride=2, pad=0),
+    dict(N=1, C=2, H=9, W=7, R=3, S=3, stride=1, pad=1),
+    dict(N=1, C=2, H=13, W=11, R=3, S=3, stride=3, pad=1),
+    dict(N=1, C=3, H=10, W=11, R=3, S=5, stride=(2, 1), pad=(1, 2)),
+    dict(N=1, C=2, H=4, W=4, R=4, S=4, stride=1, pad=0),  # one window: a global max
+]
+
+
+@pytest.mark.parametrize("params", POOL_CASES, ids=lambda p: str(workload("max_pool2d", **p)))
+def test_max_pool2d_geometry(params):
+    check(workload("max_pool2d", **params))
+
+
+@pytest.mark.parametrize("params", POOL_CASES, ids=lambda p: str(workload("max_pool2d", **p)))
+def test_max_pool2d_matches_torch_on_negative_data(params):
+    """torch is the semantics to match: on all-negative data a padded cell (were it 0) would
+    win every border window."""
+    torch = pytest.importorskip("torch")
+    w = workload("max_pool2d", **params)
+    data = w.random_args(3)[0] - 2.0  # in [-3, -1]
+    expected = torch.nn.functional.max_pool2d(torch.from_numpy(data), (w.dim("R"), w.dim("S")),
+                                              w.pair("stride"), w.pair("pad")).numpy()
+    np.testing.assert_array_equal(w.reference([data]), expected)
+
+
+def test_max_pool2d_refuses_what_torch_refuses_and_epilogues():
+    from autotune.ops import WorkloadError
+
+    with pytest.raises(ValueError, match="'pad'=2 exceeds half the window height R=3"):
+        workload("max_pool2d", N=1, C=1, H=8, W=8, R=3, S=3, stride=1, pad=2)
+    with pytest.raises(ValueError, match="parameter 'S'=9 is larger than the padded input"):
+        workload("max_pool2d", N=1, C=1, H=8, W=8, R=3, S=9, stride=1, pad=0)
+    with pytest.raises(WorkloadError, match="takes no epilogue") as err:
+        workload("max_pool2d", N=1, C=1, H=8, W=8, R=2, S=2, stride=2, pad=0, epilogue="relu")
+    assert err.value.loc == ("epilogue",)
+    pool = workload("max_pool2d", N=1, C=2, H=8, W=8, R=3, S=3, stride=2, pad=1)
+    assert pool.flops() == 2 * 4 * 4 * 9  # one per comparison
 
 
 def test_reference_is_fast_on_realistic_shapes():

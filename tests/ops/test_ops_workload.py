@@ -140,6 +140,14 @@ def test_from_dict_revalidates(data, field):
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": ["float16"]}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "a.b": 1}}, ("params", "a.b")),
+        # checks across parameters name the one at fault
+        ({"op": "conv2d", "params": {"N": 1, "C": 2, "H": 5, "W": 5, "K": 2, "R": 9, "S": 3,
+                                     "stride": 1, "pad": 1}}, ("params", "R")),
+        ({"op": "max_pool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "R": 3, "S": 3,
+                                         "stride": 2, "pad": [1, 2]}}, ("params", "pad")),
+        ({"op": "max_pool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "R": 2, "S": 2,
+                                         "stride": 2, "pad": 0}, "epilogue": ["bias"]},
+         ("epilogue",)),
     ],
 )
 def test_from_dict_errors_name_their_field(data, loc):
@@ -295,12 +303,15 @@ def test_flops(w, flops):
 
 
 def test_ops_table_describe():
-    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d"}
+    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "max_pool2d"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
-        assert d["epilogue"] == ["bias", "scale_shift", "residual", "relu", "relu6"]
+        pool = name == "max_pool2d"  # takes no epilogue, runs on llvm only
+        assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
+                                                   "relu6"])
+        assert d["targets"] == (["llvm"] if pool else ["llvm", "cuda"])
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}
     assert conv["dilation"] == {**conv["dilation"], "default": 1, "required": False, "pair": True}

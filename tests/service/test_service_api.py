@@ -108,6 +108,11 @@ def _mm(**params: Any) -> dict[str, Any]:
     return {"op": "matmul", "params": {"M": 64, "N": 64, "K": 64, **params}}
 
 
+def _pool(**params: Any) -> dict[str, Any]:
+    return {"op": "max_pool2d", "params": {"N": 1, "C": 8, "H": 16, "W": 16, "R": 3, "S": 3,
+                                           "stride": 2, "pad": 1, **params}}
+
+
 @pytest.mark.parametrize("body, loc", [
     ({"workload": {"op": "nope", "params": {}}}, ["body", "workload", "op"]),
     ({"workload": _mm(K=-3)}, ["body", "workload", "params", "K"]),
@@ -130,6 +135,13 @@ def _mm(**params: Any) -> dict[str, Any]:
     ({"workload": _mm(), "early_stopping": 0}, ["body", "early_stopping"]),
     ({"workload": _mm(), "colour": "red"}, ["body", "colour"]),
     ({"trials": 5}, ["body", "workload"]),
+    # max_pool2d: its own bounds, no epilogue, no cuda kernel
+    ({"workload": _pool(pad=2)}, ["body", "workload", "params", "pad"]),
+    ({"workload": _pool(S=19)}, ["body", "workload", "params", "S"]),
+    ({"workload": _pool(stride=[2, 0])}, ["body", "workload", "params", "stride"]),
+    ({"workload": _pool(dilation=2)}, ["body", "workload", "params", "dilation"]),
+    ({"workload": {**_pool(), "epilogue": ["relu"]}}, ["body", "workload", "epilogue"]),
+    ({"workload": {**_pool(), "layout": "NCHW16c"}}, ["body", "workload", "layout"]),
 ])
 def test_bad_submissions_name_the_field(serve, body, loc) -> None:
     client = serve()
@@ -462,6 +474,41 @@ def test_ops_list_the_dtypes_of_each_op(serve) -> None:
         headers=_key(client))
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "workload", "dtype"]
+
+
+def test_max_pool2d_is_listed_and_its_schema_refuses_an_epilogue(serve) -> None:
+    client = serve()
+    ops = {op["name"]: op for op in client.get("/api/v1/ops", headers=_key(client)).json()}
+    assert ops["max_pool2d"]["epilogue"] == [] and ops["max_pool2d"]["targets"] == ["llvm"]
+    assert ops["max_pool2d"]["dtypes"] == ["float32"]
+    import jsonschema
+
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["WorkloadIn"]
+    assert "max_pool2d" in schema["properties"]["op"]["enum"]
+    valid = jsonschema.Draft202012Validator(schema).is_valid
+    assert valid(_pool()) and valid({**_mm(), "epilogue": ["relu"]})
+    assert not valid({**_pool(), "epilogue": ["relu"]})
+    assert not valid({**_pool(), "dtype": "float16"})
+    response = client.post("/api/v1/jobs", json={"workload": _pool(), "trials": 4},
+                           headers=_key(client))
+    assert response.status_code == 201, response.text
+    assert response.json()["label"] == "max_pool2d(N=1,C=8,H=16,W=16,R=3,S=3,stride=(2,2)," \
+                                       "pad=(1,1))"
+
+
+def test_max_pool2d_on_a_cuda_cluster_is_refused_at_op() -> None:
+    """Where jobs are measured elsewhere (a Ray cluster), a cuda target passes: the op is
+    what it refuses."""
+    from fastapi.exceptions import RequestValidationError
+
+    from autotune.service.schemas import JobCreate
+    from autotune.service.validation import check_job
+
+    body = {"workload": _pool(), "target": "cuda -arch=sm_80"}
+    with pytest.raises(RequestValidationError) as err:
+        check_job(JobCreate.model_validate(body), measured_here=False)
+    (error,) = err.value.errors()
+    assert error["loc"] == ("body", "workload", "op") and "llvm targets only" in error["msg"]
 
 
 def test_best_answers_for_the_dtype_asked(serve) -> None:

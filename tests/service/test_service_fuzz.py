@@ -5,7 +5,8 @@ A bounded number of examples per operation and a fixed seed keep it within the s
 
 A schema-valid request may still be refused (422) where the check needs more than a JSON
 schema can say, and only there: an op's own parameters and the size of its arrays, the target
-(the host's CPU features), a tuner's own options and the measurement options (`SEMANTIC`).
+(the host's CPU features, an op or dtype it refuses), a tuner's own options and the
+measurement options (`SEMANTIC`).
 Jobs the fuzzer manages to submit are cancelled at once, so that the server does not spend the
 run tuning them; event streams of this server close after a second.
 """
@@ -29,8 +30,10 @@ EXAMPLES = 30  # per operation
 
 # Where a schema-valid request may get a 422: fields checked against tables a JSON schema
 # does not hold (see the module docstring). Anything else refused is a schema that lies.
-# (A job's dtype is refused by its target: a half dtype on a CPU target.)
-SEMANTIC = (("body", "workload", "params"), ("body", "workload", "dtype"), ("body", "target"),
+# (A job's dtype is refused by its target: a half dtype on a CPU target; so is its op:
+# max_pool2d on a cuda target.)
+SEMANTIC = (("body", "workload", "params"), ("body", "workload", "dtype"),
+            ("body", "workload", "op"), ("body", "target"),
             ("body", "tuner_options"), ("body", "measure_options"),
             ("query", "workload", "params"), ("query", "target"))
 

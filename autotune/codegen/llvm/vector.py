@@ -2,8 +2,10 @@
 ``<W x T>`` code, or the caller falls back to a serial loop when that would be unsafe.
 
 Per expression: no dependence on the lane var -> scalar (splat on use); affine with
-coefficient 1 -> contiguous vector load/store; anything else -> per-lane gather/scatter.
-Guards that depend on the lane become masks (masked stores; masked or clamped loads).
+coefficient 1 -> contiguous vector load/store; a load with a small constant stride k -> one
+contiguous load of k times the lanes and a shuffle picking every k-th; anything else ->
+per-lane gather/scatter. Guards that depend on the lane become masks (masked stores;
+masked or clamped loads).
 """
 from __future__ import annotations
 
@@ -19,10 +21,13 @@ from autotune.codegen.llvm.index import (
 )
 from autotune.codegen.llvm.text import F32, I1, I64, Val, const_bool, const_int, const_vec, vec_ty
 from autotune.ir.analysis import decide, stmt_exprs
-from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, walk
+from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, add, walk
 from autotune.ir.stmt import For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
 
 MAX_LANES = 64  # wider loops are left to LLVM's own loop vectorizer
+# Strided loads up to this stride read the span contiguously and shuffle: a stride-2 max-pool
+# row of 16 lanes as two vector loads and a permute instead of 16 scalar loads and inserts.
+MAX_SHUFFLE_STRIDE = 4
 
 
 def vectorizable(loop: For) -> bool:
@@ -134,9 +139,10 @@ class _Lanes:
         p = self.em.gep(self.em.buffer_ptr(s.buffer), self.at_lane(flat, lane))
         self.em.fb.do(f"store {x}, {p}, align 4")
 
-    def intrinsic(self, kind: str, vt: str) -> str:
-        name = f"llvm.masked.{kind}.v{self.w}f32.p0"
-        mt = vec_ty(I1, self.w)
+    def intrinsic(self, kind: str, vt: str, lanes: int = 0) -> str:
+        lanes = lanes or self.w
+        name = f"llvm.masked.{kind}.v{lanes}f32.p0"
+        mt = vec_ty(I1, lanes)
         # the i32 alignment operand is the long-standing form; LLVM >= 21 auto-upgrades it
         text = (f"declare {vt} @{name}(ptr, i32, {mt}, {vt})" if kind == "load"
                 else f"declare void @{name}({vt}, ptr, i32, {mt})")
@@ -186,6 +192,8 @@ class _Lanes:
         unsafe = (guard or mask is not None) and not in_bounds(e.buffer, flat, em.env.ranges)
         if coeff == 0:  # depends on the lane only in ways that cancel out
             return self.at_lane(e, 0, unsafe)
+        if coeff is not None and 2 <= coeff <= MAX_SHUFFLE_STRIDE:
+            return self.strided_load(e, flat, coeff, unsafe)
         if coeff != 1:
             return self.from_lanes(e, F32, unsafe)
         base = self.at_lane(flat, 0)
@@ -202,3 +210,32 @@ class _Lanes:
         fn = self.intrinsic("load", vt)
         return fb.emit(vt, f"call {vt} {fn}({p}, i32 {align}, {mask}, {vt} zeroinitializer)",
                        "vld")
+
+    def strided_load(self, e: Load, flat: Expr, stride: int, unsafe: bool) -> Val:
+        """Lane i reads ``flat`` + stride * i: load ``stride`` x lanes elements from lane 0's
+        and keep every ``stride``-th. The last stride - 1 elements are past the last lane's:
+        a plain load where they provably lie in the buffer, else a masked one (lanes past
+        the span off; when the lanes' own reads may fall outside, those past the buffer)."""
+        em, fb = self.em, self.em.fb
+        wide = stride * self.w
+        vt = vec_ty(F32, wide)
+        base = self.at_lane(flat, 0)
+        p = em.gep(em.buffer_ptr(e.buffer), base, inbounds=not unsafe)
+        align = access_align(flat, em.env.ranges, self.v)
+        if not unsafe and in_bounds(e.buffer, add(flat, stride - 1), em.env.ranges):
+            row = fb.emit(vt, f"load {vt}, {p}, align {align}", "vld")
+        else:
+            if unsafe:
+                offs = fb.emit(vec_ty(I64, wide), f"add nsw {em.splat(base, wide)}, "
+                                                   f"{const_vec(I64, list(range(wide))).ref}")
+                size = const_vec(I64, [e.buffer.size] * wide)
+                mask = fb.emit(vec_ty(I1, wide), f"icmp ult {offs}, {size.ref}")
+            else:
+                span = stride * (self.w - 1) + 1
+                mask = const_vec(I1, [int(i < span) for i in range(wide)])
+            fn = self.intrinsic("load", vt, wide)
+            row = fb.emit(vt, f"call {vt} {fn}({p}, i32 {align}, {mask}, "
+                              f"{vt} zeroinitializer)", "vld")
+        picks = ", ".join(f"i32 {stride * i}" for i in range(self.w))
+        return fb.emit(vec_ty(F32, self.w),
+                       f"shufflevector {row}, {vt} poison, <{self.w} x i32> <{picks}>")

@@ -18,6 +18,7 @@ _TEMPLATES: dict[tuple[str, str], str] = {
     ("batch_matmul", "llvm"): "cpu_matmul",
     ("conv2d", "llvm"): "cpu_conv2d",
     ("depthwise_conv2d", "llvm"): "cpu_depthwise",
+    ("max_pool2d", "llvm"): "cpu_pool",
     ("matmul", "cuda"): "cuda_matmul",
     ("batch_matmul", "cuda"): "cuda_matmul",
     ("conv2d", "cuda"): "cuda_conv2d",
