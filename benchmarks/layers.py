@@ -4,11 +4,10 @@
 
 Each layer runs as a compiled model runs it: convs prepacked (weight packed once, outside
 the timing) with bias+relu fused, depthwise with bias+relu6, the pool alone (torch's
-nn.MaxPool2d, NCHW). Per layer: the default config,
-and the best of a fresh tune of --trials trials (xgb); then the default, the tuned config
-and torch (the same op with bias and the activation, in place) are timed in ROUNDS
-interleaved rounds, each column its best round. Prints the ratios and their geomean;
-asserts nothing.
+nn.MaxPool2d, NCHW). Per layer: the default config, and the best of a fresh tune of
+--trials trials (xgb); then the default, the tuned config and torch (the same op with bias
+and the activation, in place) are timed in ROUNDS interleaved rounds, each column its best
+round. Prints the ratios and their geomean; asserts nothing.
 
     .venv/bin/python benchmarks/layers.py [--trials 128] [--only dw]
 """
@@ -79,7 +78,7 @@ def torch_layer(wl: autotune.Workload) -> Callable[[], object]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=128, help="xgb trials per layer (0: defaults)")
     ap.add_argument("--only", default="", help="comma-separated substrings of layer names")
     args = ap.parse_args(argv)

@@ -238,7 +238,7 @@ def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,mobilenetv2")
     parser.add_argument("--batch", default="1,8", help="batch sizes, comma-separated")
     parser.add_argument("--trials", default="0,1000,3000",
