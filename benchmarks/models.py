@@ -286,7 +286,9 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
 
     model, inputs = MODELS[name](batch)
     model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
-    tasks = autotune.extract(model, inputs)
+    # the tasks compile_model runs on this target (prepacked forms, the pool on llvm)
+    tasks = autotune.extract(model, inputs, target=target,
+                             layout=args.layout if target.kind == "llvm" else "nchw")
     print(f"\n{name}, batch {batch}: {len(tasks.tasks)} tasks, "
           f"{sum(t.weight for t in tasks.tasks)} kernels, {len(tasks.unsupported)} unsupported, "
           f"{tasks.flops() / 1e9:.2f} GFLOP in kernels")
