@@ -7,10 +7,10 @@ the R x S window unrollable and the zero padding inlined or materialised once.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import depthwise_graph
+from autotune.schedule.definitions import OpGraph, depthwise_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
@@ -42,9 +42,18 @@ MAX_STRIDED_ROWS = 2
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    lanes = target.vector_lanes
-    channels = wl.output_shape[1]
-    knobs: list[Knob] = [
+    knobs = window_knobs(wl, wl.output_shape[1], target.vector_lanes)
+    facts = facts_of(target)
+    default = default_values(wl, facts, knobs)
+    return ConfigSpace(knobs, default=default, validity=window_validity(wl, target),
+                       name="cpu_depthwise_conv2d")
+
+
+def window_knobs(wl: Workload, channels: int, lanes: int) -> list[Knob]:
+    """The knobs of a per-channel R x S window op (this template's, and max_pool2d's): tiles
+    of channels, output rows and columns, their order, padding, the window's unroll and
+    place, and the parallel levels."""
+    return [
         Split("tile_c", channels, 3, max_inner=4),
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=4 * lanes),
@@ -54,12 +63,14 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("rs_inner", [False, True]),
         Choice("parallel", [1, 2, 3]),
     ]
-    facts = facts_of(target)
-    validity = all_of(register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
-                      unroll_limit(partial(unrolled_step, lanes, wl.dim("R") * wl.dim("S")),
-                                   facts.vector_registers))
-    default = default_values(wl, facts, knobs)
-    return ConfigSpace(knobs, default=default, validity=validity, name="cpu_depthwise_conv2d")
+
+
+def window_validity(wl: Workload, target: Target) -> Callable[[Config], str | None]:
+    """A window op's register tile and unrolled window within the target's registers."""
+    lanes = target.vector_lanes
+    return all_of(register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
+                  unroll_limit(partial(unrolled_step, lanes, wl.dim("R") * wl.dim("S")),
+                               facts_of(target).vector_registers))
 
 
 def unrolled_step(lanes: int, taps: int, cfg: Config) -> tuple[int, int]:
@@ -116,7 +127,11 @@ def strided_columns(factors: list[int], lanes: int, stride: int) -> list[int]:
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    g = depthwise_graph(wl)
+    return schedule_window(depthwise_graph(wl), target, cfg)
+
+
+def schedule_window(g: OpGraph, target: Target, cfg: Config) -> Schedule:
+    """A window op's graph (depthwise or max-pool) scheduled by a config of `window_knobs`."""
     s = g.schedule()
     schedule_pad(s, g.pad, cfg["pad"])
     out = s.cache_write(g.output, "local")

@@ -6,7 +6,6 @@ columns, with the R x S window unrollable and the -inf padding inlined or materi
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from autotune.ops import Workload
@@ -14,51 +13,28 @@ from autotune.schedule.definitions import max_pool2d_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
-    all_of,
     innermost_factors,
     nearest_split,
     parallel_levels,
-    parallel_outer,
-    register_tile_limit,
-    unroll_limit,
     vector_registers,
-    vector_width,
 )
-from autotune.schedule.templates.cpu_conv2d import schedule_pad
-from autotune.schedule.templates.cpu_depthwise import ORDERS
-from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
+from autotune.schedule.templates.cpu_depthwise import (
+    ORDERS,
+    schedule_window,
+    window_knobs,
+    window_validity,
+)
+from autotune.space import Config, ConfigSpace
 from autotune.target import Target
 from autotune.target.cpu_facts import CpuFacts, facts_of
 
-MAX_REG_TILE = 256
 MAX_DEFAULT_ROWS = 8
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    lanes = target.vector_lanes
-    knobs: list[Knob] = [
-        Split("tile_c", wl.dim("C"), 3, max_inner=4),
-        Split("tile_y", wl.out_h, 3, max_inner=8),
-        Split("tile_x", wl.out_w, 3, max_inner=4 * lanes),
-        Reorder("order", ORDERS),
-        Choice("pad", ["inline", "buffer"]),
-        Annotate("unroll_rs", ["none", "unroll"]),
-        Choice("rs_inner", [False, True]),
-        Choice("parallel", [1, 2, 3]),
-    ]
-    facts = facts_of(target)
-    validity = all_of(register_tile_limit(("tile_c", "tile_y", "tile_x"), MAX_REG_TILE),
-                      unroll_limit(partial(unrolled_step, lanes, wl.dim("R") * wl.dim("S")),
-                                   facts.vector_registers))
-    return ConfigSpace(knobs, default=default_values(wl, facts, knobs), validity=validity,
-                       name="cpu_max_pool2d")
-
-
-def unrolled_step(lanes: int, taps: int, cfg: Config) -> tuple[int, int]:
-    """(running-max registers, unrolled taps): channels x rows x the columns' vectors, and
-    the R x S window when it is unrolled."""
-    acc = cfg["tile_c"][2] * cfg["tile_y"][2] * vector_registers(cfg["tile_x"][2], lanes)
-    return acc, taps if cfg["unroll_rs"] == "unroll" else 1
+    knobs = window_knobs(wl, wl.dim("C"), target.vector_lanes)
+    return ConfigSpace(knobs, default=default_values(wl, facts_of(target), knobs),
+                       validity=window_validity(wl, target), name="cpu_max_pool2d")
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
@@ -91,32 +67,4 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    g = max_pool2d_graph(wl)
-    s = g.schedule()
-    schedule_pad(s, g.pad, cfg["pad"])
-    out = s.cache_write(g.output, "local")
-    st = s[g.output]
-    n, c, y, x = st.axis
-    c0, c1, c2 = st.tile(c, cfg["tile_c"])
-    y0, y1, y2 = st.tile(y, cfg["tile_y"])
-    x0, x1, x2 = st.tile(x, cfg["tile_x"])
-    names = {"c0": c0, "c1": c1, "y0": y0, "y1": y1, "x0": x0, "x1": x1}
-    outer = [n, *(names[a] for a in cfg["order"])]
-    v = vector_width(cfg["tile_x"][2], target.vector_lanes)
-    xo, xv = st.split(x2, factor=v)
-    st.reorder(*outer, c2, y2, xo, xv)
-    st.vectorize(xv)
-    parallel_outer(st, outer, cfg["parallel"] + 1)
-
-    out.compute_at(st, outer[-1])
-    rr, rs = out.reduce_axis
-    spatial = list(out.axis)
-    order = [*spatial[:-2], rr, rs, *spatial[-2:]] if cfg["rs_inner"] else [rr, rs, *spatial]
-    out.reorder(*order)
-    for a in spatial[:-1]:
-        out.unroll(a)
-    out.vectorize(spatial[-1])
-    if cfg["unroll_rs"] == "unroll":
-        out.unroll(rr)
-        out.unroll(rs)
-    return s
+    return schedule_window(max_pool2d_graph(wl), target, cfg)
