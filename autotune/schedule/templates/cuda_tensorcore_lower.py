@@ -172,11 +172,12 @@ class _Kernel:
         self.image: Expr = self.bz if split == 1 else self.bz // split
         self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.bn)
         self.per_split = k_tiles(t, self.K)[1]
+        self.n_tiles = self.batch * self.tiles_m * self.tiles_n  # output tiles of the launch
         self.workspaces: tuple[Buffer, ...] = ()
         if split > 1:
-            n_tiles = self.batch * self.tiles_m * self.tiles_n
-            self.partials = Buffer("split_partials", (split * n_tiles * t.bm * t.bn,), FLOAT)
-            self.counters = Buffer("split_counters", (n_tiles,), FLOAT)
+            self.partials = Buffer("split_partials", (split * self.n_tiles * t.bm * t.bn,),
+                                   FLOAT)
+            self.counters = Buffer("split_counters", (self.n_tiles,), FLOAT)
             self.workspaces = (self.partials, self.counters)
         warp = self.tx // WARP
         self.wm = warp // t.warps[1]
@@ -202,8 +203,8 @@ class _Kernel:
         for sh in (self.c_sh, self.b_sh, self.a_sh):
             body = Allocate(sh, body)
         body = For(self.tx, t.threads, ForKind.THREAD_X, body)
-        body = For(self.bx, -(-self.N // t.bn), ForKind.BLOCK_X, body)
-        body = For(self.by, -(-self.M // t.bm), ForKind.BLOCK_Y, body)
+        body = For(self.bx, self.tiles_n, ForKind.BLOCK_X, body)
+        body = For(self.by, self.tiles_m, ForKind.BLOCK_Y, body)
         body = For(self.bz, self.batch * t.split_k, ForKind.BLOCK_Z, body)
         args = tuple(self.bufs.values())
         return PrimFunc(f"at_{self.wl.op}", args, body, self.workspaces)
@@ -344,10 +345,9 @@ class _Kernel:
         fm, fn = t.frags
         split, area = t.split_k, t.bm * t.bn
         tile = (self.image * self.tiles_m + self.by) * self.tiles_n + self.bx
-        n_tiles = self.batch * self.tiles_m * self.tiles_n
         i, j = Var("i_out"), Var("j_out")
         row0 = self.wm * (fm * m) + i * m
-        offset = ((self.bz % split * n_tiles + tile) * area + row0 * t.bn
+        offset = ((self.bz % split * self.n_tiles + tile) * area + row0 * t.bn
                   + self.wn * (fn * n) + j * n)
         partial = _unrolled(i, fm, _unrolled(j, fn, MmaStore(
             self.partials, offset, t.bn, self.acc, (i, j), t.mma)))
@@ -358,9 +358,9 @@ class _Kernel:
         last = cmp("==", Load(self.c_sh, flag), Const(float(split - 1), FLOAT))
         reset = IfThenElse(first, Store(self.counters, (tile,), ZERO))
         return Seq([partial, Fence(), Sync(), arrive, Sync(),
-                    IfThenElse(last, Seq([self._reduce(tile, n_tiles), reset]))])
+                    IfThenElse(last, Seq([self._reduce(tile), reset]))])
 
-    def _reduce(self, tile: Expr, n_tiles: int) -> Stmt:
+    def _reduce(self, tile: Expr) -> Stmt:
         """The last block: each output element of the tile, consecutive threads on
         consecutive columns, the sum of its S partials in split order, then the
         epilogue."""
@@ -371,7 +371,7 @@ class _Kernel:
         row, col = self.by * t.bm + idx // t.bn, self.bx * t.bn + idx % t.bn
         total: Expr = Load(self.partials, (tile * area + idx,))
         for s in range(1, t.split_k):
-            total = total + Load(self.partials, ((s * n_tiles + tile) * area + idx,))
+            total = total + Load(self.partials, ((s * self.n_tiles + tile) * area + idx,))
         out_idx = self._out_index(row, col)
         store: Stmt = Store(self.bufs["out"], out_idx, self._apply(total, row, col, out_idx))
         guard = all_of([_in(row, self.M), _in(col, self.N)])
