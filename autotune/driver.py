@@ -18,7 +18,7 @@ from autotune.ops import Workload, WorkloadError
 from autotune.schedule.lower import LoweringError, lower_schedule
 from autotune.schedule.prepack import split_packing
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates import get_template
+from autotune.schedule.templates import template_for
 from autotune.space import Config, ConfigSpace
 from autotune.target import Target
 
@@ -48,7 +48,7 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
 
 
 def _template(workload: Workload, target: Target) -> ModuleType:
-    return get_template(workload.op, target.kind, workload.dtype)
+    return template_for(workload, target)
 
 
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:

@@ -30,14 +30,24 @@ from autotune.ir.stmt import (
     Fence,
     For,
     IfThenElse,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
     MmaFill,
     MmaLoad,
     MmaStore,
     MmaSync,
     Seq,
+    SetMaxNReg,
+    SmemMatrix,
     Stmt,
     Store,
     Sync,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
     walk_stmts,
 )
 
@@ -419,7 +429,25 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, AsyncCopy):
         return AsyncCopy(s.dst, fn(s.dst_offset), s.src, fn(s.src_offset), s.elems,
                          None if s.valid is None else fn(s.valid))
+    if isinstance(s, (WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg)):
+        return s
+    if isinstance(s, TmaLoad):
+        return TmaLoad(s.dst, fn(s.dst_offset), s.tmap, tuple(fn(c) for c in s.coords),
+                       s.bar, fn(s.bar_index))
+    if isinstance(s, MbarrierInit):
+        return MbarrierInit(s.bar, fn(s.index), s.count)
+    if isinstance(s, MbarrierArrive):
+        return MbarrierArrive(s.bar, fn(s.index), s.expect_bytes)
+    if isinstance(s, MbarrierWait):
+        return MbarrierWait(s.bar, fn(s.index), fn(s.parity))
+    if isinstance(s, Wgmma):
+        return Wgmma(s.acc, tuple(fn(i) for i in s.acc_index), _map_matrix(s.a, fn),
+                     _map_matrix(s.b, fn), s.n)
     raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def _map_matrix(m: SmemMatrix, fn: Callable[[Expr], Expr]) -> SmemMatrix:
+    return SmemMatrix(m.buffer, fn(m.offset), m.major, m.swizzle, m.lbo, m.sbo)
 
 
 def stmt_exprs(s: Stmt) -> Iterator[Expr]:
@@ -448,6 +476,19 @@ def stmt_exprs(s: Stmt) -> Iterator[Expr]:
         elif isinstance(x, AtomicAdd):
             yield from x.result_index
             yield from x.index
+        elif isinstance(x, TmaLoad):
+            yield x.dst_offset
+            yield from x.coords
+            yield x.bar_index
+        elif isinstance(x, (MbarrierInit, MbarrierArrive)):
+            yield x.index
+        elif isinstance(x, MbarrierWait):
+            yield x.index
+            yield x.parity
+        elif isinstance(x, Wgmma):
+            yield from x.acc_index
+            yield x.a.offset
+            yield x.b.offset
 
 
 def loads_of(s: Stmt, buffer: Buffer) -> list[Load]:

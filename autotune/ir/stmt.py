@@ -295,6 +295,198 @@ class AsyncWait(Stmt):
         return AsyncWait, (self.pending,)
 
 
+# ---------------------------------------------------------------- Hopper (sm_90a)
+# Warp-specialized tensor-core kernels: a producer thread copies tiles into shared memory
+# with the Tensor Memory Accelerator (TMA), completing on mbarriers; consumer warpgroups
+# (4 consecutive warps, the first a multiple of 4) wait on those barriers, multiply the
+# tiles with asynchronous warpgroup MMAs (wgmma) into register accumulators, and arrive on
+# a barrier that frees the stage for the producer.
+
+WARPGROUP = 128  # threads that issue one wgmma together
+SWIZZLES = (0, 32, 64, 128)  # bytes of a TMA / wgmma shared-memory swizzle pattern
+
+
+class TensorMap:
+    """A TMA descriptor of global buffer ``buffer``: it copies boxes of ``box`` elements
+    (one extent per dimension of the buffer, outermost first), written to shared memory
+    row-major with a ``swizzle``-byte swizzle; coordinates outside the buffer read zeros.
+    The host encodes it at launch (``cuTensorMapEncodeTiled``) and the kernel takes it as
+    a ``__grid_constant__`` parameter. Compared by identity."""
+
+    __slots__ = ("name", "buffer", "box", "swizzle")
+
+    def __init__(self, name: str, buffer: Buffer, box: tuple[int, ...], swizzle: int):
+        assert len(box) == len(buffer.shape), (buffer.name, box)
+        assert swizzle in SWIZZLES, swizzle
+        self.name, self.buffer, self.box, self.swizzle = name, buffer, tuple(box), int(swizzle)
+
+    def __reduce__(self) -> tuple:
+        return TensorMap, (self.name, self.buffer, self.box, self.swizzle)
+
+    @property
+    def box_elems(self) -> int:
+        return prod(self.box)
+
+    def __repr__(self) -> str:
+        return f"TensorMap({self.name}, {self.buffer.name}, box={self.box}, sw={self.swizzle})"
+
+
+class TmaLoad(Stmt):
+    """One thread's bulk tensor copy of ``tmap``'s box at element ``coords`` (per dimension
+    of its buffer, outermost first; may lie partly outside it) into shared ``dst`` from
+    element ``dst_offset`` on; the copy's bytes count as transactions on mbarrier
+    ``bar[bar_index]``, whose phase completes once they have all landed."""
+
+    __slots__ = ("dst", "dst_offset", "tmap", "coords", "bar", "bar_index")
+
+    def __init__(self, dst: Buffer, dst_offset: Expr, tmap: TensorMap,
+                 coords: tuple[Expr, ...], bar: Buffer, bar_index: Expr):
+        assert len(coords) == len(tmap.box), (tmap.name, coords)
+        self.dst, self.dst_offset, self.tmap, self.coords = dst, dst_offset, tmap, tuple(coords)
+        self.bar, self.bar_index = bar, bar_index
+
+    def __reduce__(self) -> tuple:
+        return TmaLoad, (self.dst, self.dst_offset, self.tmap, self.coords, self.bar,
+                         self.bar_index)
+
+
+class MbarrierInit(Stmt):
+    """One thread initialises mbarrier ``bar[index]`` to expect ``count`` arrivals per
+    phase (and orders the init before the async proxy's use of it)."""
+
+    __slots__ = ("bar", "index", "count")
+
+    def __init__(self, bar: Buffer, index: Expr, count: int):
+        self.bar, self.index, self.count = bar, index, int(count)
+
+    def __reduce__(self) -> tuple:
+        return MbarrierInit, (self.bar, self.index, self.count)
+
+
+class MbarrierArrive(Stmt):
+    """One thread arrives on mbarrier ``bar[index]``; with ``expect_bytes`` > 0 it also
+    raises the phase's expected transaction bytes by that much (``arrive.expect_tx``), which
+    the TMA copies completing on it count down."""
+
+    __slots__ = ("bar", "index", "expect_bytes")
+
+    def __init__(self, bar: Buffer, index: Expr, expect_bytes: int = 0):
+        self.bar, self.index, self.expect_bytes = bar, index, int(expect_bytes)
+
+    def __reduce__(self) -> tuple:
+        return MbarrierArrive, (self.bar, self.index, self.expect_bytes)
+
+
+class MbarrierWait(Stmt):
+    """Wait until the phase of mbarrier ``bar[index]`` whose parity is ``parity`` (0 or 1)
+    has completed: the barrier's current phase has the other parity."""
+
+    __slots__ = ("bar", "index", "parity")
+
+    def __init__(self, bar: Buffer, index: Expr, parity: Expr):
+        self.bar, self.index, self.parity = bar, index, parity
+
+    def __reduce__(self) -> tuple:
+        return MbarrierWait, (self.bar, self.index, self.parity)
+
+
+class SmemMatrix:
+    """A wgmma operand in shared memory, as its matrix descriptor gives it: ``buffer`` from
+    element ``offset`` on, ``major`` "k" (the reduction dimension contiguous) or "mn", a
+    ``swizzle``-byte swizzle, and the leading/stride byte offsets of the canonical layout
+    (K-major: ``sbo`` between groups of 8 rows; MN-major: ``lbo`` between 64-element
+    blocks of M/N, ``sbo`` between groups of 8 rows of K)."""
+
+    __slots__ = ("buffer", "offset", "major", "swizzle", "lbo", "sbo")
+
+    def __init__(self, buffer: Buffer, offset: Expr, major: str, swizzle: int, lbo: int,
+                 sbo: int):
+        assert major in ("k", "mn"), major
+        assert swizzle in SWIZZLES, swizzle
+        self.buffer, self.offset, self.major = buffer, offset, major
+        self.swizzle, self.lbo, self.sbo = int(swizzle), int(lbo), int(sbo)
+
+    def __reduce__(self) -> tuple:
+        return SmemMatrix, (self.buffer, self.offset, self.major, self.swizzle, self.lbo,
+                            self.sbo)
+
+    def __repr__(self) -> str:
+        return (f"{self.buffer.name}[{self.offset!r}] {self.major}-major sw{self.swizzle} "
+                f"lbo={self.lbo} sbo={self.sbo}")
+
+
+class Wgmma(Stmt):
+    """Warpgroup-collective, asynchronous ``acc[acc_index] += A @ B``: A 64 x 16 and B
+    16 x ``n`` from shared memory, float32 accumulators in registers: ``acc[acc_index]``
+    is the row of ``n / 2`` floats each thread holds (``wgmma_fragment`` places them). The
+    registers are defined only after a ``WgmmaWait`` covering the statement's group."""
+
+    __slots__ = ("acc", "acc_index", "a", "b", "n")
+
+    def __init__(self, acc: Buffer, acc_index: tuple[Expr, ...], a: SmemMatrix,
+                 b: SmemMatrix, n: int):
+        assert len(acc_index) == len(acc.shape) - 1 and acc.shape[-1] == n // 2, (
+            acc.name, acc_index, n)
+        self.acc, self.acc_index, self.a, self.b, self.n = acc, tuple(acc_index), a, b, int(n)
+
+    def __reduce__(self) -> tuple:
+        return Wgmma, (self.acc, self.acc_index, self.a, self.b, self.n)
+
+
+def wgmma_fragment(thread: int, reg: int) -> tuple[int, int]:
+    """(row, column) of the accumulator element that register ``reg`` of warpgroup thread
+    ``thread`` (0-127) holds, in a 64 x n wgmma tile."""
+    warp, lane = thread // 32, thread % 32
+    return (warp * 16 + lane // 4 + 8 * (reg % 4 // 2),
+            reg // 4 * 8 + lane % 4 * 2 + reg % 2)
+
+
+class WgmmaFence(Stmt):
+    """``wgmma.fence``: order the warpgroup's register and shared-memory accesses before
+    the wgmmas that follow."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return WgmmaFence, ()
+
+
+class WgmmaCommit(Stmt):
+    """Close the warpgroup's current group of wgmmas."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return WgmmaCommit, ()
+
+
+class WgmmaWait(Stmt):
+    """Wait until at most ``pending`` of the warpgroup's newest wgmma groups are in flight:
+    the others' accumulators are defined and their shared operands free again."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: int):
+        self.pending = int(pending)
+
+    def __reduce__(self) -> tuple:
+        return WgmmaWait, (self.pending,)
+
+
+class SetMaxNReg(Stmt):
+    """Warpgroup-collective: raise (``increase``) or lower this warpgroup's registers per
+    thread to ``count`` (``setmaxnreg``), so that the consumers get what the producer does
+    not need."""
+
+    __slots__ = ("count", "increase")
+
+    def __init__(self, count: int, increase: bool):
+        self.count, self.increase = int(count), bool(increase)
+
+    def __reduce__(self) -> tuple:
+        return SetMaxNReg, (self.count, self.increase)
+
+
 # ---------------------------------------------------------------- global-memory ordering
 # Blocks of one launch communicate only through these (split-K's partial tiles): a block
 # writes, fences, then one thread counts its arrival atomically; the last to arrive reads
@@ -408,6 +600,27 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
     if isinstance(s, AtomicAdd):
         return [f"{pad}{_frag(s.result, s.result_index)} = atomic_add("
                 f"{_frag(s.buffer, s.index)}, {s.value!r})"]
+    if isinstance(s, TmaLoad):
+        coords = ", ".join(map(repr, s.coords))
+        return [f"{pad}{s.dst.name}[{s.dst_offset!r}:+{s.tmap.box_elems}] = tma_load("
+                f"{s.tmap.name}[{coords}], barrier={_frag(s.bar, (s.bar_index,))})"]
+    if isinstance(s, MbarrierInit):
+        return [f"{pad}mbarrier_init({_frag(s.bar, (s.index,))}, count={s.count})"]
+    if isinstance(s, MbarrierArrive):
+        tx = f", expect_bytes={s.expect_bytes}" if s.expect_bytes else ""
+        return [f"{pad}mbarrier_arrive({_frag(s.bar, (s.index,))}{tx})"]
+    if isinstance(s, MbarrierWait):
+        return [f"{pad}mbarrier_wait({_frag(s.bar, (s.index,))}, parity={s.parity!r})"]
+    if isinstance(s, Wgmma):
+        return [f"{pad}{_frag(s.acc, s.acc_index)} += wgmma(m64n{s.n}k16, {s.a!r}, {s.b!r})"]
+    if isinstance(s, WgmmaFence):
+        return [f"{pad}wgmma_fence()"]
+    if isinstance(s, WgmmaCommit):
+        return [f"{pad}wgmma_commit()"]
+    if isinstance(s, WgmmaWait):
+        return [f"{pad}wgmma_wait({s.pending})"]
+    if isinstance(s, SetMaxNReg):
+        return [f"{pad}set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"]
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

@@ -82,12 +82,13 @@ def host_gpus() -> list[HostGpu]:
 
 def _cuda_reason(arch: str) -> Optional[str]:
     from autotune.codegen.cuda.nvcc import find_nvcc
+    from autotune.target import device_arch
 
     if find_nvcc() is None:
         return "this host has no nvcc (PATH, $CUDA_HOME, /usr/local/cuda) to compile CUDA"
     archs = sorted({gpu.arch for gpu in host_gpus()})
     if not archs:
         return "this host has no CUDA GPU (nvidia-smi lists none of a supported arch)"
-    if arch not in archs:
+    if device_arch(arch) not in archs:
         return f"this host's GPUs are {', '.join(archs)}, not {arch}"
     return None

@@ -121,7 +121,7 @@ def target_refusal(dtype: str, kind: str, arch: str = "") -> str | None:
 
 
 def _sm(arch: str) -> int:
-    digits = arch.removeprefix("sm_")
+    digits = arch.removeprefix("sm_").removesuffix("a")  # sm_90a: sm_90's features and more
     return int(digits) if digits.isdigit() else 0
 
 
@@ -129,6 +129,27 @@ def storage_nan(name: str) -> Any:
     """NaN in dtype ``name``'s storage: what an output is filled with before a kernel runs,
     so that elements it never writes show."""
     return to_storage(np.array([np.nan], dtype=np.float32), name)[0]
+
+
+# Element types of kernel-internal buffers, never a workload's: an mbarrier is a 64-bit word
+# of shared memory.
+MBARRIER = "uint64"
+_INTERNAL_C_TYPES: Mapping[str, tuple[str, int]] = MappingProxyType({
+    MBARRIER: ("unsigned long long", 8),
+    "int32": ("int", 4),
+})
+
+
+def element_c_type(name: str) -> str:
+    """CUDA C type of a buffer element of type ``name`` (a workload dtype or internal)."""
+    internal = _INTERNAL_C_TYPES.get(name)
+    return internal[0] if internal is not None else dtype_info(name).c_type
+
+
+def element_bytes(name: str) -> int:
+    """Bytes of a buffer element of type ``name`` (a workload dtype or internal)."""
+    internal = _INTERNAL_C_TYPES.get(name)
+    return internal[1] if internal is not None else dtype_info(name).itemsize
 
 
 def storage_dtype(name: str) -> np.dtype:

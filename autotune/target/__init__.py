@@ -72,6 +72,8 @@ _CUDA_TABLE: Mapping[str, CudaLimits] = MappingProxyType(
             "sm_89", max_shared_per_block_optin=101376, multiprocessors=128, max_threads_per_sm=1536
         ),
         "sm_90": CudaLimits("sm_90", max_shared_per_block_optin=232448, multiprocessors=132),
+        # Hopper's arch-specific target: sm_90 plus wgmma and setmaxnreg (the same devices)
+        "sm_90a": CudaLimits("sm_90a", max_shared_per_block_optin=232448, multiprocessors=132),
     }
 )
 CUDA_ARCHS: tuple[str, ...] = tuple(_CUDA_TABLE)
@@ -103,6 +105,12 @@ def vector_bits_of(features: str) -> int:
     return 128
 
 
+def device_arch(arch: str) -> str:
+    """The compute capability that runs ``arch``'s code: ``sm_90`` for ``sm_90a`` (an
+    arch-specific target runs on that one capability only)."""
+    return arch.removesuffix("a")
+
+
 @functools.lru_cache(maxsize=None)
 def read_device_limits(arch: str) -> CudaLimits:
     """Limits of CUDA device 0 via pycuda when it is present and matches `arch`,
@@ -114,7 +122,8 @@ def read_device_limits(arch: str) -> CudaLimits:
         cuda.init()
         attrs = cuda.Device(0).get_attributes()
         a = cuda.device_attribute
-        if f"sm_{attrs[a.COMPUTE_CAPABILITY_MAJOR]}{attrs[a.COMPUTE_CAPABILITY_MINOR]}" != arch:
+        device = f"sm_{attrs[a.COMPUTE_CAPABILITY_MAJOR]}{attrs[a.COMPUTE_CAPABILITY_MINOR]}"
+        if device != device_arch(arch):
             return table  # the GPU here is another arch: its limits would mislead
         return CudaLimits(
             arch=arch,

@@ -15,6 +15,7 @@ from math import ceil
 from typing import Sequence
 
 from autotune.codegen.cuda.emit import PRELUDE, emit_kernel, headers
+from autotune.codegen.cuda.hopper import prelude as hopper_prelude
 from autotune.codegen.cuda.nvcc import (
     CudaCompileError,
     Resources,
@@ -59,7 +60,7 @@ def generate_cuda(func: PrimFunc, target: Target, name: str | None = None
     launch breaks the target's limits or the AST has no correct CUDA form."""
     body, launch = prepare_kernel(func, target)
     kernel = emit_kernel(func, body, launch, name or kernel_name(func))
-    return headers(func) + PRELUDE + "\n" + kernel, launch
+    return headers(func) + PRELUDE + hopper_prelude(body) + "\n" + kernel, launch
 
 
 def prepare_kernel(func: PrimFunc, target: Target) -> tuple[Stmt, Launch]:

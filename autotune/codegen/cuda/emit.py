@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import re
 
+from autotune.codegen.cuda.hopper import (
+    HOPPER_STMTS,
+    TENSOR_MAP_TYPE,
+    hopper_stmt,
+)
 from autotune.codegen.cuda.passes import (
+    SWIZZLE_ALIGN,
     CudaCodegenError,
     Launch,
     dynamic_shared_layout,
     shared_buffers,
+    tensor_maps,
     writes,
 )
 from autotune.ir.analysis import Interval, interval, loop_extents, simplify
@@ -42,12 +49,14 @@ from autotune.ir.stmt import (
     PrimFunc,
     Scope,
     Seq,
+    SetMaxNReg,
     Stmt,
     Store,
     Sync,
+    TensorMap,
     walk_stmts,
 )
-from autotune.ops.dtypes import dtype_info
+from autotune.ops.dtypes import dtype_info, element_c_type
 
 # floor division and modulo for operands that may be negative (C rounds toward zero)
 PRELUDE = """\
@@ -90,7 +99,7 @@ class _Names:
         self.by_id: dict[int, str] = {}
         self.used: set[str] = set()
 
-    def __call__(self, obj: Var | Buffer) -> str:
+    def __call__(self, obj: Var | Buffer | TensorMap) -> str:
         key = id(obj)
         if key not in self.by_id:
             base = re.sub(r"\W", "_", obj.name) or "v"
@@ -121,7 +130,7 @@ def headers(func: PrimFunc) -> str:
 
 def c_type(dtype: str) -> str:
     """The CUDA C element type of a buffer of ``dtype``."""
-    return dtype_info(dtype).c_type
+    return element_c_type(dtype)
 
 
 def written_buffers(s: Stmt) -> set[Buffer]:
@@ -188,11 +197,16 @@ class _Emitter:
     # ------------------------------------------------------------------ structure
     def kernel(self, name: str) -> str:
         stored = written_buffers(self.body)
-        params = []
+        # TMA descriptors first: a CUtensorMap parameter is 64-byte aligned, which the
+        # start of the parameter block (and every 128 bytes after it) is
+        params = [f"const __grid_constant__ {TENSOR_MAP_TYPE} {self.names(m)}"
+                  for m in tensor_maps(self.func)]
         for b in (*self.func.args, *self.func.workspaces):
             const = "" if b in stored else "const "
             params.append(f"{const}{c_type(b.dtype)}* __restrict__ {self.names(b)}")
-        bounds_ = self.launch.threads
+        bounds_ = f"{self.launch.threads}"
+        if any(isinstance(x, SetMaxNReg) for x in walk_stmts(self.body)):
+            bounds_ += ", 1"  # setmaxnreg takes effect only under a register cap at entry
         head = f'extern "C" __global__ void __launch_bounds__({bounds_}) {name}('
         self.lines.append(head + ", ".join(params) + ") {")
         if self.launch.dynamic_shared_bytes:
@@ -213,8 +227,17 @@ class _Emitter:
         if size > self.launch.dynamic_shared_bytes:
             raise CudaCodegenError(f"{size} bytes of shared buffers > the launch's "
                                    f"{self.launch.dynamic_shared_bytes} dynamic bytes")
-        self.lines.append(f"  extern __shared__ __align__({_MMA_SHARED_ALIGN}) "
-                          f"unsigned char {_DYNAMIC}[];")
+        if self.launch.tensor_maps:
+            # swizzled TMA tiles need 1024-byte alignment, which the block's base is not
+            # promised: align it here (the launch sized the block with the slack)
+            self.lines.append(f"  extern __shared__ __align__({SWIZZLE_ALIGN}) "
+                              f"unsigned char {_DYNAMIC}_raw[];")
+            self.lines.append(f"  unsigned char* const {_DYNAMIC} = (unsigned char*)"
+                              f"(((unsigned long long){_DYNAMIC}_raw + {SWIZZLE_ALIGN - 1}) & "
+                              f"~{SWIZZLE_ALIGN - 1}ull);")
+        else:
+            self.lines.append(f"  extern __shared__ __align__({_MMA_SHARED_ALIGN}) "
+                              f"unsigned char {_DYNAMIC}[];")
         for b, offset in offsets.items():
             t = c_type(b.dtype)
             self.lines.append(f"  {t}* const {self.names(b)} = "
@@ -298,6 +321,8 @@ class _Emitter:
                     f"{self._ref(s.frag, s.index)}, {s.ldm}, {_WMMA}mem_row_major);")
         if isinstance(s, AsyncCopy):
             return self._async_copy(s)
+        if isinstance(s, HOPPER_STMTS):
+            return hopper_stmt(s, self.expr, self._at, self._ref, self.names)
         if isinstance(s, AsyncCommit):
             return 'asm volatile("cp.async.commit_group;\\n" ::);'
         if isinstance(s, AsyncWait):

@@ -15,11 +15,14 @@ import weakref
 from functools import lru_cache
 from typing import Any, Sequence
 
+from autotune.codegen.cuda.passes import TensorMapSpec
 from autotune.codegen.cuda.runtime import CudaKernel, NoCudaDevice
+from autotune.codegen.cuda.tensormap import encode_all
 from autotune.ops.dtypes import storage_dtype
 
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_DESCRIPTOR = 128  # bytes of a TMA descriptor (aligned to 128 here; 64 is required)
 _LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
 _P = ctypes.c_void_p
 _U = ctypes.c_uint
@@ -93,8 +96,10 @@ class DeviceKernel:
 
     def __init__(self, binary: bytes, entry: str, grid: Sequence[int], block: Sequence[int],
                  shared_bytes: int, n_args: int, workspace_bytes: Sequence[int],
-                 ordinal: int = 0) -> None:
+                 ordinal: int = 0, tensor_maps: Sequence[TensorMapSpec] = ()) -> None:
         self.binary, self.entry, self.ordinal = binary, entry, ordinal
+        self.tensor_maps = tuple(tensor_maps)
+        self._maps: tuple[tuple[int, ...], Any] | None = None  # (pointers, descriptors)
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
         self.shared_bytes, self.n_args = int(shared_bytes), n_args
@@ -104,7 +109,7 @@ class DeviceKernel:
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy (deepcopy of a compiled model, pickling) loads its own module when launched
-        return {**self.__dict__, "_lock": None, "_loaded": None}
+        return {**self.__dict__, "_lock": None, "_loaded": None, "_maps": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
@@ -118,7 +123,9 @@ class DeviceKernel:
         values = (_P * (self.n_args + len(workspaces)))(*pointers, *workspaces)
         size = ctypes.sizeof(_P)
         base = ctypes.addressof(values)
-        params = (_P * len(values))(*(base + i * size for i in range(len(values))))
+        maps = self._descriptors(tuple(int(p) for p in pointers))
+        params = (_P * (len(maps) + len(values)))(
+            *maps, *(base + i * size for i in range(len(values))))
         current = _P()
         _check(lib, lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
         switch = (current.value or 0) != ctx  # torch may have left another device current
@@ -131,6 +138,21 @@ class DeviceKernel:
         finally:
             if switch:
                 lib.cuCtxPopCurrent_v2(ctypes.byref(_P()))
+
+    def _descriptors(self, pointers: tuple[int, ...]) -> list[int]:
+        """Host addresses of the TMA descriptors for ``pointers``, 64-byte aligned as a
+        CUtensorMap is (encoded again only when the pointers change)."""
+        if not self.tensor_maps:
+            return []
+        if self._maps is None or self._maps[0] != pointers:
+            encoded = encode_all(self.tensor_maps, pointers)
+            block = ctypes.create_string_buffer(len(encoded) * _DESCRIPTOR + _DESCRIPTOR)
+            start = -(-ctypes.addressof(block) // _DESCRIPTOR) * _DESCRIPTOR
+            for i, d in enumerate(encoded):
+                ctypes.memmove(start + i * _DESCRIPTOR, d, len(d))
+            self._maps = (pointers, (block, [start + i * _DESCRIPTOR
+                                             for i in range(len(encoded))]))
+        return list(self._maps[1][1])
 
     def _load(self) -> tuple[ctypes.CDLL, int, int, tuple[int, ...]]:
         with self._lock:
@@ -183,4 +205,4 @@ def device_kernel(kernel: CudaKernel, ordinal: int = 0) -> DeviceKernel:
     return DeviceKernel(kernel.binary or b"", kernel.entry, kernel.grid, kernel.block,
                         kernel.dynamic_shared, len(kernel.func.args),
                         [b.size * storage_dtype(b.dtype).itemsize
-                         for b in kernel.func.workspaces], ordinal)
+                         for b in kernel.func.workspaces], ordinal, kernel.tensor_maps)

@@ -52,8 +52,8 @@ def nvcc_cubin(source: str, arch: str, options: Sequence[str] = ("-O3",),
     with tempfile.TemporaryDirectory(prefix="autotune_nvcc_") as tmp:
         src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
         src.write_text(source)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", *options, "-Xptxas", "-v", "-o", str(out),
-               str(src)]
+        cmd = [nvcc, "-cubin", *arch_flags(arch), *options, "-Xptxas", "-v", "-o",
+               str(out), str(src)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -62,6 +62,15 @@ def nvcc_cubin(source: str, arch: str, options: Sequence[str] = ("-O3",),
         if proc.returncode != 0 or not out.is_file():
             raise CudaCompileError(f"nvcc failed (exit {proc.returncode}):\n{_trim(log)}")
         return out.read_bytes(), log
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc's flags for machine code of ``arch`` alone: an arch-specific target (sm_90a,
+    whose wgmma and setmaxnreg no other arch has) by ``-gencode``, since nvcc 13.0's
+    ``-arch=sm_90a`` also runs a plain sm_90 pass that refuses them."""
+    if arch.endswith("a"):
+        return [f"-gencode=arch=compute_{arch[3:]},code={arch}"]
+    return [f"-arch={arch}"]
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")

@@ -24,6 +24,9 @@ from autotune.ir.stmt import (
     For,
     ForKind,
     IfThenElse,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
     MmaFill,
     MmaLoad,
     MmaStore,
@@ -31,12 +34,19 @@ from autotune.ir.stmt import (
     PrimFunc,
     Scope,
     Seq,
+    SetMaxNReg,
     Stmt,
     Store,
     Sync,
+    TensorMap,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
     walk_stmts,
 )
-from autotune.ops.dtypes import dtype_info
+from autotune.ops.dtypes import element_bytes
 
 
 class CudaCodegenError(ValueError):
@@ -44,22 +54,68 @@ class CudaCodegenError(ValueError):
 
 
 @dataclass(frozen=True)
+class TensorMapSpec:
+    """What the host needs to encode one TMA descriptor at launch: the kernel argument it
+    describes (its index among the arguments), that argument's dtype and shape, the box
+    and the swizzle (bytes), all outermost dimension first."""
+
+    arg: int
+    dtype: str
+    shape: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
+
+    def to_dict(self) -> dict:
+        return {"arg": self.arg, "dtype": self.dtype, "shape": list(self.shape),
+                "box": list(self.box), "swizzle": self.swizzle}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "TensorMapSpec":
+        return TensorMapSpec(int(d["arg"]), str(d["dtype"]), tuple(d["shape"]),
+                             tuple(d["box"]), int(d["swizzle"]))
+
+
+@dataclass(frozen=True)
 class Launch:
-    """Launch configuration: grid and block dims (x, y, z), static and dynamic shared bytes."""
+    """Launch configuration: grid and block dims (x, y, z), static and dynamic shared
+    bytes, and the TMA descriptors the kernel takes first among its parameters."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
     dynamic_shared_bytes: int = 0
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
     def to_dict(self) -> dict:
-        return {"grid": list(self.grid), "block": list(self.block),
-                "shared_bytes": self.shared_bytes,
-                "dynamic_shared_bytes": self.dynamic_shared_bytes}
+        out = {"grid": list(self.grid), "block": list(self.block),
+               "shared_bytes": self.shared_bytes,
+               "dynamic_shared_bytes": self.dynamic_shared_bytes}
+        if self.tensor_maps:
+            out["tensor_maps"] = [m.to_dict() for m in self.tensor_maps]
+        return out
+
+
+def tensor_maps(func: PrimFunc) -> list[TensorMap]:
+    """The TMA descriptors ``func`` copies through, in order of first use (the kernel's
+    leading parameters)."""
+    return list(dict.fromkeys(x.tmap for x in walk_stmts(func.body) if isinstance(x, TmaLoad)))
+
+
+def tensor_map_specs(func: PrimFunc) -> tuple[TensorMapSpec, ...]:
+    """`TensorMapSpec` of each of ``func``'s descriptors; CudaCodegenError when one
+    describes no argument of ``func`` (the host encodes them from argument pointers)."""
+    specs = []
+    for m in tensor_maps(func):
+        if m.buffer not in func.args:
+            raise CudaCodegenError(f"tensor map {m.name} describes {m.buffer.name}, which is "
+                                   "not an argument of the kernel")
+        specs.append(TensorMapSpec(func.args.index(m.buffer), m.buffer.dtype, m.buffer.shape,
+                                   m.box, m.swizzle))
+    return tuple(specs)
 
 
 _BLOCK = (ForKind.BLOCK_X, ForKind.BLOCK_Y, ForKind.BLOCK_Z)
@@ -69,6 +125,11 @@ _LAUNCH_KINDS = (*_BLOCK, *_THREAD)
 
 STATIC_SHARED_LIMIT = 49152  # bytes of static __shared__ arrays a block may declare
 DYNAMIC_SHARED_ALIGN = 128    # each buffer's offset in the dynamic shared block
+# A TMA destination repeats its swizzle pattern every 1024 bytes, and wgmma descriptors
+# address it as if it started on such a boundary: those buffers (and the dynamic block's
+# base, aligned in the kernel itself: DYNAMIC_BASE_SLACK extra bytes) are 1024-aligned.
+SWIZZLE_ALIGN = 1024
+DYNAMIC_BASE_SLACK = SWIZZLE_ALIGN
 
 
 def launch_of(func: PrimFunc, static_limit: int = STATIC_SHARED_LIMIT) -> Launch:
@@ -83,25 +144,32 @@ def launch_of(func: PrimFunc, static_limit: int = STATIC_SHARED_LIMIT) -> Launch
             shared += -(-_nbytes(s.buffer) // 16) * 16  # declared 16-byte aligned (or more)
     grid = tuple(dims[k] for k in _BLOCK)
     block = tuple(dims[k] for k in _THREAD)
-    if shared > static_limit:
+    maps = tensor_map_specs(func)
+    if shared > static_limit or maps:
+        # a TMA kernel's tiles are always dynamic: its base is aligned in the kernel
         _, dynamic = dynamic_shared_layout(func.body)
-        return Launch(grid, block, 0, dynamic)  # type: ignore[arg-type]
+        slack = DYNAMIC_BASE_SLACK if maps else 0
+        return Launch(grid, block, 0, dynamic + slack, maps)  # type: ignore[arg-type]
     return Launch(grid, block, shared)  # type: ignore[arg-type]
 
 
 def dynamic_shared_layout(s: Stmt) -> tuple[dict[Buffer, int], int]:
     """Byte offset of each shared buffer of ``s`` in one dynamic shared block (in order of
-    allocation, each 128-byte aligned: wmma and cp.async need 32 and 16) and its size."""
+    allocation, each 128-byte aligned: wmma and cp.async need 32 and 16; a TMA destination
+    1024-byte aligned) and its size."""
+    swizzled = {x.dst for x in walk_stmts(s) if isinstance(x, TmaLoad)}
     offsets: dict[Buffer, int] = {}
     end = 0
     for b in dict.fromkeys(shared_buffers(s)):
+        align = SWIZZLE_ALIGN if b in swizzled else DYNAMIC_SHARED_ALIGN
+        end = -(-end // align) * align
         offsets[b] = end
         end += -(-_nbytes(b) // DYNAMIC_SHARED_ALIGN) * DYNAMIC_SHARED_ALIGN
     return offsets, end
 
 
 def _nbytes(b: Buffer) -> int:
-    return b.size * dtype_info(b.dtype).itemsize
+    return b.size * element_bytes(b.dtype)
 
 
 def contains_sync(s: Stmt) -> bool:
@@ -109,10 +177,14 @@ def contains_sync(s: Stmt) -> bool:
 
 
 WARP_COLLECTIVE = (MmaFill, MmaLoad, MmaSync, MmaStore)
+# collective over a warpgroup (4 warps): legal under a guard uniform across warpgroups only
+WARPGROUP_COLLECTIVE = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg)
+MBARRIER_STMTS = (MbarrierInit, MbarrierArrive, MbarrierWait)
 
 
 def writes(s: Stmt) -> list[Buffer]:
-    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store; an
+    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store, a
+    TMA copy and the barrier it completes on, mbarrier operations, wgmma accumulators; an
     atomic writes its element and its result)."""
     out = []
     for x in walk_stmts(s):
@@ -122,14 +194,28 @@ def writes(s: Stmt) -> list[Buffer]:
             out.append(x.dst)
         elif isinstance(x, AtomicAdd):
             out += [x.buffer, x.result]
+        elif isinstance(x, TmaLoad):
+            out += [x.dst, x.bar]
+        elif isinstance(x, MBARRIER_STMTS):
+            out.append(x.bar)
+        elif isinstance(x, Wgmma):
+            out.append(x.acc)
     return out
 
 
 def reads(s: Stmt) -> list[Buffer]:
-    """The buffers ``s`` reads: loads, cp.async sources, mma_load sources, atomics."""
+    """The buffers ``s`` reads: loads, cp.async and TMA sources, mma_load and wgmma
+    operands, atomics, waited barriers."""
     out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
     out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
     out += [x.buffer for x in walk_stmts(s) if isinstance(x, AtomicAdd)]
+    for x in walk_stmts(s):
+        if isinstance(x, TmaLoad):
+            out.append(x.tmap.buffer)
+        elif isinstance(x, Wgmma):
+            out += [x.a.buffer, x.b.buffer, x.acc]
+        elif isinstance(x, MbarrierWait):
+            out.append(x.bar)
     return out
 
 

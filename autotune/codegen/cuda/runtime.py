@@ -19,6 +19,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from autotune.codegen.cuda.passes import TensorMapSpec
+from autotune.codegen.cuda.tensormap import DESCRIPTOR_BYTES, encode_all
 from autotune.codegen.kernel import Kernel
 from autotune.ir.stmt import Buffer, PrimFunc
 from autotune.ops.dtypes import storage_dtype
@@ -79,6 +81,8 @@ class CudaKernel(Kernel):
         self.grid = tuple(int(x) for x in launch["grid"])
         self.block = tuple(int(x) for x in launch["block"])
         self.dynamic_shared = int(launch.get("dynamic_shared_bytes", 0))
+        self.tensor_maps = tuple(TensorMapSpec.from_dict(m)
+                                 for m in launch.get("tensor_maps", ()))
         self._cuda: Any = None
         self._module: Any = None
         self._function: Any = None
@@ -92,7 +96,9 @@ class CudaKernel(Kernel):
             cuda = cuda_device(0)
             module = cuda.module_from_buffer(self.binary)
             fn = module.get_function(self.entry)
-            fn.prepare("P" * (len(self.func.args) + len(self.func.workspaces)))
+            # TMA descriptors first, as 128-byte values (see codegen.cuda.hopper)
+            fn.prepare(f"{DESCRIPTOR_BYTES}s" * len(self.tensor_maps)
+                       + "P" * (len(self.func.args) + len(self.func.workspaces)))
             if self.dynamic_shared:  # past 48 KB a launch needs the function's opt-in
                 fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  self.dynamic_shared)
@@ -140,7 +146,8 @@ class CudaKernel(Kernel):
         cuda = self._load()
         ptrs, copy_back = self._device_pointers(cuda, arrays)
         fn, grid, block, shared = self._function, self.grid, self.block, self.dynamic_shared
-        args = (*ptrs, *(int(w) for w in self._workspaces))
+        maps = encode_all(self.tensor_maps, ptrs)
+        args = (*maps, *ptrs, *(int(w) for w in self._workspaces))
 
         def launch() -> None:
             fn.prepared_call(grid, block, *args, shared_size=shared)

@@ -3,15 +3,23 @@
 A template module defines ``space(workload, target) -> ConfigSpace`` and either
 ``schedule(workload, target, config) -> Schedule`` (lowered by `autotune.schedule.lower`)
 or ``lower(workload, target, config) -> PrimFunc`` (a loop AST built directly, as the
-tensor-core template does: its warp-level statements have no Schedule primitive).
-float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore``.
+tensor-core templates do: their warp-level statements have no Schedule primitive).
+float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore`` (wmma),
+except on sm_90a, where matmul and batch_matmul whose rows TMA can copy use
+``cuda_wgmma`` (see `template_for`).
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
+from typing import TYPE_CHECKING
+
 from autotune.ops.dtypes import HALF_DTYPES
+
+if TYPE_CHECKING:
+    from autotune.ops import Workload
+    from autotune.target import Target
 
 _TEMPLATES: dict[tuple[str, str], str] = {
     ("matmul", "llvm"): "cpu_matmul",
@@ -39,3 +47,14 @@ def get_template(op: str, target_kind: str, dtype: str = "float32") -> ModuleTyp
         raise ValueError(f"no schedule template for op {op!r} on target kind {target_kind!r}"
                          + (f" with dtype {dtype!r}" if dtype != "float32" else ""))
     return importlib.import_module(f"autotune.schedule.templates.{name}")
+
+
+def template_for(workload: "Workload", target: "Target") -> ModuleType:
+    """The template of ``workload`` on ``target``: `get_template`'s, but on an sm_90a
+    target a half matmul or batch_matmul takes the wgmma template where TMA can copy its
+    operands (rows a multiple of 16 bytes), else keeps wmma's."""
+    if target.kind == "cuda" and target.arch == "sm_90a" and workload.dtype in HALF_DTYPES:
+        wgmma = importlib.import_module("autotune.schedule.templates.cuda_wgmma")
+        if wgmma.workload_reason(workload) is None:
+            return wgmma
+    return get_template(workload.op, target.kind, workload.dtype)

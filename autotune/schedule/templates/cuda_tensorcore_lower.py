@@ -389,22 +389,26 @@ class _Kernel:
         return (row, col)
 
     def _apply(self, v: Expr, row: Expr, col: Expr, out_idx: tuple[Expr, ...]) -> Expr:
-        """The workload's epilogue on ``v`` (float32), per channel: the output's row for
-        conv2d, its column for matmul."""
-        ch = row if self.wl.op == "conv2d" else col
-        b = self.bufs
-        for stage in self.wl.epilogue:
-            if stage == "bias":
-                v = v + Load(b["bias"], (ch,))
-            elif stage == "scale_shift":
-                v = v * Load(b["scale"], (ch,)) + Load(b["shift"], (ch,))
-            elif stage == "residual":
-                v = v + Load(b["residual"], out_idx)
-            elif stage == "relu":
-                v = maximum(v, ZERO)
-            elif stage == "relu6":
-                v = minimum(maximum(v, ZERO), SIX)
-        return v
+        return epilogue_value(self.wl, self.bufs, v, row, col, out_idx)
+
+
+def epilogue_value(wl: Workload, bufs: dict[str, Buffer], v: Expr, row: Expr, col: Expr,
+                   out_idx: tuple[Expr, ...]) -> Expr:
+    """The workload's epilogue on GEMM result ``v`` (float32) at (``row``, ``col``), per
+    channel: the output's row for conv2d, its column for matmul."""
+    ch = row if wl.op == "conv2d" else col
+    for stage in wl.epilogue:
+        if stage == "bias":
+            v = v + Load(bufs["bias"], (ch,))
+        elif stage == "scale_shift":
+            v = v * Load(bufs["scale"], (ch,)) + Load(bufs["shift"], (ch,))
+        elif stage == "residual":
+            v = v + Load(bufs["residual"], out_idx)
+        elif stage == "relu":
+            v = maximum(v, ZERO)
+        elif stage == "relu6":
+            v = minimum(maximum(v, ZERO), SIX)
+    return v
 
 
 def _unrolled(var: Var, extent: int, body: Stmt) -> For:

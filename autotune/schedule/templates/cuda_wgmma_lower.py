@@ -1,0 +1,220 @@
+"""Loop AST of a warp-specialized wgmma kernel, built directly from a `WgmmaTiling`.
+
+One block per multiprocessor (blockIdx.x) walks output tiles ``blockIdx.x + p * gridDim.x``.
+Thread 0 initialises two mbarriers per stage ("full": one arrival, the producer's, plus the
+bytes its copies bring; "empty": one arrival per consumer warpgroup), then a barrier.
+Warpgroup 0 is the producer: it lowers its registers, and its thread 0 runs the k steps of
+every tile of the block in order, step ``it`` into stage ``it % S``: it waits until the
+consumers freed the stage (phase ``it / S - 1`` of "empty", from the second round on),
+announces the stage's bytes on "full" and issues the TMA copies of A and B, which complete
+on it. Warpgroups 1..C are consumers: they raise their registers, and per tile zero their
+accumulators, then per k step wait for phase ``it / S`` of "full", issue the wgmmas of the
+stage (4 k16 steps x MI slices), commit them as one group and wait until at most
+``inflight`` groups are pending; the stage whose wgmmas have completed is freed by one
+arrival per consumer. Finally each thread applies the epilogue to its accumulators (the
+wgmma register layout, `wgmma_fragment`) and stores them under bounds guards. TMA reads
+zeros outside A and B, so ragged edges need no guard on the way in.
+"""
+from __future__ import annotations
+
+from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, minimum
+from autotune.ir.stmt import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
+    PrimFunc,
+    Scope,
+    Seq,
+    SetMaxNReg,
+    SmemMatrix,
+    Stmt,
+    Store,
+    Sync,
+    TensorMap,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
+from autotune.ops import Workload
+from autotune.ops.dtypes import MBARRIER
+from autotune.schedule.templates.cuda_tensorcore import gemm_dims
+from autotune.schedule.templates.cuda_tensorcore_lower import epilogue_value
+from autotune.schedule.templates.cuda_wgmma import (
+    BLOCK_K,
+    BOX_N,
+    HALF_BYTES,
+    PRODUCER_REGS,
+    WARPGROUP,
+    WgmmaTiling,
+)
+
+SWIZZLE = 128                      # bytes: one row of BLOCK_K halves
+SWIZZLE_ATOM = 8 * SWIZZLE         # bytes of 8 swizzled rows: the descriptors' group stride
+K_STEP = 16                        # the k of one wgmma
+ZERO = Const(0.0, FLOAT)
+
+
+def lower_wgmma(wl: Workload, t: WgmmaTiling, multiprocessors: int) -> PrimFunc:
+    """The kernel of ``wl`` tiled by ``t`` for a device of ``multiprocessors`` SMs."""
+    return _Kernel(wl, t, multiprocessors).func()
+
+
+class _Kernel:
+    def __init__(self, wl: Workload, t: WgmmaTiling, multiprocessors: int):
+        self.wl, self.t = wl, t
+        self.bufs = {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
+        self.batch, self.M, self.N, self.K = gemm_dims(wl)
+        self.batched = wl.op == "batch_matmul"
+        self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.block_n)
+        self.per_image = self.tiles_m * self.tiles_n
+        self.tiles = self.batch * self.per_image
+        self.grid = min(multiprocessors, self.tiles)
+        self.rounds = -(-self.tiles // self.grid)        # tiles per block, at most
+        self.k_tiles = -(-self.K // BLOCK_K)
+        dt = wl.dtype
+        one = (1,) if self.batched else ()
+        self.tm_a = TensorMap("tm_A", self.bufs["A"], (*one, t.bm, BLOCK_K), SWIZZLE)
+        self.tm_b = TensorMap("tm_B", self.bufs["B"], (*one, BLOCK_K, BOX_N), SWIZZLE)
+        self.a_elems, self.b_elems = t.bm * BLOCK_K, t.block_n * BLOCK_K
+        self.a_sh = Buffer("A_shared", (t.stages * self.a_elems,), dt, Scope.SHARED)
+        self.b_sh = Buffer("B_shared", (t.stages * self.b_elems,), dt, Scope.SHARED)
+        self.full = Buffer("full", (t.stages,), MBARRIER, Scope.SHARED)
+        self.empty = Buffer("empty", (t.stages,), MBARRIER, Scope.SHARED)
+        self.acc = Buffer("acc", (t.m_tiles, t.block_n // 2), FLOAT, Scope.LOCAL)
+        self.bx, self.tx = Var("bx"), Var("tx")
+        self.p, self.kt = Var("p"), Var("kt")
+
+    # ------------------------------------------------------------------ whole kernel
+    def func(self) -> PrimFunc:
+        t = self.t
+        s = Var("s_init")
+        init = IfThenElse(cmp("==", self.tx, 0), For(s, t.stages, ForKind.UNROLLED, Seq([
+            MbarrierInit(self.full, s, 1), MbarrierInit(self.empty, s, t.consumers)])))
+        roles = IfThenElse(cmp("<", self.tx, WARPGROUP), self._producer(),
+                           Allocate(self.acc, self._consumer()))
+        body: Stmt = Seq([init, Sync(), roles])
+        for sh in (self.empty, self.full, self.b_sh, self.a_sh):
+            body = Allocate(sh, body)
+        body = For(self.tx, t.threads, ForKind.THREAD_X, body)
+        body = For(self.bx, self.grid, ForKind.BLOCK_X, body)
+        return PrimFunc(f"at_{self.wl.op}", tuple(self.bufs.values()), body)
+
+    # ------------------------------------------------------------------ tile schedule
+    def _tile(self) -> Expr:
+        return self.bx + self.p * self.grid
+
+    def _coords(self) -> tuple[Expr, Expr, Expr]:
+        """(image, row tile, column tile) of the block's tile ``p``: grouped raster, GROUP
+        tiles of the raster dimension side by side, walked across the other one."""
+        t = self.t
+        tile = self._tile()
+        image = tile // self.per_image if self.batch > 1 else Const(0)
+        rest = tile % self.per_image if self.batch > 1 else tile
+        along, across = ((self.tiles_m, self.tiles_n) if t.raster == "m"
+                         else (self.tiles_n, self.tiles_m))
+        group = min(t.group, along)
+        size = group * across
+        first = rest // size * group
+        width: Expr = (Const(group) if along % group == 0
+                       else minimum(Const(along) - first, group))
+        inner = rest % size
+        a, b = first + inner % width, inner // width
+        return (image, a, b) if t.raster == "m" else (image, b, a)
+
+    def _step(self, kt: Expr) -> tuple[Expr, Expr, Expr]:
+        """(iteration, stage, phase parity) of k step ``kt`` of the block's tile ``p``."""
+        it = self.p * self.k_tiles + kt
+        return it, it % self.t.stages, it // self.t.stages % 2
+
+    def _per_tile(self, body: Stmt) -> Stmt:
+        guard = cmp("<", self._tile(), self.tiles)
+        return For(self.p, self.rounds, ForKind.SERIAL, IfThenElse(guard, body))
+
+    # ------------------------------------------------------------------ producer
+    def _producer(self) -> Stmt:
+        t = self.t
+        image, tm, tn = self._coords()
+        it, stage, parity = self._step(self.kt)
+        head = (image,) if self.batched else ()
+        j = Var("j")
+        k0 = self.kt * BLOCK_K
+        copies = Seq([
+            IfThenElse(cmp(">=", it, t.stages),
+                       MbarrierWait(self.empty, stage, (parity + 1) % 2)),
+            MbarrierArrive(self.full, stage, (self.a_elems + self.b_elems) * HALF_BYTES),
+            TmaLoad(self.a_sh, stage * self.a_elems, self.tm_a, (*head, tm * t.bm, k0),
+                    self.full, stage),
+            For(j, t.block_n // BOX_N, ForKind.UNROLLED, TmaLoad(
+                self.b_sh, stage * self.b_elems + j * (BLOCK_K * BOX_N), self.tm_b,
+                (*head, k0, tn * t.block_n + j * BOX_N), self.full, stage)),
+        ])
+        loop = self._per_tile(For(self.kt, self.k_tiles, ForKind.SERIAL, copies))
+        return Seq([SetMaxNReg(PRODUCER_REGS, False),
+                    IfThenElse(cmp("==", self.tx, 0), loop)])
+
+    # ------------------------------------------------------------------ consumers
+    def _consumer(self) -> Stmt:
+        t = self.t
+        i, r = Var("i"), Var("r")
+        zero = For(i, t.m_tiles, ForKind.UNROLLED,
+                   For(r, t.block_n // 2, ForKind.UNROLLED, Store(self.acc, (i, r), ZERO)))
+        tile = Seq([zero, For(self.kt, self.k_tiles, ForKind.SERIAL, self._k_step()),
+                    *self._drain(), self._epilogue()])
+        return Seq([SetMaxNReg(self.t.consumer_regs, True), self._per_tile(tile)])
+
+    def _leader(self) -> Expr:
+        """The consumer thread that arrives for its warpgroup."""
+        return cmp("==", self.tx % WARPGROUP, 0)
+
+    def _k_step(self) -> Stmt:
+        t = self.t
+        it, stage, parity = self._step(self.kt)
+        c = self.tx // WARPGROUP - 1
+        kk, i = Var("kk"), Var("i_mma")
+        a = SmemMatrix(self.a_sh, stage * self.a_elems + (c * t.m_tiles + i) * (64 * BLOCK_K)
+                       + kk * K_STEP, "k", SWIZZLE, 16, SWIZZLE_ATOM)
+        b = SmemMatrix(self.b_sh, stage * self.b_elems + kk * (K_STEP * BOX_N), "mn", SWIZZLE,
+                       BLOCK_K * BOX_N * HALF_BYTES, SWIZZLE_ATOM)
+        mmas = For(kk, BLOCK_K // K_STEP, ForKind.UNROLLED,
+                   For(i, t.m_tiles, ForKind.UNROLLED, Wgmma(self.acc, (i,), a, b, t.block_n)))
+        step: list[Stmt] = [MbarrierWait(self.full, stage, parity), WgmmaFence(), mmas,
+                            WgmmaCommit(), WgmmaWait(t.inflight)]
+        if t.inflight == 0:
+            step.append(IfThenElse(self._leader(), MbarrierArrive(self.empty, stage)))
+        else:  # the previous step's wgmmas are done: free its stage
+            prev = (it + (t.stages - 1)) % t.stages
+            step.append(IfThenElse(all_of([cmp(">", self.kt, 0), self._leader()]),
+                                   MbarrierArrive(self.empty, prev)))
+        return Seq(step)
+
+    def _drain(self) -> list[Stmt]:
+        """With wgmma groups in flight across stages: wait for the last, free its stage."""
+        if self.t.inflight == 0:
+            return []
+        last = self._step(Const(self.k_tiles - 1))[1]
+        return [WgmmaWait(0), IfThenElse(self._leader(), MbarrierArrive(self.empty, last))]
+
+    def _epilogue(self) -> Stmt:
+        t = self.t
+        image, tm, tn = self._coords()
+        c = self.tx // WARPGROUP - 1
+        lane, warp = self.tx % 32, self.tx % WARPGROUP // 32
+        i, r = Var("i_out"), Var("r_out")
+        row = (tm * t.bm + (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4
+               + r % 4 // 2 * 8)
+        col = tn * t.block_n + r // 4 * 8 + lane % 4 * 2 + r % 2
+        out_idx = (image, row, col) if self.batched else (row, col)
+        value = epilogue_value(self.wl, self.bufs, Load(self.acc, (i, r)), row, col, out_idx)
+        store: Stmt = Store(self.bufs["out"], out_idx, value)
+        guard = all_of([cmp("<", row, self.M), cmp("<", col, self.N)])
+        if guard is not None:
+            store = IfThenElse(guard, store)
+        return For(i, t.m_tiles, ForKind.UNROLLED,
+                   For(r, t.block_n // 2, ForKind.UNROLLED, store))
