@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
@@ -45,23 +46,41 @@ def _encoder() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
     raise TensorMapError("no CUDA driver library: TMA descriptors cannot be encoded")
 
 
-def encode(spec: TensorMapSpec, pointer: int) -> bytes:
-    """The 128-byte descriptor of ``spec`` for the device array at ``pointer``."""
-    rank = len(spec.shape)
+@dataclass(frozen=True)
+class EncodeArgs:
+    """``cuTensorMapEncodeTiled``'s arguments for one spec, innermost dimension first:
+    data type code, dims, byte strides of dims 1.., box, swizzle code."""
+
+    data_type: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
+
+
+def encode_args(spec: TensorMapSpec) -> EncodeArgs:
+    """What the driver is told about ``spec``'s row-major argument and box."""
     item = element_bytes(spec.dtype)
-    dims = list(reversed(spec.shape))                      # innermost first
+    dims = tuple(reversed(spec.shape))
     strides, acc = [], item
     for extent in dims[:-1]:
         acc *= extent
-        strides.append(acc)                                # bytes to the next of dims 1..
+        strides.append(acc)
+    return EncodeArgs(_DATA_TYPES[spec.dtype], dims, tuple(strides),
+                      tuple(reversed(spec.box)), _SWIZZLES[spec.swizzle])
+
+
+def encode(spec: TensorMapSpec, pointer: int) -> bytes:
+    """The 128-byte descriptor of ``spec`` for the device array at ``pointer``."""
+    a = encode_args(spec)
+    rank = len(a.dims)
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     raw = ctypes.create_string_buffer(DESCRIPTOR_BYTES + _ALIGN)
     base = -(-ctypes.addressof(raw) // _ALIGN) * _ALIGN   # the driver wants it 64-aligned
     code = _encoder()(
-        base, _DATA_TYPES[spec.dtype], rank, ctypes.c_void_p(pointer),
-        (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides),
-        (u32 * rank)(*reversed(spec.box)), (u32 * rank)(*([1] * rank)),
-        0, _SWIZZLES[spec.swizzle], _L2_PROMOTION_256B, 0)
+        base, a.data_type, rank, ctypes.c_void_p(pointer), (u64 * rank)(*a.dims),
+        (u64 * max(rank - 1, 1))(*a.strides), (u32 * rank)(*a.box),
+        (u32 * rank)(*([1] * rank)), 0, a.swizzle, _L2_PROMOTION_256B, 0)
     if code != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled refused {spec} at {pointer:#x} "
                              f"(CUresult {code})")

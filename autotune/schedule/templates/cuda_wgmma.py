@@ -162,15 +162,18 @@ def _validity(lim: CudaLimits, cfg: Config) -> str | None:
 _SHAPES = ((2, 1, 256), (2, 2, 128), (2, 1, 128), (1, 1, 128), (1, 1, 64))
 
 
+FILL = 0.9  # of the multiprocessors a default's tiles must keep busy
+
+
 def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
-    """The largest block tile whose tiles still give every multiprocessor one (128 x 256,
-    2 consumers, down to 64 x 64), with the deepest pipeline of at most 4 stages that fits;
-    grouped rows of 8 tiles, no wgmma group in flight across stages."""
+    """The largest block tile whose tiles still give nine in ten multiprocessors one
+    (128 x 256, 2 consumers, down to 64 x 64), with the deepest pipeline of at most 4
+    stages that fits; grouped rows of 8 tiles, no wgmma group in flight across stages."""
     batch, M, N, _ = gemm_dims(wl)
     pick = _SHAPES[-1]
     for shape in _SHAPES:
         c, mi, bn = shape
-        if batch * -(-M // (64 * mi * c)) * -(-N // bn) >= lim.multiprocessors:
+        if batch * -(-M // (64 * mi * c)) * -(-N // bn) >= FILL * lim.multiprocessors:
             pick = shape
             break
     c, mi, bn = pick
