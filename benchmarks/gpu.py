@@ -3,8 +3,9 @@
 Tunes each workload with the best tuner available (autotune.api.tune), re-checks the best
 kernel against numpy, and prints a table with torch's columns. For float32 there are two:
 fp32 with TF32 off, and torch's defaults (TF32 for convolutions, fp32 for matmul). With
-``--dtype float16`` or ``bfloat16`` the cases are matmuls and ResNet-18's 3x3 convs at
-batch 1, in TFLOP/s, against torch in the same dtype (cuBLAS; cuDNN on channels_last
+``--dtype float16`` or ``bfloat16`` the cases are matmuls (1024^3 to 8192^3) and ResNet-18's
+3x3 convs at batch 1, in TFLOP/s (on ``--arch sm_90a`` the matmuls take the Hopper wgmma
+template, the convs wmma's), against torch in the same dtype (cuBLAS; cuDNN on channels_last
 tensors), with cudnn.benchmark on throughout. torch is timed in processes of its own, one
 per column: timed in the process that runs pycuda's kernels, cuDNN ran convs up to 1.6x
 slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its columns
@@ -55,6 +56,8 @@ def cases(dtype: str = "float32") -> list[Case]:
             Case("matmul 1024^3", autotune.workload("matmul", M=1024, N=1024, K=1024,
                                                     dtype=dtype)),
             Case("matmul 4096^3", autotune.workload("matmul", M=4096, N=4096, K=4096,
+                                                    dtype=dtype)),
+            Case("matmul 8192^3", autotune.workload("matmul", M=8192, N=8192, K=8192,
                                                     dtype=dtype)),
             *(Case(f"conv2d {c}x{hw}x{hw} k{c} 3x3", autotune.workload(
                 "conv2d", C=c, H=hw, W=hw, K=c, dtype=dtype, **conv))
@@ -231,7 +234,8 @@ def _cols(ours: Optional[float], theirs: Optional[float]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--trials", type=int, default=500, help="trials per workload")
-    ap.add_argument("--arch", default="sm_90", help="CUDA arch of the GPU, e.g. sm_80")
+    ap.add_argument("--arch", default="sm_90", help="CUDA arch of the GPU, e.g. sm_80, or "
+                    "sm_90a for Hopper's wgmma kernels")
     ap.add_argument("--only", default="", help="run the cases whose label contains this")
     ap.add_argument("--db", default="", help="database URL (default: a temporary SQLite file)")
     ap.add_argument("--dtype", default="float32", choices=list(MODES),

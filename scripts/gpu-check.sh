@@ -49,6 +49,8 @@ fi
 cap=$(echo "$gpus" | head -n1 | awk -F', *' '{print $3}')
 [[ "$cap" =~ ^[0-9]+\.[0-9]+$ ]] || die 2 "cannot read GPU 0's compute capability from: $gpus"
 ARCH="sm_${cap/./}"
+# Hopper's own target (wgmma, TMA, setmaxnreg) for the half-precision benchmarks
+HALF_ARCH=$ARCH; [ "$ARCH" = "sm_90" ] && HALF_ARCH=sm_90a
 NVCC=$(command -v nvcc || true)
 for root in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
   [ -n "$NVCC" ] && break
@@ -133,8 +135,10 @@ if [ -n "$others" ]; then
       -m cuda_device $others
 fi
 step "benchmarks/gpu.py" 130 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS"
-step "benchmarks/gpu.py --dtype float16" 110 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" \
+step "benchmarks/gpu.py --dtype float16" 130 "$PYTHON" benchmarks/gpu.py --arch "$HALF_ARCH" \
     --dtype float16 --trials "$BENCH_TRIALS"
+step "benchmarks/gpu.py --dtype bfloat16 --only matmul" 70 "$PYTHON" benchmarks/gpu.py \
+    --arch "$HALF_ARCH" --dtype bfloat16 --only matmul --trials "$BENCH_TRIALS"
 
 echo; echo "=== gpu-check summary ($SECONDS s)"
 printf '  %s\n' "${results[@]}"

@@ -79,7 +79,7 @@ def test_a_dtype_is_part_of_the_task(capsys, db, synthetic):
     code, _, err = run(capsys, "best", *TASK, "--dtype", "float16", "--target", "cuda")
     assert code == 1 and "no valid record for matmul(M=64,N=64,K=64):float16 on cuda" in err
     code, out, _ = run(capsys, "trials", *TASK, "--dtype", "float16", "--target", "cuda")
-    assert code == 0 and "matmul(M=64,N=64,K=64):float16 on cuda -arch=sm_90: 0 trials" in out
+    assert code == 0 and "matmul(M=64,N=64,K=64):float16 on cuda -arch=sm_90a: 0 trials" in out
 
 
 def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):

@@ -69,10 +69,10 @@ def test_vector_bits_of(features, bits):
 
 
 def test_cuda_targets():
-    t = Target("cuda")
-    assert t.kind == "cuda" and t.arch == "sm_90" and t.key == "cuda -arch=sm_90" == str(t)
+    t = Target("cuda")  # a Hopper GPU, with its wgmma kernels
+    assert t.kind == "cuda" and t.arch == "sm_90a" and t.key == "cuda -arch=sm_90a" == str(t)
     assert Target(t.key) == t and t.cores == 0 and t.vector_lanes == 0
-    assert CUDA_ARCHS == ("sm_80", "sm_86", "sm_89", "sm_90")
+    assert CUDA_ARCHS == ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
     for arch in CUDA_ARCHS:
         limits = Target(f"cuda -arch={arch}").cuda
         assert isinstance(limits, CudaLimits) and limits.arch == arch

@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from autotune.cluster.devices import Device
@@ -150,12 +150,14 @@ def _assigned_gpu(device: Device) -> Device:
     """The GPU Ray gave this actor (CUDA_VISIBLE_DEVICES), which must be of the advertised
     target."""
     from autotune.cluster.devices import gpu_devices
+    from autotune.target import Target, device_arch
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
     mine = [d for d in gpu_devices() if str(d.gpu) in visible or d.uuid in visible]
+    want = device_arch(Target(device.spec).arch)  # sm_90 and sm_90a run on one GPU
     for found in mine:
-        if found.key == device.key:
-            return found
+        if device_arch(Target(found.spec).arch) == want:
+            return replace(found, spec=device.spec, key=device.key)
     names = ", ".join(f"{d.name} ({d.key})" for d in mine) or "none"
     raise DeviceMismatch(f"this worker advertises {device.key!r} but the GPU assigned to it "
                          f"(CUDA_VISIBLE_DEVICES={','.join(visible)!r}) is {names}")

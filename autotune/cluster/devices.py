@@ -49,11 +49,18 @@ def cpu_device() -> Device:
 
 
 def gpu_devices() -> list[Device]:
-    """Each CUDA GPU of this host with a supported arch (none without ``nvidia-smi``)."""
+    """Each CUDA GPU of this host with a supported arch (none without ``nvidia-smi``), as
+    the target that uses it fully: a Hopper GPU (sm_90) as ``sm_90a``, the default CUDA
+    target (a worker started with ``--target "cuda -arch=sm_90"`` measures wmma's)."""
     from autotune.measure.capability import host_gpus
+    from autotune.target import CUDA_ARCHS
 
-    return [Device(f"cuda -arch={gpu.arch}", Target(f"cuda -arch={gpu.arch}").key, gpu.name,
-                   gpu.index, gpu.uuid) for gpu in host_gpus()]
+    out = []
+    for gpu in host_gpus():
+        arch = gpu.arch + "a" if gpu.arch + "a" in CUDA_ARCHS else gpu.arch
+        spec = f"cuda -arch={arch}"
+        out.append(Device(spec, Target(spec).key, gpu.name, gpu.index, gpu.uuid))
+    return out
 
 
 def host_devices(cpu: bool = True, gpus: bool = True) -> list[Device]:

@@ -15,7 +15,9 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 KINDS: tuple[str, ...] = ("llvm", "cuda")
-DEFAULT_CUDA_ARCH = "sm_90"
+# A bare "cuda" is a Hopper GPU (H100, H200) with its arch-specific instructions: half
+# GEMMs take the wgmma kernels there. Other GPUs (and wmma on Hopper) name their arch.
+DEFAULT_CUDA_ARCH = "sm_90a"
 _LLVM_OPTIONS = ("mcpu", "mattr", "cores", "vector-bits")
 _CUDA_OPTIONS = ("arch",)
 _VECTOR_BITS = (128, 256, 512)

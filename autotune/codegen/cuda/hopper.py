@@ -27,6 +27,7 @@ from autotune.ir.stmt import (
     SetMaxNReg,
     SmemMatrix,
     Stmt,
+    TensorMap,
     TmaLoad,
     Wgmma,
     WgmmaCommit,
@@ -149,7 +150,7 @@ def _wgmma_helper(n: int, ptx_type: str, b_major: str) -> str:
 
 def hopper_stmt(s: Stmt, expr: Callable[[Expr], str], at: Callable[[Buffer, Expr], str],
                 ref: Callable[[Buffer, tuple[Expr, ...]], str],
-                name: Callable[[object], str]) -> str:
+                name: Callable[[TensorMap], str]) -> str:
     """The C statement of one Hopper statement; ``expr`` prints an expression, ``at`` a
     pointer to a buffer's element, ``ref`` an element, ``name`` a descriptor's name."""
     if isinstance(s, TmaLoad):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-
 from typing import TYPE_CHECKING
 
 from autotune.ops.dtypes import HALF_DTYPES

@@ -190,8 +190,8 @@ class _Kernel:
             step.append(IfThenElse(self._leader(), MbarrierArrive(self.empty, stage)))
         else:  # the previous step's wgmmas are done: free its stage
             prev = (it + (t.stages - 1)) % t.stages
-            step.append(IfThenElse(all_of([cmp(">", self.kt, 0), self._leader()]),
-                                   MbarrierArrive(self.empty, prev)))
+            step.append(IfThenElse(cmp(">", self.kt, 0), IfThenElse(
+                self._leader(), MbarrierArrive(self.empty, prev))))
         return Seq(step)
 
     def _drain(self) -> list[Stmt]:
