@@ -13,12 +13,15 @@ import sys
 import threading
 import weakref
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from autotune.codegen.cuda.errors import NoCudaDevice
 from autotune.codegen.cuda.passes import TensorMapSpec
-from autotune.codegen.cuda.runtime import CudaKernel, NoCudaDevice
 from autotune.codegen.cuda.tensormap import encode_all
 from autotune.ops.dtypes import storage_dtype
+
+if TYPE_CHECKING:
+    from autotune.codegen.cuda.runtime import CudaKernel
 
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -19,15 +19,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from autotune.codegen.cuda.errors import NoCudaDevice
+from autotune.codegen.cuda.launcher import DeviceKernel
 from autotune.codegen.cuda.passes import TensorMapSpec
-from autotune.codegen.cuda.tensormap import DESCRIPTOR_BYTES, encode_all
 from autotune.codegen.kernel import Kernel
 from autotune.ir.stmt import Buffer, PrimFunc
 from autotune.ops.dtypes import storage_dtype
-
-
-class NoCudaDevice(RuntimeError):
-    """pycuda is missing, or the CUDA driver finds no device."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +85,7 @@ class CudaKernel(Kernel):
         self._function: Any = None
         self._workspaces: list[Any] = []
         self._staging: list[Any] | None = None  # device copies of numpy arguments
+        self._driver: DeviceKernel | None = None  # the launcher of TMA kernels
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> Any:
@@ -96,9 +94,7 @@ class CudaKernel(Kernel):
             cuda = cuda_device(0)
             module = cuda.module_from_buffer(self.binary)
             fn = module.get_function(self.entry)
-            # TMA descriptors first, as 128-byte values (see codegen.cuda.hopper)
-            fn.prepare(f"{DESCRIPTOR_BYTES}s" * len(self.tensor_maps)
-                       + "P" * (len(self.func.args) + len(self.func.workspaces)))
+            fn.prepare("P" * (len(self.func.args) + len(self.func.workspaces)))
             if self.dynamic_shared:  # past 48 KB a launch needs the function's opt-in
                 fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  self.dynamic_shared)
@@ -146,13 +142,28 @@ class CudaKernel(Kernel):
         cuda = self._load()
         ptrs, copy_back = self._device_pointers(cuda, arrays)
         fn, grid, block, shared = self._function, self.grid, self.block, self.dynamic_shared
-        maps = encode_all(self.tensor_maps, ptrs)
-        args = (*maps, *ptrs, *(int(w) for w in self._workspaces))
+        if self.tensor_maps:
+            # TMA descriptors (128-byte __grid_constant__ values) go through the driver
+            # API: launched by pycuda's parameter buffer, these kernels hit an illegal
+            # instruction on an H200, and ran correctly launched by cuLaunchKernel
+            driver = self._driver_kernel()
+            return lambda: driver.launch(ptrs, 0), copy_back
+        args = (*ptrs, *(int(w) for w in self._workspaces))
 
         def launch() -> None:
             fn.prepared_call(grid, block, *args, shared_size=shared)
 
         return launch, copy_back
+
+    def _driver_kernel(self) -> DeviceKernel:
+        """This kernel as a `DeviceKernel` on the same (primary) context, launched on the
+        legacy default stream, where pycuda's events time it."""
+        if self._driver is None:
+            self._driver = DeviceKernel(
+                self.binary or b"", self.entry, self.grid, self.block, self.dynamic_shared,
+                len(self.func.args), [_nbytes(b) for b in self.func.workspaces],
+                tensor_maps=self.tensor_maps)
+        return self._driver
 
     def _device_pointers(self, cuda: Any, arrays: Sequence[Any]
                          ) -> tuple[list[int], Callable[[], None] | None]:
