@@ -15,6 +15,7 @@ from autotune.codegen import backend_for
 from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload, WorkloadError
+from autotune.ops.layout import NCHW, NHWC
 from autotune.schedule.lower import LoweringError, lower_schedule
 from autotune.schedule.prepack import split_packing
 from autotune.schedule.schedule import Schedule
@@ -24,6 +25,9 @@ from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.codegen.kernel import Kernel
+
+
+_WGMMA = "autotune.schedule.templates.cuda_wgmma"
 
 
 class InvalidConfig(ValueError):
@@ -41,10 +45,15 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
         # would be the same kernel under a second key, splitting its records in two.
         raise ValueError(f"the prepacked form is for llvm targets; {target.kind} kernels "
                          "read the constant operand as given (tune the usual form)")
-    if workload.layout != "NCHW" and target.kind != "llvm":
+    template = _template(workload, target)
+    if workload.layout == NHWC and template.__name__ != _WGMMA:
+        raise WorkloadError(f"{workload}: NHWC convolutions run on the Hopper wgmma kernels "
+                            "only (float16 or bfloat16, C a multiple of 8, target cuda "
+                            "-arch=sm_90a); use NCHW", ("layout",))
+    if workload.layout not in (NCHW, NHWC) and target.kind != "llvm":
         raise WorkloadError(f"{workload}: blocked layouts run on llvm targets only; "
                             f"{target.kind} kernels read NCHW", ("layout",))
-    return _template(workload, target).space(workload, target)
+    return template.space(workload, target)
 
 
 def _template(workload: Workload, target: Target) -> ModuleType:

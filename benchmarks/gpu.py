@@ -4,8 +4,8 @@ Tunes each workload with the best tuner available (autotune.api.tune), re-checks
 kernel against numpy, and prints a table with torch's columns. For float32 there are two:
 fp32 with TF32 off, and torch's defaults (TF32 for convolutions, fp32 for matmul). With
 ``--dtype float16`` or ``bfloat16`` the cases are matmuls (1024^3 to 8192^3) and ResNet-18's
-3x3 convs at batch 1, in TFLOP/s (on ``--arch sm_90a`` the matmuls take the Hopper wgmma
-template, the convs wmma's), against torch in the same dtype (cuBLAS; cuDNN on channels_last
+3x3 convs at batch 1, in TFLOP/s (on ``--arch sm_90a`` all take the Hopper wgmma template,
+the convs in NHWC), against torch in the same dtype (cuBLAS; cuDNN on channels_last
 tensors), with cudnn.benchmark on throughout. torch is timed in processes of its own, one
 per column: timed in the process that runs pycuda's kernels, cuDNN ran convs up to 1.6x
 slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its columns
@@ -48,9 +48,12 @@ class Case:
     workload: Workload
 
 
-def cases(dtype: str = "float32") -> list[Case]:
-    """The float32 cases, or for a half dtype matmuls and ResNet-18's 3x3 convs (batch 1)."""
-    conv = dict(N=1, R=3, S=3, stride=1, pad=1)
+def cases(dtype: str = "float32", arch: str = "sm_90") -> list[Case]:
+    """The float32 cases, or for a half dtype matmuls and ResNet-18's 3x3 convs (batch 1;
+    NHWC on sm_90a, whose wgmma kernels read it, else NCHW)."""
+    conv: dict[str, Any] = dict(N=1, R=3, S=3, stride=1, pad=1)
+    if dtype != "float32" and arch == "sm_90a":
+        conv["layout"] = "NHWC"
     if dtype != "float32":
         return [
             Case("matmul 1024^3", autotune.workload("matmul", M=1024, N=1024, K=1024,
@@ -119,7 +122,7 @@ def gpu_description() -> str:
 
 # --- torch, in a process of its own ---------------------------------------------------
 
-def torch_times(dtype: str, mode: str, labels: list[str],
+def torch_times(dtype: str, mode: str, labels: list[str], arch: str = "sm_90",
                 number: int = 50) -> dict[str, Optional[float]]:
     """Seconds per call of torch's equivalent of each case (epilogue included, unfused), in
     ``mode``; None for all when torch or its GPU is missing. Runs in the child process."""
@@ -134,7 +137,7 @@ def torch_times(dtype: str, mode: str, labels: list[str],
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True  # let cuDNN pick its best algorithm (every mode)
-    by_label = {c.label: c.workload for c in cases(dtype)}
+    by_label = {c.label: c.workload for c in cases(dtype, arch)}
     return {label: _time_torch(torch, _torch_call(torch, by_label[label]), number)
             for label in labels}
 
@@ -151,7 +154,9 @@ def _torch_call(torch: Any, wl: Workload) -> Callable[[], Any]:
 
     dev = torch.device("cuda")
     args = [_tensor(torch, a, wl.dtype, dev) for a in wl.random_args(0)[:-1]]
-    if wl.dtype != "float32" and wl.op == "conv2d":  # cuDNN's fast half kernels are NHWC
+    if wl.layout == "NHWC":  # the same bytes, seen as NCHW tensors in channels_last
+        args[:2] = [a.permute(0, 3, 1, 2) for a in args[:2]]
+    elif wl.dtype != "float32" and wl.op == "conv2d":  # cuDNN's fast half kernels are NHWC
         args[:2] = [a.contiguous(memory_format=torch.channels_last) for a in args[:2]]
     p = wl.params
     if wl.op in ("matmul", "batch_matmul"):
@@ -185,11 +190,12 @@ def _time_torch(torch: Any, run: Callable[[], Any], number: int) -> float:
     return float(np.median(costs))
 
 
-def torch_baselines(dtype: str, mode: str, labels: list[str]) -> dict[str, Optional[float]]:
+def torch_baselines(dtype: str, mode: str, labels: list[str], arch: str
+                    ) -> dict[str, Optional[float]]:
     """`torch_times` in a fresh process; None for each case (and the reason on stderr) when
     that process fails."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--torch-baseline", mode,
-           "--dtype", dtype, "--labels", json.dumps(labels)]
+           "--dtype", dtype, "--arch", arch, "--labels", json.dumps(labels)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BASELINE_TIMEOUT_S)
         if proc.returncode == 0:
@@ -246,14 +252,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--labels", default="[]", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.torch_baseline:  # the child process of `torch_baselines`
-        print(json.dumps(torch_times(args.dtype, args.torch_baseline, json.loads(args.labels))))
+        print(json.dumps(torch_times(args.dtype, args.torch_baseline, json.loads(args.labels),
+                                     args.arch)))
         return 0
     reason = gpu_missing()
     if reason:
         print(f"benchmarks/gpu.py needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
     target = autotune.Target(f"cuda -arch={args.arch}")
-    chosen = [c for c in cases(args.dtype) if args.only in c.label]
+    chosen = [c for c in cases(args.dtype, args.arch) if args.only in c.label]
     if chosen:
         try:  # bfloat16 below sm_80: say so before any torch process starts
             chosen[0].workload.check_target(target)
@@ -264,10 +271,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     modes = MODES[args.dtype]
     unit, scale = ("GFLOP/s", 1e9) if args.dtype == "float32" else ("TFLOP/s", 1e12)
     print(f"GPU {gpu_description()}")
+    layouts = sorted({c.workload.layout for c in chosen if c.workload.op == "conv2d"})
     print(f"target {target.key}; dtype {args.dtype}; {args.trials} trials per workload; torch "
-          f"timed in processes of its own (cudnn.benchmark on)")
+          f"timed in processes of its own (cudnn.benchmark on)"
+          + (f"; convs in {', '.join(layouts)}" if layouts else ""))
     # torch first: the child processes then have the GPU to themselves
-    base = {mode: torch_baselines(args.dtype, mode, labels) for mode in modes}
+    base = {mode: torch_baselines(args.dtype, mode, labels, args.arch) for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or f"sqlite:///{Path(tmp) / 'gpu_bench.db'}"
         heads = " ".join(f"{modes[m][0] + ' ' + unit:>21} {'ratio':>6}" for m in modes)

@@ -67,9 +67,9 @@ def add_task(p: argparse.ArgumentParser) -> None:
                         "packed once beforehand, as a compiled model runs it: its own "
                         "records; llvm targets only")
     p.add_argument("--layout", default="NCHW", metavar="LAYOUT",
-                   help="conv2d's data and output layout: NCHW (default), or NCHW<x>c with "
-                        "channels blocked by x, as in NCHW16c: its own records; llvm targets "
-                        "only")
+                   help="conv2d's data and output layout: NCHW (default), NCHW<x>c with "
+                        "channels blocked by x, as in NCHW16c (llvm targets), or NHWC "
+                        "(cuda -arch=sm_90a, half dtypes): its own records")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 

@@ -308,24 +308,37 @@ SWIZZLES = (0, 32, 64, 128)  # bytes of a TMA / wgmma shared-memory swizzle patt
 
 class TensorMap:
     """A TMA descriptor of global buffer ``buffer``: it copies boxes of ``box`` elements
-    (one extent per dimension of the buffer, outermost first), written to shared memory
-    row-major with a ``swizzle``-byte swizzle; coordinates outside the buffer read zeros.
-    The host encodes it at launch (``cuTensorMapEncodeTiled``) and the kernel takes it as
-    a ``__grid_constant__`` parameter. Compared by identity."""
+    (one extent per dimension of the buffer, outermost first), taking every
+    ``element_strides[d]``-th element along dimension d (a strided conv's input), written
+    to shared memory row-major with a ``swizzle``-byte swizzle; coordinates outside the
+    buffer (negative ones too) read zeros. The host encodes it at launch
+    (``cuTensorMapEncodeTiled``) and the kernel takes it as a ``__grid_constant__``
+    parameter. Compared by identity."""
 
-    __slots__ = ("name", "buffer", "box", "swizzle")
+    __slots__ = ("name", "buffer", "box", "swizzle", "element_strides")
 
-    def __init__(self, name: str, buffer: Buffer, box: tuple[int, ...], swizzle: int):
+    def __init__(self, name: str, buffer: Buffer, box: tuple[int, ...], swizzle: int,
+                 element_strides: tuple[int, ...] | None = None):
         assert len(box) == len(buffer.shape), (buffer.name, box)
         assert swizzle in SWIZZLES, swizzle
         self.name, self.buffer, self.box, self.swizzle = name, buffer, tuple(box), int(swizzle)
+        strides = (1,) * len(box) if element_strides is None else tuple(element_strides)
+        assert len(strides) == len(box) and strides[-1] == 1, (buffer.name, strides)
+        self.element_strides = strides
 
     def __reduce__(self) -> tuple:
-        return TensorMap, (self.name, self.buffer, self.box, self.swizzle)
+        return TensorMap, (self.name, self.buffer, self.box, self.swizzle,
+                           self.element_strides)
+
+    @property
+    def loaded(self) -> tuple[int, ...]:
+        """Elements a copy brings along each dimension (the box over the strides)."""
+        return tuple(-(-b // e) for b, e in zip(self.box, self.element_strides))
 
     @property
     def box_elems(self) -> int:
-        return prod(self.box)
+        """Elements a copy writes to shared memory."""
+        return prod(self.loaded)
 
     def __repr__(self) -> str:
         return f"TensorMap({self.name}, {self.buffer.name}, box={self.box}, sw={self.swizzle})"

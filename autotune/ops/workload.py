@@ -28,11 +28,11 @@ from autotune.ops.epilogue import (
 )
 from autotune.ops.layout import (
     NCHW,
-    blocked_shape,
-    from_blocked,
+    from_layout,
     layout_block,
+    layout_shape,
     layout_refusal,
-    to_blocked,
+    to_layout,
 )
 from autotune.ops.registry import op_spec
 from autotune.ops.spec import OpSpec, ParamError, ParamValue, Shape
@@ -160,7 +160,7 @@ class Workload:
     @cached_property
     def output_shape(self) -> Shape:
         """The output argument's shape, in the workload's layout."""
-        return blocked_shape(self.spec.output_shape(self.params), self.block)
+        return layout_shape("out", self.spec.output_shape(self.params), self.layout)
 
     @property
     def block(self) -> int:
@@ -185,7 +185,7 @@ class Workload:
     def _conv_out_axis(self, axis: int) -> int:
         if self.op not in ("conv2d", "depthwise_conv2d", "max_pool2d"):
             raise AttributeError(f"{self.op} has no spatial output axes")
-        return self.output_shape[axis]
+        return self.spec.output_shape(self.params)[axis]  # NCHW, whatever the layout
 
     def check_target(self, target: Any) -> None:
         """Raise a `WorkloadError` when ``target`` (an `autotune.target.Target`: its ``kind``
@@ -207,8 +207,8 @@ class Workload:
         params = self.params
         # every argument is in the workload's dtype (epilogue vectors and residual too)
         dt = self.dtype
-        main = [ArgSpec(name, blocked_shape(shape, self.block) if name == "data" else shape,
-                        "input", dt) for name, shape in self.spec.inputs(params)]
+        main = [ArgSpec(name, layout_shape(name, shape, self.layout), "input", dt)
+                for name, shape in self.spec.inputs(params)]
         extra = [ArgSpec(name, epilogue_arg_shape(name, self.channels, self.output_shape),
                          "input", dt) for name in epilogue_args(self.epilogue)]
         return (*main, *extra, ArgSpec("out", self.output_shape, "output", dt))
@@ -379,14 +379,12 @@ class Workload:
             exact = to_float32(np.asarray(array), self.dtype) if self.dtype != "float32" \
                 else array
             arrays[spec.name] = np.asarray(exact, dtype=np.float64)
-        if self.block > 1:  # computed in NCHW, then blocked
-            for name in ("data", "residual"):
-                if name in arrays:
-                    arrays[name] = from_blocked(arrays[name])
+        if self.layout != NCHW:  # computed in NCHW, then put in the layout
+            arrays = {name: from_layout(a, name, self.layout) for name, a in arrays.items()}
         main = [arrays[name] for name, _ in self.spec.inputs(self.params)]
         out = self.spec.compute(self.params, *main)
         out = apply_epilogue(out, self.epilogue, arrays, self.spec.channel_axis)
-        return to_blocked(np.ascontiguousarray(out, dtype=np.float32), self.block)
+        return to_layout(np.ascontiguousarray(out, dtype=np.float32), "out", self.layout)
 
 
 def aligned_empty(shape: Shape, dtype: str = "float32", align: int = _ALIGN) -> np.ndarray:

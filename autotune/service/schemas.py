@@ -55,9 +55,9 @@ _OP_EPILOGUES: Any = {"not": {
     "properties": {"op": {"enum": [op for op, spec in OPS.items() if not spec.epilogue]},
                    "epilogue": {"minItems": 1}},
     "required": ["op", "epilogue"]}}
-# NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block` takes it
-# (a test holds the two together).
-_LAYOUT_PATTERN = r"^NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?$"
+# NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block`
+# takes them (a test holds the two together).
+_LAYOUT_PATTERN = r"^(NHWC|NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?)$"
 # Only conv2d has a blocked layout (`autotune.ops.layout`); the others are NCHW or nothing.
 _OP_LAYOUTS: Any = {"if": {"properties": {"op": {"not": {"enum": sorted(LAYOUT_OPS)}}},
                            "required": ["op"]},
@@ -87,9 +87,11 @@ class WorkloadIn(BaseModel):
                     "every call: its own records; conv2d and matmul on llvm targets only")
     layout: str = Field(
         default=NCHW, pattern=_LAYOUT_PATTERN, max_length=7,
-        description="conv2d's data and output layout: NCHW, or NCHW<x>c with channels "
+        description="conv2d's data and output layout: NCHW, NCHW<x>c with channels "
                     "blocked by x (2 to 64; C and K multiples of x): data [N, C/x, H, W, x], "
-                    "output and residual [N, K/x, OH, OW, x]; its own records")
+                    "output and residual [N, K/x, OH, OW, x] (llvm targets), or NHWC: data "
+                    "[N, H, W, C], weight [K, R, S, C], output and residual [N, OH, OW, K] "
+                    "(cuda -arch=sm_90a, half dtypes); its own records")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -6,6 +6,7 @@ import pytest
 
 import autotune
 from autotune import driver
+from autotune.ops import WorkloadError
 from autotune.ops.dtypes import target_refusal
 from autotune.schedule.templates import cuda_tensorcore, cuda_wgmma, template_for
 from autotune.schedule.templates.cuda_wgmma import WgmmaTiling, tiling, tiling_reason
@@ -17,11 +18,39 @@ def _wl(op="matmul", dtype="float16", **shape):
     return autotune.workload(op, dtype=dtype, **shape)
 
 
+CONV = dict(N=1, C=16, H=8, W=8, K=16, R=3, S=3, stride=1, pad=1)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("op", ["matmul", "batch_matmul"])
-def test_sm90a_half_gemms_take_the_wgmma_template(op, dtype):
-    shape = dict(M=64, N=64, K=64) | (dict(B=2) if op == "batch_matmul" else {})
+@pytest.mark.parametrize("op", ["matmul", "batch_matmul", "conv2d"])
+def test_sm90a_half_gemms_and_nhwc_convs_take_the_wgmma_template(op, dtype):
+    shape = {"matmul": dict(M=64, N=64, K=64), "batch_matmul": dict(B=2, M=64, N=64, K=64),
+             "conv2d": dict(CONV, layout="NHWC")}[op]
     assert template_for(_wl(op, dtype, **shape), target()) is cuda_wgmma
+
+
+@pytest.mark.parametrize("tgt, dtype, change", [
+    ("cuda -arch=sm_90", "float16", {}),        # wmma reads NCHW
+    ("cuda -arch=sm_90a", "float32", {}),       # no float32 wgmma kernel
+    ("cuda -arch=sm_90a", "float16", dict(C=12)),  # rows of 24 bytes: no TMA
+    ("llvm", "float32", {}),
+])
+def test_an_nhwc_conv_without_a_wgmma_kernel_is_refused_at_layout(tgt, dtype, change):
+    wl = _wl("conv2d", dtype, **(CONV | change | dict(layout="NHWC")))
+    with pytest.raises(WorkloadError) as err:
+        driver.config_space(wl, autotune.Target(tgt))
+    assert err.value.loc == ("layout",) and "NHWC" in str(err.value)
+
+
+def test_conv_tiles_are_pixel_rectangles_that_fit_a_tma_box():
+    wl = _wl("conv2d", **dict(CONV, C=64, H=56, W=56, K=64, layout="NHWC"))
+    sp = driver.config_space(wl, target())
+    t = tiling(sp.default())
+    assert t.tile_w == 8 and t.tile_h * t.tile_w == t.bm  # 56 = 7 x 8: no column wasted
+    from autotune.schedule.templates.cuda_wgmma import conv_reason
+    assert "divide" in conv_reason(WgmmaTiling(1, 1, 64, 2, tile_w=48), wl)
+    strided = _wl("conv2d", **dict(CONV, stride=8, layout="NHWC"))
+    assert "box" in conv_reason(WgmmaTiling(2, 2, 64, 2, tile_w=64), strided)
 
 
 @pytest.mark.parametrize("wl, tgt", [

@@ -53,7 +53,7 @@ def test_blocking_round_trips() -> None:
 
 @pytest.mark.parametrize("changes, field", [
     (dict(C=12), "params.C"), (dict(K=20), "params.K"), (dict(layout="NCHW8"), "layout"),
-    (dict(layout="NHWC"), "layout"), (dict(layout="NCHW1c"), "layout"),
+    (dict(layout="NWHC"), "layout"), (dict(layout="NCHW1c"), "layout"),
     (dict(layout="NCHW99c"), "layout"), (dict(layout=16), "layout")])
 def test_refusals_name_the_field(changes: dict, field: str) -> None:
     data = {"op": "conv2d", "params": {**PARAMS, "stride": [2, 2], "pad": [1, 1]},
@@ -83,6 +83,7 @@ def test_api_schema_bounds_the_layout() -> None:
     body = {"op": "conv2d", "params": {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3,
                                        "S": 3, "stride": 1, "pad": 1}}
     assert WorkloadIn.model_validate({**body, "layout": "NCHW16c"}).layout == "NCHW16c"
+    assert WorkloadIn.model_validate({**body, "layout": "NHWC"}).layout == "NHWC"
     assert Workload.from_dict(WorkloadIn.model_validate(body).model_dump()).layout == "NCHW"
     for bad in ("NCHW016c", "nchw16c", "NCHW16c" * 10, 16):
         with pytest.raises(ValidationError):
@@ -104,3 +105,29 @@ def test_api_schema_pattern_is_the_validators_range() -> None:
         else:
             with pytest.raises(ValueError):
                 layout_block(name)
+
+
+def test_nhwc_reference_is_the_nchw_one_with_channels_last() -> None:
+    """NHWC data, KRSC weight, NHWC residual and output: the same convolution."""
+    import autotune
+    shape = dict(N=2, C=8, H=9, W=7, K=16, R=3, S=3, stride=2, pad=1, dtype="float16",
+                 epilogue=["scale_shift", "residual", "relu"])
+    nchw = autotune.workload("conv2d", **shape)
+    nhwc = autotune.workload("conv2d", layout="NHWC", **shape)
+    assert [a.shape for a in nhwc.arg_specs] == [
+        (2, 9, 7, 8), (16, 3, 3, 8), (16,), (16,), (2, 5, 4, 16), (2, 5, 4, 16)]
+    assert (nhwc.out_h, nhwc.out_w, nhwc.channels) == (5, 4, 16)
+    args = nchw.random_args(1)
+    last = [np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 else a
+            for a in args]
+    expected = nchw.reference(args[:-1]).transpose(0, 2, 3, 1)
+    assert np.array_equal(nhwc.reference(last[:-1]), expected)
+    assert nhwc.key != nchw.key and "NHWC" in str(nhwc)
+
+
+def test_only_conv2d_takes_nhwc() -> None:
+    import autotune
+    with pytest.raises(WorkloadError) as err:
+        autotune.workload("depthwise_conv2d", N=1, C=8, H=8, W=8, R=3, S=3, stride=1,
+                          pad=1, layout="NHWC")
+    assert err.value.loc == ("layout",)

@@ -64,15 +64,20 @@ class TensorMapSpec:
     shape: tuple[int, ...]
     box: tuple[int, ...]
     swizzle: int
+    element_strides: tuple[int, ...] = ()  # () means 1 along every dimension
 
     def to_dict(self) -> dict:
-        return {"arg": self.arg, "dtype": self.dtype, "shape": list(self.shape),
-                "box": list(self.box), "swizzle": self.swizzle}
+        out = {"arg": self.arg, "dtype": self.dtype, "shape": list(self.shape),
+               "box": list(self.box), "swizzle": self.swizzle}
+        if self.element_strides:
+            out["element_strides"] = list(self.element_strides)
+        return out
 
     @staticmethod
     def from_dict(d: Mapping) -> "TensorMapSpec":
         return TensorMapSpec(int(d["arg"]), str(d["dtype"]), tuple(d["shape"]),
-                             tuple(d["box"]), int(d["swizzle"]))
+                             tuple(d["box"]), int(d["swizzle"]),
+                             tuple(d.get("element_strides", ())))
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,9 @@ def tensor_map_specs(func: PrimFunc) -> tuple[TensorMapSpec, ...]:
         if m.buffer not in func.args:
             raise CudaCodegenError(f"tensor map {m.name} describes {m.buffer.name}, which is "
                                    "not an argument of the kernel")
+        strided = m.element_strides if any(e != 1 for e in m.element_strides) else ()
         specs.append(TensorMapSpec(func.args.index(m.buffer), m.buffer.dtype, m.buffer.shape,
-                                   m.box, m.swizzle))
+                                   m.box, m.swizzle, strided))
     return tuple(specs)
 
 

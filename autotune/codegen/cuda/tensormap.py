@@ -55,6 +55,7 @@ class EncodeArgs:
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
+    element_strides: tuple[int, ...]
     swizzle: int
 
 
@@ -66,8 +67,10 @@ def encode_args(spec: TensorMapSpec) -> EncodeArgs:
     for extent in dims[:-1]:
         acc *= extent
         strides.append(acc)
+    steps = spec.element_strides or (1,) * len(dims)
     return EncodeArgs(_DATA_TYPES[spec.dtype], dims, tuple(strides),
-                      tuple(reversed(spec.box)), _SWIZZLES[spec.swizzle])
+                      tuple(reversed(spec.box)), tuple(reversed(steps)),
+                      _SWIZZLES[spec.swizzle])
 
 
 def encode(spec: TensorMapSpec, pointer: int) -> bytes:
@@ -80,7 +83,7 @@ def encode(spec: TensorMapSpec, pointer: int) -> bytes:
     code = _encoder()(
         base, a.data_type, rank, ctypes.c_void_p(pointer), (u64 * rank)(*a.dims),
         (u64 * max(rank - 1, 1))(*a.strides), (u32 * rank)(*a.box),
-        (u32 * rank)(*([1] * rank)), 0, a.swizzle, _L2_PROMOTION_256B, 0)
+        (u32 * rank)(*a.element_strides), 0, a.swizzle, _L2_PROMOTION_256B, 0)
     if code != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled refused {spec} at {pointer:#x} "
                              f"(CUresult {code})")

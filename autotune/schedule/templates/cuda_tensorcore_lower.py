@@ -49,6 +49,7 @@ from autotune.ir.stmt import (
     Sync,
 )
 from autotune.ops import Workload
+from autotune.ops.layout import NCHW
 from autotune.schedule.templates.cuda_tensorcore import (
     VECTORS,
     WARP,
@@ -395,8 +396,9 @@ class _Kernel:
 def epilogue_value(wl: Workload, bufs: dict[str, Buffer], v: Expr, row: Expr, col: Expr,
                    out_idx: tuple[Expr, ...]) -> Expr:
     """The workload's epilogue on GEMM result ``v`` (float32) at (``row``, ``col``), per
-    channel: the output's row for conv2d, its column for matmul."""
-    ch = row if wl.op == "conv2d" else col
+    channel: the output's row for an NCHW conv2d (K x pixels), its column for matmul and
+    an NHWC conv2d (pixels x K)."""
+    ch = row if wl.op == "conv2d" and wl.layout == NCHW else col
     for stage in wl.epilogue:
         if stage == "bias":
             v = v + Load(bufs["bias"], (ch,))

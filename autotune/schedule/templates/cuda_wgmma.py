@@ -1,5 +1,6 @@
-"""Hopper (sm_90a) template for float16/bfloat16 matmul and batch_matmul: warpgroup MMA
-(wgmma) fed by TMA through an mbarrier pipeline, warp-specialized and persistent.
+"""Hopper (sm_90a) template for float16/bfloat16 matmul, batch_matmul and NHWC conv2d:
+warpgroup MMA (wgmma) fed by TMA through an mbarrier pipeline, warp-specialized and
+persistent.
 
 A block is one producer warpgroup, whose first thread copies the A (BM x 64) and B
 (64 x BN) tiles of every k step into a ring of shared-memory stages with TMA, and C
@@ -9,6 +10,11 @@ The producer gives its registers to the consumers (``setmaxnreg``). The grid is 
 per multiprocessor (or per output tile, when there are fewer); each block walks the output
 tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` in a raster order that keeps GROUP rows
 (or columns) of tiles together for L2 reuse. BK is 64: one 128-byte swizzled row of halves.
+
+An NHWC conv2d is an implicit GEMM of output pixels x K channels over (r, s, c): a block's
+BM pixels are a BH x BW rectangle of one image's output (knob ``tile_w`` = BW), so the A
+tile of tap (r, s) and 64 channels is one 4-D TMA box of the input (strided by the conv's
+stride, shifted by the tap, zeros in the padding), and the B tile a box of the KRSC weight.
 
 Measured on an H200 with the hand-written form of this kernel (float16, 128 x 256 tiles, 2
 consumers, 4 stages): 690 TFLOP/s at 4096^3 against cuBLAS's 747, and 686 against 700 at
@@ -22,6 +28,7 @@ from typing import Any, Mapping
 
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload
+from autotune.ops.layout import NHWC
 from autotune.schedule.templates.cuda_common import limits
 from autotune.schedule.templates.cuda_tensorcore import gemm_dims
 from autotune.space import Choice, Config, ConfigSpace
@@ -40,6 +47,8 @@ STAGES = (2, 3, 4, 5, 6)
 RASTERS = ("m", "n")          # the dimension a group of tiles runs along
 GROUPS = (1, 4, 8, 16)
 INFLIGHT = (0, 1)             # wgmma groups kept in flight before freeing a stage
+TILE_WS = (4, 8, 16, 32, 64)  # conv2d: output columns of a block's pixel rectangle
+MAX_ELEMENT_STRIDE = 8        # TMA's largest traversal stride (a conv's stride)
 PRODUCER_REGS = 40
 REG_FILE = 65536              # registers of a multiprocessor (one block per SM)
 MAX_REGS = 240                # setmaxnreg's useful ceiling for a consumer
@@ -60,10 +69,16 @@ class WgmmaTiling:
     raster: str = "m"
     group: int = 8
     inflight: int = 0
+    tile_w: int = 0           # conv2d's BW (0 for GEMMs)
 
     @property
     def bm(self) -> int:
         return 64 * self.m_tiles * self.consumers
+
+    @property
+    def tile_h(self) -> int:
+        """conv2d's BH: rows of the block's BH x BW pixel rectangle."""
+        return self.bm // self.tile_w if self.tile_w else 0
 
     @property
     def threads(self) -> int:
@@ -94,18 +109,26 @@ class WgmmaTiling:
 def tiling(cfg: Mapping[str, Any]) -> WgmmaTiling:
     """The `WgmmaTiling` of a config of this template's space (or of its knob values)."""
     return WgmmaTiling(cfg["consumers"], cfg["m_tiles"], cfg["block_n"], cfg["stages"],
-                       cfg["raster"], cfg["group"], cfg["inflight"])
+                       cfg["raster"], cfg["group"], cfg["inflight"], cfg.get("tile_w", 0))
 
 
 def workload_reason(wl: Workload) -> str | None:
-    """Why TMA cannot copy ``wl``'s operands (their rows must be multiples of 16 bytes),
-    or None; such workloads keep the wmma template."""
-    if wl.op not in ("matmul", "batch_matmul"):
+    """Why TMA cannot copy ``wl``'s operands (their rows must be multiples of 16 bytes;
+    an NCHW conv has no rows of channels), or None; such workloads keep the wmma template."""
+    if wl.op not in ("matmul", "batch_matmul", "conv2d"):
         return f"{wl.op} has no wgmma kernel"
     if wl.dtype not in ("float16", "bfloat16"):
         return f"wgmma kernels take float16 or bfloat16, not {wl.dtype}"
-    _, _, N, K = gemm_dims(wl)
-    for name, row in (("K", K), ("N", N)):
+    if wl.op == "conv2d":
+        if wl.layout != NHWC:
+            return f"conv2d in {wl.layout}: the wgmma kernels read NHWC"
+        if max(wl.pair("stride")) > MAX_ELEMENT_STRIDE:
+            return f"stride {wl.pair('stride')}: TMA strides up to {MAX_ELEMENT_STRIDE}"
+        rows = (("C", wl.dim("C")),)
+    else:
+        _, _, N, K = gemm_dims(wl)
+        rows = (("K", K), ("N", N))
+    for name, row in rows:
         if row * HALF_BYTES % TMA_ALIGN:
             return (f"{name} = {row}: a TMA copy needs rows of a multiple of {TMA_ALIGN} "
                     f"bytes ({TMA_ALIGN // HALF_BYTES} elements)")
@@ -139,6 +162,21 @@ def tiling_reason(t: WgmmaTiling, lim: CudaLimits) -> str | None:
     return None
 
 
+def conv_reason(t: WgmmaTiling, wl: Workload) -> str | None:
+    """Why ``t``'s pixel rectangle cannot serve conv2d ``wl`` (None for other ops): BW
+    must divide BM, and the input box it reads (BH x BW pixels times the stride) must fit
+    a TMA box."""
+    if wl.op != "conv2d":
+        return None
+    if not t.tile_w or t.bm % t.tile_w:
+        return f"tile_w {t.tile_w} does not divide the block's {t.bm} pixels"
+    (sh, sw) = wl.pair("stride")
+    if t.tile_h * sh > MAX_BOX or t.tile_w * sw > MAX_BOX:
+        return (f"a {t.tile_h} x {t.tile_w} pixel tile at stride {(sh, sw)} reads an input "
+                f"box wider than {MAX_BOX}")
+    return None
+
+
 def space(wl: Workload, target: Target) -> ConfigSpace:
     lim = limits(target)
     knobs = [
@@ -150,12 +188,25 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Choice("group", list(GROUPS)),
         Choice("inflight", list(INFLIGHT)),
     ]
+    if wl.op == "conv2d":
+        knobs.append(Choice("tile_w", list(TILE_WS)))
     return ConfigSpace(knobs, default=default_values(wl, lim),
-                       validity=partial(_validity, lim), name="cuda_wgmma")
+                       validity=partial(_validity, lim, wl), name="cuda_wgmma")
 
 
-def _validity(lim: CudaLimits, cfg: Config) -> str | None:
-    return tiling_reason(tiling(cfg), lim)
+def _validity(lim: CudaLimits, wl: Workload, cfg: Config) -> str | None:
+    t = tiling(cfg)
+    return tiling_reason(t, lim) or conv_reason(t, wl)
+
+
+def tile_counts(wl: Workload, t: WgmmaTiling) -> tuple[int, int, int]:
+    """(images or batch, row tiles per image, column tiles) of ``wl`` under ``t``: an NHWC
+    conv's row tiles are its BH x BW rectangles of output pixels."""
+    batch, M, N, _ = gemm_dims(wl)
+    if wl.op == "conv2d":
+        rows = -(-wl.out_h // t.tile_h) * -(-wl.out_w // t.tile_w)
+        return wl.dim("N"), rows, -(-wl.dim("K") // t.block_n)
+    return batch, -(-M // t.bm), -(-N // t.block_n)
 
 
 # (consumers, m_tiles, block_n) from the largest block tile down
@@ -169,21 +220,35 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
     """The largest block tile whose tiles still give nine in ten multiprocessors one
     (128 x 256, 2 consumers, down to 64 x 64), with the deepest pipeline of at most 4
     stages that fits; grouped rows of 8 tiles, no wgmma group in flight across stages."""
-    batch, M, N, _ = gemm_dims(wl)
     pick = _SHAPES[-1]
     for shape in _SHAPES:
         c, mi, bn = shape
-        if batch * -(-M // (64 * mi * c)) * -(-N // bn) >= FILL * lim.multiprocessors:
+        t = WgmmaTiling(c, mi, bn, 2, tile_w=_default_tile_w(wl, 64 * mi * c))
+        batch, rows, cols = tile_counts(wl, t)
+        if batch * rows * cols >= FILL * lim.multiprocessors:
             pick = shape
             break
     c, mi, bn = pick
     values: dict[str, object] = {"consumers": c, "m_tiles": mi, "block_n": bn, "stages": 4,
                                  "raster": "m", "group": 8, "inflight": 0}
+    if wl.op == "conv2d":
+        values["tile_w"] = _default_tile_w(wl, 64 * mi * c)
     for stages in (4, 3, 2):
         values["stages"] = stages
         if tiling_reason(tiling(values), lim) is None:
             break
     return values
+
+
+def _default_tile_w(wl: Workload, bm: int) -> int:
+    """conv2d: the pixel rectangle's width that wastes the fewest output columns (the
+    wider on a tie), within the TMA box; 0 for GEMMs."""
+    if wl.op != "conv2d":
+        return 0
+    ow, sw = wl.out_w, wl.pair("stride")[1]
+    fits = [w for w in TILE_WS if bm % w == 0 and w * sw <= MAX_BOX
+            and bm // w * wl.pair("stride")[0] <= MAX_BOX]
+    return min(fits, key=lambda w: (-(-ow // w) * w - ow, -w))
 
 
 def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:

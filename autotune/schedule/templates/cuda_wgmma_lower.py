@@ -14,6 +14,11 @@ stage (4 k16 steps x MI slices), commit them as one group and wait until at most
 arrival per consumer. Finally each thread applies the epilogue to its accumulators (the
 wgmma register layout, `wgmma_fragment`) and stores them under bounds guards. TMA reads
 zeros outside A and B, so ragged edges need no guard on the way in.
+
+An NHWC conv2d's k step is one kernel tap (r, s) and 64 channels: the A box is the input
+under the block's BH x BW output pixels for that tap (every stride-th pixel, from
+``oy * stride - pad + r * dilation``; the padding is outside the tensor, so zeros), the B box
+the KRSC weight's BN x 64 (K-major: wgmma takes B untransposed).
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from autotune.schedule.templates.cuda_wgmma import (
     PRODUCER_REGS,
     WARPGROUP,
     WgmmaTiling,
+    tile_counts,
 )
 
 SWIZZLE = 128                      # bytes: one row of BLOCK_K halves
@@ -70,18 +76,32 @@ class _Kernel:
     def __init__(self, wl: Workload, t: WgmmaTiling, multiprocessors: int):
         self.wl, self.t = wl, t
         self.bufs = {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
-        self.batch, self.M, self.N, self.K = gemm_dims(wl)
-        self.batched = wl.op == "batch_matmul"
-        self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.block_n)
+        self.conv = wl.op == "conv2d"
+        if self.conv:  # pixels x K channels over R*S*C (an NCHW conv is the transpose)
+            self.M, self.N = wl.out_h * wl.out_w, wl.dim("K")
+        else:
+            _, self.M, self.N, self.K = gemm_dims(wl)
+        self.batched = wl.op == "batch_matmul" or self.conv
+        self.batch, self.tiles_m, self.tiles_n = tile_counts(wl, t)
         self.per_image = self.tiles_m * self.tiles_n
         self.tiles = self.batch * self.per_image
         self.grid = min(multiprocessors, self.tiles)
         self.rounds = -(-self.tiles // self.grid)        # tiles per block, at most
-        self.k_tiles = -(-self.K // BLOCK_K)
         dt = wl.dtype
-        one = (1,) if self.batched else ()
-        self.tm_a = TensorMap("tm_A", self.bufs["A"], (*one, t.bm, BLOCK_K), SWIZZLE)
-        self.tm_b = TensorMap("tm_B", self.bufs["B"], (*one, BLOCK_K, BOX_N), SWIZZLE)
+        if self.conv:
+            self.c_tiles = -(-wl.dim("C") // BLOCK_K)
+            self.k_tiles = wl.dim("R") * wl.dim("S") * self.c_tiles
+            (sh, sw) = wl.pair("stride")
+            self.tm_a = TensorMap("tm_data", self.bufs["data"],
+                                  (1, t.tile_h * sh, t.tile_w * sw, BLOCK_K), SWIZZLE,
+                                  (1, sh, sw, 1))
+            self.tm_b = TensorMap("tm_weight", self.bufs["weight"],
+                                  (t.block_n, 1, 1, BLOCK_K), SWIZZLE)
+        else:
+            self.k_tiles = -(-self.K // BLOCK_K)
+            one = (1,) if self.batched else ()
+            self.tm_a = TensorMap("tm_A", self.bufs["A"], (*one, t.bm, BLOCK_K), SWIZZLE)
+            self.tm_b = TensorMap("tm_B", self.bufs["B"], (*one, BLOCK_K, BOX_N), SWIZZLE)
         self.a_elems, self.b_elems = t.bm * BLOCK_K, t.block_n * BLOCK_K
         self.a_sh = Buffer("A_shared", (t.stages * self.a_elems,), dt, Scope.SHARED)
         self.b_sh = Buffer("B_shared", (t.stages * self.b_elems,), dt, Scope.SHARED)
@@ -115,7 +135,7 @@ class _Kernel:
         tiles of the raster dimension side by side, walked across the other one."""
         t = self.t
         tile = self._tile()
-        image = tile // self.per_image if self.batch > 1 else Const(0)
+        image: Expr = tile // self.per_image if self.batch > 1 else Const(0)
         rest = tile % self.per_image if self.batch > 1 else tile
         along, across = ((self.tiles_m, self.tiles_n) if t.raster == "m"
                          else (self.tiles_n, self.tiles_m))
@@ -140,24 +160,54 @@ class _Kernel:
     # ------------------------------------------------------------------ producer
     def _producer(self) -> Stmt:
         t = self.t
-        image, tm, tn = self._coords()
         it, stage, parity = self._step(self.kt)
-        head = (image,) if self.batched else ()
-        j = Var("j")
-        k0 = self.kt * BLOCK_K
         copies = Seq([
             IfThenElse(cmp(">=", it, t.stages),
                        MbarrierWait(self.empty, stage, (parity + 1) % 2)),
             MbarrierArrive(self.full, stage, (self.a_elems + self.b_elems) * HALF_BYTES),
+            *(self._conv_copies(stage) if self.conv else self._gemm_copies(stage)),
+        ])
+        loop = self._per_tile(For(self.kt, self.k_tiles, ForKind.SERIAL, copies))
+        return Seq([SetMaxNReg(PRODUCER_REGS, False),
+                    IfThenElse(cmp("==", self.tx, 0), loop)])
+
+    def _gemm_copies(self, stage: Expr) -> list[Stmt]:
+        """A's BM x 64 box, B's 64 x BN in 64-column boxes (B is MN-major)."""
+        t = self.t
+        image, tm, tn = self._coords()
+        head = (image,) if self.batched else ()
+        j = Var("j")
+        k0 = self.kt * BLOCK_K
+        return [
             TmaLoad(self.a_sh, stage * self.a_elems, self.tm_a, (*head, tm * t.bm, k0),
                     self.full, stage),
             For(j, t.block_n // BOX_N, ForKind.UNROLLED, TmaLoad(
                 self.b_sh, stage * self.b_elems + j * (BLOCK_K * BOX_N), self.tm_b,
                 (*head, k0, tn * t.block_n + j * BOX_N), self.full, stage)),
-        ])
-        loop = self._per_tile(For(self.kt, self.k_tiles, ForKind.SERIAL, copies))
-        return Seq([SetMaxNReg(PRODUCER_REGS, False),
-                    IfThenElse(cmp("==", self.tx, 0), loop)])
+        ]
+
+    def _conv_copies(self, stage: Expr) -> list[Stmt]:
+        """The input box under the block's pixels for the step's tap and channels, and the
+        weight's BN x 64 box of that tap (K-major)."""
+        t, wl = self.t, self.wl
+        image, tm, tn = self._coords()
+        tap, c0 = self.kt // self.c_tiles, self.kt % self.c_tiles * BLOCK_K
+        r, s = tap // wl.dim("S"), tap % wl.dim("S")
+        (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
+        oy, ox = self._pixel_origin(tm)
+        return [
+            TmaLoad(self.a_sh, stage * self.a_elems, self.tm_a,
+                    (image, oy * sh - ph + r * dh, ox * sw - pw + s * dw, c0),
+                    self.full, stage),
+            TmaLoad(self.b_sh, stage * self.b_elems, self.tm_b,
+                    (tn * t.block_n, r, s, c0), self.full, stage),
+        ]
+
+    def _pixel_origin(self, tm: Expr) -> tuple[Expr, Expr]:
+        """(row, column) of the first output pixel of pixel rectangle ``tm``."""
+        t = self.t
+        across = -(-self.wl.out_w // t.tile_w)
+        return tm // across * t.tile_h, tm % across * t.tile_w
 
     # ------------------------------------------------------------------ consumers
     def _consumer(self) -> Stmt:
@@ -180,8 +230,12 @@ class _Kernel:
         kk, i = Var("kk"), Var("i_mma")
         a = SmemMatrix(self.a_sh, stage * self.a_elems + (c * t.m_tiles + i) * (64 * BLOCK_K)
                        + kk * K_STEP, "k", SWIZZLE, 16, SWIZZLE_ATOM)
-        b = SmemMatrix(self.b_sh, stage * self.b_elems + kk * (K_STEP * BOX_N), "mn", SWIZZLE,
-                       BLOCK_K * BOX_N * HALF_BYTES, SWIZZLE_ATOM)
+        if self.conv:  # the weight's rows are channels: K-major, as A
+            b = SmemMatrix(self.b_sh, stage * self.b_elems + kk * K_STEP, "k", SWIZZLE, 16,
+                           SWIZZLE_ATOM)
+        else:
+            b = SmemMatrix(self.b_sh, stage * self.b_elems + kk * (K_STEP * BOX_N), "mn",
+                           SWIZZLE, BLOCK_K * BOX_N * HALF_BYTES, SWIZZLE_ATOM)
         mmas = For(kk, BLOCK_K // K_STEP, ForKind.UNROLLED,
                    For(i, t.m_tiles, ForKind.UNROLLED, Wgmma(self.acc, (i,), a, b, t.block_n)))
         step: list[Stmt] = [MbarrierWait(self.full, stage, parity), WgmmaFence(), mmas,
@@ -207,13 +261,21 @@ class _Kernel:
         c = self.tx // WARPGROUP - 1
         lane, warp = self.tx % 32, self.tx % WARPGROUP // 32
         i, r = Var("i_out"), Var("r_out")
-        row = (tm * t.bm + (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4
-               + r % 4 // 2 * 8)
+        in_tile = (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4 + r % 4 // 2 * 8
         col = tn * t.block_n + r // 4 * 8 + lane % 4 * 2 + r % 2
-        out_idx = (image, row, col) if self.batched else (row, col)
+        if self.conv:  # the tile's pixels, row-major in its rectangle
+            oy0, ox0 = self._pixel_origin(tm)
+            oy, ox = oy0 + in_tile // t.tile_w, ox0 + in_tile % t.tile_w
+            row: Expr = oy * self.wl.out_w + ox
+            out_idx: tuple[Expr, ...] = (image, oy, ox, col)
+            bounds = [cmp("<", oy, self.wl.out_h), cmp("<", ox, self.wl.out_w)]
+        else:
+            row = tm * t.bm + in_tile
+            out_idx = (image, row, col) if self.batched else (row, col)
+            bounds = [cmp("<", row, self.M)]
         value = epilogue_value(self.wl, self.bufs, Load(self.acc, (i, r)), row, col, out_idx)
         store: Stmt = Store(self.bufs["out"], out_idx, value)
-        guard = all_of([cmp("<", row, self.M), cmp("<", col, self.N)])
+        guard = all_of([*bounds, cmp("<", col, self.N)])
         if guard is not None:
             store = IfThenElse(guard, store)
         return For(i, t.m_tiles, ForKind.UNROLLED,
