@@ -37,6 +37,7 @@ from autotune.ir.stmt import (
     MmaLoad,
     MmaStore,
     MmaSync,
+    NamedSync,
     Seq,
     SetMaxNReg,
     SmemMatrix,
@@ -429,7 +430,7 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, AsyncCopy):
         return AsyncCopy(s.dst, fn(s.dst_offset), s.src, fn(s.src_offset), s.elems,
                          None if s.valid is None else fn(s.valid))
-    if isinstance(s, (WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg)):
+    if isinstance(s, (WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, NamedSync)):
         return s
     if isinstance(s, TmaLoad):
         return TmaLoad(s.dst, fn(s.dst_offset), s.tmap, tuple(fn(c) for c in s.coords),

@@ -486,6 +486,21 @@ class WgmmaWait(Stmt):
         return WgmmaWait, (self.pending,)
 
 
+class NamedSync(Stmt):
+    """Barrier ``barrier`` (1-15; 0 is ``__syncthreads``) among ``threads`` threads of the
+    block, a multiple of 32 (``bar.sync``): the consumer warpgroups meeting without the
+    producer."""
+
+    __slots__ = ("barrier", "threads")
+
+    def __init__(self, barrier: int, threads: int):
+        assert 1 <= barrier <= 15 and threads % 32 == 0, (barrier, threads)
+        self.barrier, self.threads = int(barrier), int(threads)
+
+    def __reduce__(self) -> tuple:
+        return NamedSync, (self.barrier, self.threads)
+
+
 class SetMaxNReg(Stmt):
     """Warpgroup-collective: raise (``increase``) or lower this warpgroup's registers per
     thread to ``count`` (``setmaxnreg``), so that the consumers get what the producer does
@@ -634,6 +649,8 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         return [f"{pad}wgmma_wait({s.pending})"]
     if isinstance(s, SetMaxNReg):
         return [f"{pad}set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"]
+    if isinstance(s, NamedSync):
+        return [f"{pad}sync_threads(barrier={s.barrier}, threads={s.threads})"]
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

@@ -30,8 +30,8 @@ from autotune.ops.layout import (
     NCHW,
     from_layout,
     layout_block,
-    layout_shape,
     layout_refusal,
+    layout_shape,
     to_layout,
 )
 from autotune.ops.registry import op_spec

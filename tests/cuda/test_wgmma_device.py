@@ -80,3 +80,24 @@ def test_the_driver_launch_path_encodes_descriptors_for_torch_tensors(hopper):
         torch.cuda.synchronize()
         got = out.cpu().numpy().view(args[-1].dtype)
         assert check_output(got, ref, 0.0, 0.0, "bfloat16") is None
+
+
+@pytest.mark.cuda_device
+@pytest.mark.parametrize("wl", [
+    autotune.workload("conv2d", N=1, C=512, H=7, W=7, K=512, R=3, S=3, stride=1, pad=1,
+                      dtype="float16", layout="NHWC", epilogue=("bias", "relu")),
+    autotune.workload("matmul", M=128, N=256, K=2048, dtype="bfloat16"),
+])
+def test_split_k_is_correct_over_repeated_launches(wl, hopper):
+    """The split counters are left at zero for the next launch of the loaded kernel."""
+    sp = driver.config_space(wl, hopper)
+    cfg = sp.default()
+    if cfg["split_k"] == 1:
+        cfg = sp.config(dict(cfg) | dict(split_k=4))
+    assert cfg["split_k"] > 1 and sp.invalid_reason(cfg) is None
+    kernel = autotune.compile(wl, hopper, cfg)
+    for seed in range(3):
+        args = wl.random_args(seed)
+        ref = wl.reference(args[:-1])
+        kernel(*args)
+        assert check_output(args[-1], ref, 0.0, 0.0, wl.dtype) is None, seed

@@ -115,3 +115,20 @@ def test_every_knob_value_appears_in_some_valid_config():
     assert seen["block_n"] == {64, 128, 192, 256}
     assert seen["stages"] >= {2, 3, 4}
     assert seen["consumers"] == {1, 2} and seen["inflight"] == {0, 1}
+
+
+@pytest.mark.parametrize("hw, c, split", [(56, 64, 2), (28, 128, 4), (14, 256, 8), (7, 512, 8)])
+def test_small_convs_split_k_to_fill_the_device(hw, c, split):
+    """ResNet-18's 3x3 convs at batch 1 have 8 to 49 tiles of 64 x 64 for 132 SMs."""
+    wl = _wl("conv2d", **dict(CONV, C=c, H=hw, W=hw, K=c, layout="NHWC"))
+    cfg = driver.config_space(wl, target()).default()
+    assert cfg["split_k"] == split
+
+
+def test_split_k_validity_names_its_rules():
+    from autotune.schedule.templates.cuda_wgmma import split_reason
+    wl = _wl(M=64, N=64, K=256)   # 4 k steps of 64
+    assert split_reason(WgmmaTiling(1, 1, 64, 2, split_k=4), wl) is None
+    assert "no k step" in split_reason(WgmmaTiling(1, 1, 64, 2, split_k=8), wl)
+    big = _wl(M=8192, N=8192, K=8192)
+    assert "workspace" in split_reason(WgmmaTiling(2, 1, 256, 2, split_k=16), big)

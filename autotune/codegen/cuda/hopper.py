@@ -24,6 +24,7 @@ from autotune.ir.stmt import (
     MbarrierArrive,
     MbarrierInit,
     MbarrierWait,
+    NamedSync,
     SetMaxNReg,
     SmemMatrix,
     Stmt,
@@ -37,7 +38,7 @@ from autotune.ir.stmt import (
 )
 
 HOPPER_STMTS = (TmaLoad, MbarrierInit, MbarrierArrive, MbarrierWait, Wgmma, WgmmaFence,
-                WgmmaCommit, WgmmaWait, SetMaxNReg)
+                WgmmaCommit, WgmmaWait, SetMaxNReg, NamedSync)
 TENSOR_MAP_TYPE = "at_tensor_map"
 # wgmma's operand type names, and the swizzle mode codes of its descriptors (bits 62-63)
 _WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
@@ -179,6 +180,8 @@ def hopper_stmt(s: Stmt, expr: Callable[[Expr], str], at: Callable[[Buffer, Expr
     if isinstance(s, SetMaxNReg):
         op = "inc" if s.increase else "dec"
         return f'asm volatile("setmaxnreg.{op}.sync.aligned.u32 {s.count};");'
+    if isinstance(s, NamedSync):
+        return f'asm volatile("bar.sync {s.barrier}, {s.threads};" ::: "memory");'
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

@@ -48,6 +48,9 @@ RASTERS = ("m", "n")          # the dimension a group of tiles runs along
 GROUPS = (1, 4, 8, 16)
 INFLIGHT = (0, 1)             # wgmma groups kept in flight before freeing a stage
 TILE_WS = (4, 8, 16, 32, 64)  # conv2d: output columns of a block's pixel rectangle
+SPLITS = (1, 2, 4, 8, 16)     # k ranges per output tile (split-K)
+WORKSPACE_CAP = 1 << 26       # bytes of split-K partial tiles a kernel may hold
+MIN_SPLIT_TILES = 4           # k tiles per split the default keeps
 MAX_ELEMENT_STRIDE = 8        # TMA's largest traversal stride (a conv's stride)
 PRODUCER_REGS = 40
 REG_FILE = 65536              # registers of a multiprocessor (one block per SM)
@@ -70,6 +73,7 @@ class WgmmaTiling:
     group: int = 8
     inflight: int = 0
     tile_w: int = 0           # conv2d's BW (0 for GEMMs)
+    split_k: int = 1
 
     @property
     def bm(self) -> int:
@@ -109,7 +113,8 @@ class WgmmaTiling:
 def tiling(cfg: Mapping[str, Any]) -> WgmmaTiling:
     """The `WgmmaTiling` of a config of this template's space (or of its knob values)."""
     return WgmmaTiling(cfg["consumers"], cfg["m_tiles"], cfg["block_n"], cfg["stages"],
-                       cfg["raster"], cfg["group"], cfg["inflight"], cfg.get("tile_w", 0))
+                       cfg["raster"], cfg["group"], cfg["inflight"], cfg.get("tile_w", 0),
+                       cfg["split_k"])
 
 
 def workload_reason(wl: Workload) -> str | None:
@@ -124,7 +129,7 @@ def workload_reason(wl: Workload) -> str | None:
             return f"conv2d in {wl.layout}: the wgmma kernels read NHWC"
         if max(wl.pair("stride")) > MAX_ELEMENT_STRIDE:
             return f"stride {wl.pair('stride')}: TMA strides up to {MAX_ELEMENT_STRIDE}"
-        rows = (("C", wl.dim("C")),)
+        rows: tuple[tuple[str, int], ...] = (("C", wl.dim("C")),)
     else:
         _, _, N, K = gemm_dims(wl)
         rows = (("K", K), ("N", N))
@@ -180,6 +185,7 @@ def conv_reason(t: WgmmaTiling, wl: Workload) -> str | None:
 def space(wl: Workload, target: Target) -> ConfigSpace:
     lim = limits(target)
     knobs = [
+        Choice("split_k", list(SPLITS)),
         Choice("consumers", list(CONSUMERS)),
         Choice("m_tiles", list(M_TILES)),
         Choice("block_n", list(BLOCK_NS)),
@@ -196,7 +202,40 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 
 def _validity(lim: CudaLimits, wl: Workload, cfg: Config) -> str | None:
     t = tiling(cfg)
-    return tiling_reason(t, lim) or conv_reason(t, wl)
+    return tiling_reason(t, lim) or conv_reason(t, wl) or split_reason(t, wl)
+
+
+def k_tiles(wl: Workload) -> int:
+    """64-wide k steps of ``wl``'s reduction: an NHWC conv's are taps x channel tiles."""
+    if wl.op == "conv2d":
+        return wl.dim("R") * wl.dim("S") * -(-wl.dim("C") // BLOCK_K)
+    return -(-gemm_dims(wl)[3] // BLOCK_K)
+
+
+def workspace_bytes(t: WgmmaTiling, wl: Workload) -> int:
+    """Bytes of split-K's float32 partial tiles (0 without a split)."""
+    if t.split_k == 1:
+        return 0
+    batch, rows, cols = tile_counts(wl, t)
+    return t.split_k * batch * rows * cols * t.bm * t.block_n * 4
+
+
+def split_reason(t: WgmmaTiling, wl: Workload) -> str | None:
+    """Why ``t``'s split-K cannot serve ``wl``: a split with no k step of its own, or a
+    workspace over WORKSPACE_CAP."""
+    if t.split_k not in SPLITS:
+        return f"split_k {t.split_k}; {', '.join(map(str, SPLITS))} are supported"
+    if t.split_k == 1:
+        return None
+    steps = k_tiles(wl)
+    per = -(-steps // t.split_k)
+    if (t.split_k - 1) * per >= steps:
+        return (f"split_k {t.split_k} leaves a split with no k step ({steps} steps of 64, "
+                f"{per} per split)")
+    ws = workspace_bytes(t, wl)
+    if ws > WORKSPACE_CAP:
+        return f"split_k {t.split_k} needs {ws} bytes of workspace > cap {WORKSPACE_CAP}"
+    return None
 
 
 def tile_counts(wl: Workload, t: WgmmaTiling) -> tuple[int, int, int]:
@@ -235,9 +274,26 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
         values["tile_w"] = _default_tile_w(wl, 64 * mi * c)
     for stages in (4, 3, 2):
         values["stages"] = stages
-        if tiling_reason(tiling(values), lim) is None:
+        if tiling_reason(tiling({**values, "split_k": 1}), lim) is None:
             break
-    return values
+    return {"split_k": _default_split(wl, lim, values), **values}
+
+
+def _default_split(wl: Workload, lim: CudaLimits, values: dict[str, object]) -> int:
+    """The smallest split that gives nine in ten multiprocessors a tile, keeping
+    MIN_SPLIT_TILES k steps per split; 1 when the tiles fill them already."""
+    t = tiling({**values, "split_k": 1})
+    batch, rows, cols = tile_counts(wl, t)
+    tiles, steps = batch * rows * cols, k_tiles(wl)
+    best = 1
+    for split in SPLITS[1:]:
+        if tiles * best >= FILL * lim.multiprocessors:
+            break
+        if -(-steps // split) < MIN_SPLIT_TILES or split_reason(
+                tiling({**values, "split_k": split}), wl):
+            break
+        best = split
+    return best
 
 
 def _default_tile_w(wl: Workload, bm: int) -> int:

@@ -15,6 +15,15 @@ arrival per consumer. Finally each thread applies the epilogue to its accumulato
 wgmma register layout, `wgmma_fragment`) and stores them under bounds guards. TMA reads
 zeros outside A and B, so ragged edges need no guard on the way in.
 
+Split-K (S > 1): the block's work units are (tile, split) pairs, the S splits of a tile
+adjacent; every split runs the same number of k steps (the last one's overhang reads zeros
+past K, or past the kernel's taps), so the producer's and consumers' step count, which
+drives the stages' parities, stays uniform. Each consumer thread stores its float32
+partials into the split's slice of a workspace, fences, the consumers meet at a named
+barrier (the producer never joins), one thread counts the arrival on the tile's counter
+(atomicAdd, then a fence), they meet again, and the consumers of the block that arrived
+last sum the S slices in split order, apply the epilogue and reset the counter.
+
 An NHWC conv2d's k step is one kernel tap (r, s) and 64 channels: the A box is the input
 under the block's BH x BW output pixels for that tap (every stride-th pixel, from
 ``oy * stride - pad + r * dilation``; the padding is outside the tensor, so zeros), the B box
@@ -25,13 +34,16 @@ from __future__ import annotations
 from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, minimum
 from autotune.ir.stmt import (
     Allocate,
+    AtomicAdd,
     Buffer,
+    Fence,
     For,
     ForKind,
     IfThenElse,
     MbarrierArrive,
     MbarrierInit,
     MbarrierWait,
+    NamedSync,
     PrimFunc,
     Scope,
     Seq,
@@ -58,6 +70,7 @@ from autotune.schedule.templates.cuda_wgmma import (
     PRODUCER_REGS,
     WARPGROUP,
     WgmmaTiling,
+    k_tiles,
     tile_counts,
 )
 
@@ -85,12 +98,15 @@ class _Kernel:
         self.batch, self.tiles_m, self.tiles_n = tile_counts(wl, t)
         self.per_image = self.tiles_m * self.tiles_n
         self.tiles = self.batch * self.per_image
-        self.grid = min(multiprocessors, self.tiles)
-        self.rounds = -(-self.tiles // self.grid)        # tiles per block, at most
+        self.splits = t.split_k
+        self.units = self.tiles * self.splits            # (tile, split) pairs
+        self.grid = min(multiprocessors, self.units)
+        self.rounds = -(-self.units // self.grid)        # units per block, at most
+        self.k_tiles = k_tiles(wl)
+        self.per = -(-self.k_tiles // self.splits)       # k steps per unit
         dt = wl.dtype
         if self.conv:
             self.c_tiles = -(-wl.dim("C") // BLOCK_K)
-            self.k_tiles = wl.dim("R") * wl.dim("S") * self.c_tiles
             (sh, sw) = wl.pair("stride")
             self.tm_a = TensorMap("tm_data", self.bufs["data"],
                                   (1, t.tile_h * sh, t.tile_w * sw, BLOCK_K), SWIZZLE,
@@ -98,7 +114,6 @@ class _Kernel:
             self.tm_b = TensorMap("tm_weight", self.bufs["weight"],
                                   (t.block_n, 1, 1, BLOCK_K), SWIZZLE)
         else:
-            self.k_tiles = -(-self.K // BLOCK_K)
             one = (1,) if self.batched else ()
             self.tm_a = TensorMap("tm_A", self.bufs["A"], (*one, t.bm, BLOCK_K), SWIZZLE)
             self.tm_b = TensorMap("tm_B", self.bufs["B"], (*one, BLOCK_K, BOX_N), SWIZZLE)
@@ -110,6 +125,13 @@ class _Kernel:
         self.acc = Buffer("acc", (t.m_tiles, t.block_n // 2), FLOAT, Scope.LOCAL)
         self.bx, self.tx = Var("bx"), Var("tx")
         self.p, self.kt = Var("p"), Var("kt")
+        self.workspaces: tuple[Buffer, ...] = ()
+        if self.splits > 1:
+            area = t.bm * t.block_n
+            self.partials = Buffer("split_partials", (self.splits * self.tiles * area,), FLOAT)
+            self.counters = Buffer("split_counters", (self.tiles,), FLOAT)
+            self.flag = Buffer("split_flag", (1,), FLOAT, Scope.SHARED)
+            self.workspaces = (self.partials, self.counters)
 
     # ------------------------------------------------------------------ whole kernel
     def func(self) -> PrimFunc:
@@ -120,15 +142,22 @@ class _Kernel:
         roles = IfThenElse(cmp("<", self.tx, WARPGROUP), self._producer(),
                            Allocate(self.acc, self._consumer()))
         body: Stmt = Seq([init, Sync(), roles])
-        for sh in (self.empty, self.full, self.b_sh, self.a_sh):
+        shared = (self.empty, self.full, self.b_sh, self.a_sh)
+        for sh in ((self.flag,) if self.splits > 1 else ()) + shared:
             body = Allocate(sh, body)
         body = For(self.tx, t.threads, ForKind.THREAD_X, body)
         body = For(self.bx, self.grid, ForKind.BLOCK_X, body)
-        return PrimFunc(f"at_{self.wl.op}", tuple(self.bufs.values()), body)
+        return PrimFunc(f"at_{self.wl.op}", tuple(self.bufs.values()), body, self.workspaces)
 
     # ------------------------------------------------------------------ tile schedule
-    def _tile(self) -> Expr:
+    def _unit(self) -> Expr:
         return self.bx + self.p * self.grid
+
+    def _tile(self) -> Expr:
+        return self._unit() // self.splits if self.splits > 1 else self._unit()
+
+    def _split(self) -> Expr:
+        return self._unit() % self.splits
 
     def _coords(self) -> tuple[Expr, Expr, Expr]:
         """(image, row tile, column tile) of the block's tile ``p``: grouped raster, GROUP
@@ -149,12 +178,16 @@ class _Kernel:
         return (image, a, b) if t.raster == "m" else (image, b, a)
 
     def _step(self, kt: Expr) -> tuple[Expr, Expr, Expr]:
-        """(iteration, stage, phase parity) of k step ``kt`` of the block's tile ``p``."""
-        it = self.p * self.k_tiles + kt
+        """(iteration, stage, phase parity) of k step ``kt`` of the block's unit ``p``."""
+        it = self.p * self.per + kt
         return it, it % self.t.stages, it // self.t.stages % 2
 
+    def _k(self) -> Expr:
+        """The reduction's k step that step ``kt`` of the unit is."""
+        return self._split() * self.per + self.kt if self.splits > 1 else self.kt
+
     def _per_tile(self, body: Stmt) -> Stmt:
-        guard = cmp("<", self._tile(), self.tiles)
+        guard = cmp("<", self._unit(), self.units)
         return For(self.p, self.rounds, ForKind.SERIAL, IfThenElse(guard, body))
 
     # ------------------------------------------------------------------ producer
@@ -167,7 +200,7 @@ class _Kernel:
             MbarrierArrive(self.full, stage, (self.a_elems + self.b_elems) * HALF_BYTES),
             *(self._conv_copies(stage) if self.conv else self._gemm_copies(stage)),
         ])
-        loop = self._per_tile(For(self.kt, self.k_tiles, ForKind.SERIAL, copies))
+        loop = self._per_tile(For(self.kt, self.per, ForKind.SERIAL, copies))
         return Seq([SetMaxNReg(PRODUCER_REGS, False),
                     IfThenElse(cmp("==", self.tx, 0), loop)])
 
@@ -177,7 +210,7 @@ class _Kernel:
         image, tm, tn = self._coords()
         head = (image,) if self.batched else ()
         j = Var("j")
-        k0 = self.kt * BLOCK_K
+        k0 = self._k() * BLOCK_K
         return [
             TmaLoad(self.a_sh, stage * self.a_elems, self.tm_a, (*head, tm * t.bm, k0),
                     self.full, stage),
@@ -191,7 +224,8 @@ class _Kernel:
         weight's BN x 64 box of that tap (K-major)."""
         t, wl = self.t, self.wl
         image, tm, tn = self._coords()
-        tap, c0 = self.kt // self.c_tiles, self.kt % self.c_tiles * BLOCK_K
+        k = self._k()
+        tap, c0 = k // self.c_tiles, k % self.c_tiles * BLOCK_K
         r, s = tap // wl.dim("S"), tap % wl.dim("S")
         (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
         oy, ox = self._pixel_origin(tm)
@@ -215,8 +249,9 @@ class _Kernel:
         i, r = Var("i"), Var("r")
         zero = For(i, t.m_tiles, ForKind.UNROLLED,
                    For(r, t.block_n // 2, ForKind.UNROLLED, Store(self.acc, (i, r), ZERO)))
-        tile = Seq([zero, For(self.kt, self.k_tiles, ForKind.SERIAL, self._k_step()),
-                    *self._drain(), self._epilogue()])
+        epilogue = self._epilogue() if self.splits == 1 else self._split_epilogue()
+        tile = Seq([zero, For(self.kt, self.per, ForKind.SERIAL, self._k_step()),
+                    *self._drain(), epilogue])
         return Seq([SetMaxNReg(self.t.consumer_regs, True), self._per_tile(tile)])
 
     def _leader(self) -> Expr:
@@ -252,17 +287,25 @@ class _Kernel:
         """With wgmma groups in flight across stages: wait for the last, free its stage."""
         if self.t.inflight == 0:
             return []
-        last = self._step(Const(self.k_tiles - 1))[1]
+        last = self._step(Const(self.per - 1))[1]
         return [WgmmaWait(0), IfThenElse(self._leader(), MbarrierArrive(self.empty, last))]
 
-    def _epilogue(self) -> Stmt:
+    def _fragment(self) -> tuple[Var, Var, Expr, Expr]:
+        """The epilogue's loop vars (slice, register) and the register's row and column in
+        the block's BM x BN tile (`wgmma_fragment`)."""
         t = self.t
-        image, tm, tn = self._coords()
         c = self.tx // WARPGROUP - 1
         lane, warp = self.tx % 32, self.tx % WARPGROUP // 32
         i, r = Var("i_out"), Var("r_out")
         in_tile = (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4 + r % 4 // 2 * 8
-        col = tn * t.block_n + r // 4 * 8 + lane % 4 * 2 + r % 2
+        return i, r, in_tile, r // 4 * 8 + lane % 4 * 2 + r % 2
+
+    def _store(self, value: Expr, in_tile: Expr, in_col: Expr) -> Stmt:
+        """The epilogue on ``value``, the GEMM result at (``in_tile``, ``in_col``) of the
+        block's tile, stored under bounds guards."""
+        t = self.t
+        image, tm, tn = self._coords()
+        col = tn * t.block_n + in_col
         if self.conv:  # the tile's pixels, row-major in its rectangle
             oy0, ox0 = self._pixel_origin(tm)
             oy, ox = oy0 + in_tile // t.tile_w, ox0 + in_tile % t.tile_w
@@ -273,10 +316,43 @@ class _Kernel:
             row = tm * t.bm + in_tile
             out_idx = (image, row, col) if self.batched else (row, col)
             bounds = [cmp("<", row, self.M)]
-        value = epilogue_value(self.wl, self.bufs, Load(self.acc, (i, r)), row, col, out_idx)
-        store: Stmt = Store(self.bufs["out"], out_idx, value)
+        out = epilogue_value(self.wl, self.bufs, value, row, col, out_idx)
+        store: Stmt = Store(self.bufs["out"], out_idx, out)
         guard = all_of([*bounds, cmp("<", col, self.N)])
-        if guard is not None:
-            store = IfThenElse(guard, store)
+        return store if guard is None else IfThenElse(guard, store)
+
+    def _registers(self, i: Var, r: Var, body: Stmt) -> Stmt:
+        t = self.t
         return For(i, t.m_tiles, ForKind.UNROLLED,
-                   For(r, t.block_n // 2, ForKind.UNROLLED, store))
+                   For(r, t.block_n // 2, ForKind.UNROLLED, body))
+
+    def _epilogue(self) -> Stmt:
+        i, r, in_tile, in_col = self._fragment()
+        return self._registers(i, r, self._store(Load(self.acc, (i, r)), in_tile, in_col))
+
+    def _split_epilogue(self) -> Stmt:
+        """Split-K (see the module docstring): partials out, the arrival counted among the
+        consumers, and the last block's reduction in split order."""
+        t = self.t
+        i, r, in_tile, in_col = self._fragment()
+        tile, area = self._tile(), t.bm * t.block_n
+
+        def slot(split: Expr) -> Expr:
+            return (split * self.tiles + tile) * area + in_tile * t.block_n + in_col
+        consumers = NamedSync(1, t.consumers * WARPGROUP)
+        first = cmp("==", self.tx, WARPGROUP)
+        total: Expr = Load(self.partials, (slot(Const(0)),))
+        for split in range(1, self.splits):
+            total = total + Load(self.partials, (slot(Const(split)),))
+        last = cmp("==", Load(self.flag, (Const(0),)), Const(float(self.splits - 1), FLOAT))
+        return Seq([
+            self._registers(i, r, Store(self.partials, (slot(self._split()),),
+                                        Load(self.acc, (i, r)))),
+            Fence(), consumers,
+            IfThenElse(first, Seq([AtomicAdd(self.flag, (Const(0),), self.counters, (tile,),
+                                             1.0), Fence()])),
+            consumers,
+            IfThenElse(last, Seq([
+                self._registers(i, r, self._store(total, in_tile, in_col)),
+                IfThenElse(first, Store(self.counters, (tile,), ZERO))])),
+        ])
