@@ -172,7 +172,7 @@ def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
     """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
     ``db`` where both layouts of a conv have some)."""
     check_layout_mode(layout, tgt)
-    matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt))
+    matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt), target=tgt)
     if layout == "nchw":
         return matches, matches
     with open_database(db, create=False) as database:

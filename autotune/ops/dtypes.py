@@ -102,8 +102,9 @@ def round_to(values: np.ndarray, name: str) -> np.ndarray:
     return to_float32(to_storage(values, name), name)
 
 
-# The operators a half dtype exists for: those the tensor-core template serves.
-HALF_OPS: tuple[str, ...] = ("matmul", "batch_matmul", "conv2d")
+# The operators a half dtype exists for: those the tensor-core template serves, and
+# depthwise_conv2d (on CUDA cores, accumulating in float32).
+HALF_OPS: tuple[str, ...] = ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d")
 # bfloat16 tensor-core MMA (and its arithmetic in cuda_bf16.h) starts with Ampere.
 _BF16_MIN_SM = 80
 
@@ -126,12 +127,12 @@ def op_refusal(op: str, dtype: str) -> str | None:
 
 def target_refusal(dtype: str, kind: str, arch: str = "") -> str | None:
     """Why a target of ``kind`` (``arch`` for cuda, e.g. ``sm_80``) cannot run ``dtype``
-    (None when it can): half dtypes run on CUDA tensor cores only, bfloat16 from sm_80."""
+    (None when it can): half dtypes run on CUDA GPUs only, bfloat16 from sm_80."""
     if dtype == "float32":
         return None
     if kind != "cuda":
         return (f"dtype {dtype!r} is not supported on {kind} (CPU) targets: half-precision "
-                f"kernels run on CUDA tensor cores only; use float32, or a cuda target")
+                f"kernels run on CUDA GPUs only; use float32, or a cuda target")
     if dtype == "bfloat16" and _sm(arch) < _BF16_MIN_SM:
         return (f"dtype 'bfloat16' needs a cuda target of sm_{_BF16_MIN_SM} or later "
                 f"(bfloat16 tensor-core MMA starts there); this target is {arch}")

@@ -4,7 +4,8 @@ A template module defines ``space(workload, target) -> ConfigSpace`` and either
 ``schedule(workload, target, config) -> Schedule`` (lowered by `autotune.schedule.lower`)
 or ``lower(workload, target, config) -> PrimFunc`` (a loop AST built directly, as the
 tensor-core template does: its warp-level statements have no Schedule primitive).
-float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore``.
+float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore``;
+depthwise_conv2d keeps its template in every dtype (CUDA cores, float32 accumulation).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ _HALF_TEMPLATES: dict[tuple[str, str], str] = {
     ("matmul", "cuda"): "cuda_tensorcore",
     ("batch_matmul", "cuda"): "cuda_tensorcore",
     ("conv2d", "cuda"): "cuda_tensorcore",
+    ("depthwise_conv2d", "cuda"): "cuda_depthwise",
 }
 
 def get_template(op: str, target_kind: str, dtype: str = "float32") -> ModuleType:
