@@ -10,8 +10,10 @@
 # (default python3). See docs/gpu.md.
 #
 # Runs, in under 8 minutes: tests/cuda (on several pytest-xdist workers where xdist is
-# installed: nvcc builds dominate), the tests marked cuda_device elsewhere, and
-# benchmarks/gpu.py in float32 and float16 with 24 trials per workload.
+# installed: nvcc builds dominate), the tests marked cuda_device elsewhere, a short model
+# check (benchmarks/gpu_models.py --quick: ResNet-18 in float16 at batch 1, torch against
+# autotune with and without CUDA graphs), and benchmarks/gpu.py in float32 and float16
+# with 12 trials per workload.
 # Exit status: 0 every step passed, 1 a step failed or timed out, 2 bad arguments or no
 # GPU / nvcc, 3 a module the checks import is missing.
 set -uo pipefail
@@ -19,9 +21,9 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 BUDGET_S=470          # the whole run: under 8 minutes with setup
-BENCH_TRIALS=24
+BENCH_TRIALS=12
 
-usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: $2" >&2; exit "$1"; }
 
 case "${1:-}" in
@@ -125,16 +127,17 @@ if "$PYTHON" -c "import xdist" >/dev/null 2>&1; then
   n=$(( $(nproc) / 2 )); [ "$n" -le 8 ] || n=8
   [ "$n" -lt 2 ] || workers=(-n "$n")
 fi
-step "tests/cuda" 240 "$PYTHON" -m pytest -q -rs -p no:cacheprovider ${workers[@]+"${workers[@]}"} \
+step "tests/cuda" 200 "$PYTHON" -m pytest -q -rs -p no:cacheprovider ${workers[@]+"${workers[@]}"} \
     tests/cuda
 if [ -n "$others" ]; then
   # shellcheck disable=SC2086
-  step "cuda_device tests elsewhere" 40 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+  step "cuda_device tests elsewhere" 30 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
       -m cuda_device $others
 fi
-step "benchmarks/gpu.py" 130 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS"
-step "benchmarks/gpu.py --dtype float16" 110 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" \
+step "benchmarks/gpu_models.py --quick" 130 "$PYTHON" benchmarks/gpu_models.py --quick
+step "benchmarks/gpu.py --dtype float16" 70 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" \
     --dtype float16 --trials "$BENCH_TRIALS"
+step "benchmarks/gpu.py" 40 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS"
 
 echo; echo "=== gpu-check summary ($SECONDS s)"
 printf '  %s\n' "${results[@]}"
