@@ -301,7 +301,8 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
             del workers[col]
             continue
         prep, outputs[col] = rest
-        notes.append(f"{col}: built {prep['build_s']:.1f} s, first call {prep['first_call_s']:.1f} s")
+        notes.append(f"{col}: built {prep['build_s']:.1f} s, "
+                     f"first call {prep['first_call_s']:.1f} s")
     times: dict[str, list[float]] = {col: [] for col in workers}
     for _ in range(args.rounds):
         for col, (_, conn) in workers.items():
