@@ -287,7 +287,8 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     for col in args.columns:
         parent, child = ctx.Pipe()
         job = Job(name, dtype, batch, col, target.key, args.db, args.torch_layout)
-        proc = ctx.Process(target=_worker, args=(child, job), daemon=True)
+        # not daemonic: torch.compile starts compile workers of its own
+        proc = ctx.Process(target=_worker, args=(child, job))
         proc.start()
         workers[col] = (proc, parent)
     notes, outputs = [], {}
