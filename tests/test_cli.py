@@ -51,7 +51,8 @@ def test_ops_lists_every_operator(capsys):
     assert "dilation=1" in out and "bias, scale_shift, residual, relu, relu6" in out
     rows = {line.split()[0]: line for line in out.splitlines()[1:6]}
     assert "float32,float16,bfloat16" in rows["conv2d"]
-    assert "float16" not in rows["depthwise_conv2d"]
+    assert "float32,float16,bfloat16" in rows["depthwise_conv2d"]
+    assert "float16" not in rows["max_pool2d"]
     assert "llvm,cuda" in rows["conv2d"] and " llvm " in rows["max_pool2d"]
     assert "(none for max_pool2d)" in out
 
@@ -151,9 +152,9 @@ def test_run_is_gone_serve_demo_replaces_it(capsys):
     (["tune", *TASK, "--dtype", "float16"], 2,
      "matmul(M=64,N=64,K=64):float16: dtype 'float16' is not supported on llvm (CPU) targets"),
     (["best", *TASK, "--dtype", "bfloat16"], 2, "is not supported on llvm (CPU) targets"),
-    (["tune", "depthwise_conv2d", "-p", "N=1", "-p", "C=4", "-p", "H=8", "-p", "W=8", "-p", "R=3",
-      "-p", "S=3", "-p", "stride=1", "-p", "pad=1", "--dtype", "float16", "--target", "cuda"], 2,
-     "dtype 'float16' is not supported for depthwise_conv2d"),
+    (["tune", "max_pool2d", "-p", "N=1", "-p", "C=4", "-p", "H=8", "-p", "W=8", "-p", "R=3",
+      "-p", "S=3", "-p", "stride=1", "-p", "pad=1", "--dtype", "float16"], 2,
+     "dtype 'float16' is not supported for max_pool2d"),
     (["tune", *TASK, "--dtype", "float64"], 2, "invalid choice: 'float64'"),
     (["best", *TASK, "--db", "nosuchdialect://x"], 2, "bad database URL"),
     (["best", *TASK, "--db", "postgresql://u@127.0.0.1:9/x"], 1, "database error"),

@@ -19,6 +19,8 @@ _EXPORTS = {
     "Task": "autotune.frontend.tasks",
     "Unsupported": "autotune.frontend.tasks",
     "ModelProgress": "autotune.frontend.progress",
+    "CudaGraphModel": "autotune.frontend.cuda_graphs",
+    "CudaGraphWarning": "autotune.frontend.cuda_graphs",
 }
 
 __all__ = sorted(_EXPORTS)

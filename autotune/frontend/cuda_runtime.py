@@ -1,10 +1,13 @@
 """`compile_model` on a CUDA target: each matched group runs its CUDA kernel on torch's CUDA
 tensors, in place (device pointers; no host copies), on torch's current stream.
 
-The model's kernels are compiled by one nvcc call. Folded weights are module buffers, put
-on the device once (they follow ``.to()``); the CUDA templates read weights in their given
-layout (staged through shared memory), so there is nothing to prepack. The kernels are
-launched through the CUDA driver (`autotune.codegen.cuda.launcher`), not pycuda.
+The model's kernels are compiled by one nvcc call. Folded weights are module buffers in the
+workload's dtype, put on the device once (they follow ``.to()``); the CUDA templates read
+weights in their given layout (staged through shared memory), so there is nothing to
+prepack. The kernels are launched through the CUDA driver
+(`autotune.codegen.cuda.launcher`), not pycuda. A half group extracted under autocast
+casts its float32 activations to its dtype, as autocast does, when autocast is on for
+CUDA with that dtype at the call; otherwise such a call runs on torch.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from autotune.codegen.cuda.launcher import DeviceKernel, device_kernel
 from autotune.codegen.cuda.runtime import CudaKernel, load_cuda_kernel
 from autotune.driver import lower
 from autotune.frontend.groups import KernelGroup, ModuleMaker
+from autotune.frontend.precision import as_torch, autocast_dtype, torch_dtype
 from autotune.frontend.torch import Match
 from autotune.ops import Workload
 from autotune.space import Config
@@ -32,9 +36,11 @@ class CudaKernelModule(KernelGroup):
                  device: torch.device, launchers: dict[int, DeviceKernel]) -> None:
         super().__init__(match, in_shapes, out_shape, conv_args)
         self.kernel = kernel
+        self.dtype = torch_dtype(match.workload.dtype)
+        self.cast = match.cast
         self.n_params = len(match.params)
         for i, p in enumerate(match.params):
-            self.register_buffer(f"param{i}", torch.from_numpy(p.copy()).to(device))
+            self.register_buffer(f"param{i}", as_torch(p, match.workload.dtype).to(device))
         self._launchers = launchers  # by device ordinal, shared by the kernel's modules
 
     def torch_params(self) -> list[torch.Tensor]:
@@ -45,8 +51,9 @@ class CudaKernelModule(KernelGroup):
         if not self._fits(xs, params):
             return self.forward_torch(*xs)
         device = xs[0].device
-        xs = tuple(x.contiguous() for x in xs)  # x itself when it is (a device copy if not)
-        out = torch.empty(self.out_shape, dtype=torch.float32, device=device)
+        # x itself when it is contiguous in the kernel's dtype (else a device copy)
+        xs = tuple(x.to(self.dtype).contiguous() for x in xs)
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=device)
         # the kernel takes the main input, the weights, the other inputs (B, a residual), out
         pointers = [xs[0].data_ptr(), *(p.data_ptr() for p in params),
                     *(x.data_ptr() for x in xs[1:]), out.data_ptr()]
@@ -65,8 +72,13 @@ class CudaKernelModule(KernelGroup):
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
             return False
         device = xs[0].device
-        return device.type == "cuda" and all(
-            x.dtype == torch.float32 and x.device == device and tuple(x.shape) == s
+        if device.type != "cuda":
+            return False
+        # autocast casts a float32 activation of a half op; the kernel does the same
+        castable = self.cast and autocast_dtype("cuda") == self.dtype
+        return all(
+            (x.dtype == self.dtype or (castable and x.dtype == torch.float32))
+            and x.device == device and tuple(x.shape) == s
             for x, s in zip(xs, self.in_shapes)) and all(p.device == device for p in params)
 
 

@@ -41,7 +41,8 @@ class KernelGroup(nn.Module):
             wl = self.workload
             return F.max_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
                                 wl.pair("pad"))
-        params = self.torch_params()
+        # the folded constants in the activation's dtype (autocast casts again where on)
+        params = [p.to(xs[0].dtype) for p in self.torch_params()]
         bias = params[1] if len(params) > 1 else None
         if self.kind == "conv":
             y = F.conv2d(xs[0], params[0], bias, **self.conv_args)

@@ -6,7 +6,8 @@ dtypes or that need gradients run the same (folded) computation on torch instead
 or linear layer's weight that the schedule packs into panels is packed once, here, not on
 every call: such a layer's workload is the prepacked form (`autotune.schedule.prepack`),
 tuned and looked up as such. On a CUDA target the kernels run on
-torch's CUDA tensors (`autotune.frontend.cuda_runtime`). With ``layout="auto"`` (llvm), convs
+torch's CUDA tensors (`autotune.frontend.cuda_runtime`), and by default its calls replay
+CUDA graphs (`autotune.frontend.cuda_graphs`). With ``layout="auto"`` (llvm), convs
 run in a channel-blocked layout where they can, transformed only at the edges of blocked
 chains (`autotune.frontend.layouts`). `plan_model` lists the kernels a compiled model runs,
 without compiling them.
@@ -30,6 +31,7 @@ from autotune.api import (
 )
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
+from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.layouts import (
@@ -132,15 +134,21 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
 
 
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB, layout: str = "nchw") -> fx.GraphModule:
+                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  cuda_graphs: bool | None = None) -> nn.Module:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
     per workload). The result is called like the model; the rest of it runs on torch.
     On a CUDA target the folded weights are put on the example inputs' device (move the
-    result with ``.to()`` to run elsewhere). ``layout``: "nchw" runs every layer in NCHW;
+    result with ``.to()`` to run elsewhere), and with ``cuda_graphs`` (None: where the
+    example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
+    autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
+    for when a call runs eagerly). ``layout``: "nchw" runs every layer in NCHW;
     "auto" (llvm) runs convs in NCHW[lanes]c where `layouts.choose_layouts` says so, with
     `LayoutTransform` modules where a blocked chain starts and ends."""
     tgt = _supported(as_target(target))
+    if cuda_graphs and tgt.kind != "cuda":
+        raise ValueError(f"compile_model: cuda_graphs is for cuda targets, not {tgt.kind}")
     inputs = _as_tuple(example_inputs)
     gm = trace(model, inputs)
     _, matches = _matches(gm, tgt, db, layout)
@@ -149,7 +157,9 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
                       torch.device("cpu"))
         _rewrite(gm, matches, cuda_module_maker(matches, configs, tgt, device))
-        return gm
+        if cuda_graphs is None:
+            cuda_graphs = device.type == "cuda"
+        return CudaGraphModel(gm) if cuda_graphs else gm
     kernels: dict[Workload, Kernel] = {}
     for m in matches:
         if m.workload not in kernels:  # a prepacked workload's kernel comes with its pack
@@ -172,7 +182,7 @@ def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
     """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
     ``db`` where both layouts of a conv have some)."""
     check_layout_mode(layout, tgt)
-    matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt))
+    matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt), target=tgt)
     if layout == "nchw":
         return matches, matches
     with open_database(db, create=False) as database:
@@ -236,5 +246,5 @@ def _conv_args(node: fx.Node, modules: dict[str, nn.Module]) -> dict[str, Any]:
 
 def kernel_modules(gm: nn.Module) -> list[KernelGroup]:
     """The kernel modules of a compiled model (`KernelModule`, or `CudaKernelModule` on a
-    CUDA target), in graph order."""
+    CUDA target, inside a `CudaGraphModel` too), in graph order."""
     return [m for m in gm.modules() if isinstance(m, KernelGroup)]

@@ -3,6 +3,9 @@ kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU / 
 epilogue, and a conv's residual add (ResNet's ``relu(bn(conv(x)) + identity)``,
 MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage. Max-pools (``nn.MaxPool2d``,
 ``F.max_pool2d``) are matched for llvm targets, the only ones max_pool2d has kernels for.
+A group's workload has the dtype it computes in (`autotune.frontend.precision`: float16 or
+bfloat16 for a half model or an autocast region); a group the target cannot run in its dtype
+is unsupported.
 
 `match_model` returns the traced graph and every `Match` (the runtime rewrites the graph
 from them); `extract` keeps what tuning needs: the distinct workloads and their counts.
@@ -24,8 +27,15 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from autotune.frontend.precision import (
+    PrecisionError,
+    group_dtype,
+    meta_dtype,
+    stored,
+    symbolic_trace,
+)
 from autotune.frontend.tasks import ModelTasks, Task, Unsupported
-from autotune.ops import PREPACKABLE_OPS, Workload, op_spec, workload
+from autotune.ops import PREPACKABLE_OPS, Workload, WorkloadError, op_spec, workload
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
@@ -47,7 +57,8 @@ class Match:
     ``inputs`` (the main op's, then the residual's), and its constant ``params`` in kernel
     order (folded weight, then per-channel epilogue vectors; none for matmuls of two
     activations). The kernel takes ``inputs[0]``, ``params``, ``inputs[1:]``: the residual
-    is the last epilogue argument. ``place`` names the main op (its module's path)."""
+    is the last epilogue argument. ``place`` names the main op (its module's path).
+    ``cast``: a float32 activation is cast to the workload's half dtype first (autocast)."""
 
     workload: Workload
     nodes: tuple[str, ...]
@@ -55,14 +66,16 @@ class Match:
     params: tuple[np.ndarray, ...]
     kind: str  # "conv", "linear", "matmul" or "pool"
     place: str
+    cast: bool = False
 
 
 def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
-    """An eval-mode copy of ``model`` traced by torch.fx, every node annotated with the
-    shape of its output for ``example_inputs`` (the caller's module is left untouched)."""
+    """An eval-mode copy of ``model`` traced by torch.fx (its autocast regions kept), every
+    node annotated with the shape and dtype of its output for ``example_inputs`` (the
+    caller's module is left untouched)."""
     module = copy.deepcopy(model).eval()
     try:
-        gm = fx.symbolic_trace(module)
+        gm = symbolic_trace(module)
     except Exception as exc:  # data-dependent control flow and the like
         raise ValueError(f"cannot trace {type(model).__name__} with torch.fx: {exc}") from exc
     with torch.no_grad():
@@ -70,11 +83,12 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
     return gm
 
 
-def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = False
-                ) -> tuple[list[Match], list[Unsupported]]:
+def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = False,
+                target: Any = None) -> tuple[list[Match], list[Unsupported]]:
     """The kernel groups of a traced graph, in graph order, and the unsupported operators;
     with ``prepack`` (llvm targets), a group with a constant weight has the prepacked form
-    of its workload; with ``pools`` (llvm targets), max-pools are matched too."""
+    of its workload; with ``pools`` (llvm targets), max-pools are matched too; with a
+    ``target`` (a `Target`), a group it cannot run (a half dtype on a CPU) is unsupported."""
     modules = dict(gm.named_modules())
     matches: list[Match] = []
     unsupported: list[Unsupported] = []
@@ -84,6 +98,8 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
             found = _max_pool(node, modules) if pools else None
             if found is None:
                 found = _match(node, modules, claimed)
+            if found is not None and target is not None:
+                _check_target(found.workload, target)
         except _Unsupported as why:
             unsupported.append(Unsupported(_place(node), why.op, str(why)))
             continue
@@ -103,8 +119,10 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     or `Target`): the workloads `compile_model` runs there (prepacked ones on llvm);
     ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
+    tgt = _target(target)
     matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
-                                       prepack=prepacks(target), pools=runs_pools(target))
+                                       prepack=prepacks(target), pools=runs_pools(target),
+                                       target=tgt)
     if layout != "nchw":
         from autotune.frontend.layouts import check_layout_mode, default_layouts
         from autotune.target import Target
@@ -129,11 +147,24 @@ def runs_pools(target: Any) -> bool:
 
 
 def _kind(target: Any) -> str | None:
+    tgt = _target(target)
+    return None if tgt is None else str(tgt.kind)
+
+
+def _target(target: Any) -> Any:
+    """``target`` (a spec or `Target`) as a `Target`; None for None."""
     if target is None:
         return None
     from autotune.target import Target
 
-    return str((Target(target) if isinstance(target, str) else target).kind)
+    return Target(target) if isinstance(target, str) else target
+
+
+def _check_target(wl: Workload, target: Any) -> None:
+    try:
+        wl.check_target(target)
+    except WorkloadError as why:
+        raise _Unsupported(wl.op, str(why)) from None
 
 
 def group(matches: Sequence[Match]) -> tuple[Task, ...]:
@@ -162,6 +193,14 @@ def _place(node: fx.Node) -> str:
 def _shape(node: Any) -> Optional[tuple[int, ...]]:
     meta = getattr(node, "meta", {}).get("tensor_meta")
     return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+
+def _dtype(node: fx.Node, op: str) -> tuple[str, bool]:
+    """The group's workload dtype and whether it casts its activations (`group_dtype`)."""
+    try:
+        return group_dtype(node)
+    except PrecisionError as why:
+        raise _Unsupported(op, str(why)) from None
 
 
 def _check_fp32(node: fx.Node, op: str) -> None:
@@ -271,7 +310,7 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
 
 def _residual(node: Optional[fx.Node], value: fx.Node, claimed: set[str]
               ) -> Optional[fx.Node]:
-    """The other operand when ``node`` adds a float32 tensor of ``value``'s shape to
+    """The other operand when ``node`` adds a tensor of ``value``'s shape and dtype to
     ``value`` (no broadcasting, no ``alpha``) and no earlier group took it, else None."""
     if node is None or node.name in claimed or node.kwargs or len(node.args) != 2:
         return None
@@ -283,8 +322,8 @@ def _residual(node: Optional[fx.Node], value: fx.Node, claimed: set[str]
     other = b if a is value else a
     if not isinstance(other, fx.Node) or other is value or _shape(other) != _shape(value):
         return None
-    meta = other.meta.get("tensor_meta")
-    return other if meta is not None and meta.dtype == torch.float32 else None
+    same = meta_dtype(other) == meta_dtype(value) == meta_dtype(node)
+    return other if same and meta_dtype(other) is not None else None
 
 
 def _batchnorm(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[nn.BatchNorm2d]:
@@ -302,7 +341,7 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module], claimed
     shape = _shape(node.args[0])
     if shape is None or len(shape) != 4:
         raise _Unsupported("conv2d", f"input shape {shape}; expected NCHW")
-    _check_fp32(node, "conv2d")
+    dtype, cast = _dtype(node, "conv2d")
     if conv.padding_mode != "zeros":
         raise _Unsupported("conv2d", f"padding_mode={conv.padding_mode!r}; only zero padding")
     n, c, h, w = shape
@@ -326,6 +365,8 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module], claimed
     nodes = [node]
     after = _user(node)
     bn = _batchnorm(after, modules)
+    if bn is not None and meta_dtype(after) != meta_dtype(node):
+        bn = None  # a BatchNorm giving another dtype: folded, the group could not say it
     if bn is not None and after is not None:
         nodes.append(after)
     after = _user(nodes[-1])
@@ -339,10 +380,10 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module], claimed
     weight, bias = _folded(conv, bn)
     epilogue = ((["bias"] if bias is not None else []) + (["residual"] if identity else [])
                 + ([act] if act else []))
-    wl = _workload(op, epilogue, params)
-    consts = (weight,) + ((bias,) if bias is not None else ())
+    wl = _workload(op, epilogue, params, dtype)
+    consts = (stored(weight, dtype),) + ((stored(bias, dtype),) if bias is not None else ())
     inputs = (_input(node, 0, "conv2d").name,) + ((identity.name,) if identity else ())
-    return Match(wl, tuple(x.name for x in nodes), inputs, consts, "conv", _place(node))
+    return Match(wl, tuple(x.name for x in nodes), inputs, consts, "conv", _place(node), cast)
 
 
 def _padding(conv: nn.Conv2d) -> tuple[int, int]:
@@ -361,8 +402,9 @@ def _padding(conv: nn.Conv2d) -> tuple[int, int]:
 
 
 def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
-            ) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """The conv's weight and bias with ``bn`` folded in (as inference compilers do):
+            ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The conv's weight and bias with ``bn`` folded in (as inference compilers do), in
+    float64, to be rounded once into the group's dtype:
     w' = w * g / sqrt(var + eps), b' = (b - mean) * g / sqrt(var + eps) + beta."""
     w = conv.weight.detach().double()
     b = conv.bias.detach().double() if conv.bias is not None else None
@@ -374,22 +416,14 @@ def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
         scale = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
         w = w * scale[:, None, None, None]
         b = ((b if b is not None else 0.0) - bn.running_mean.double()) * scale + beta
-    return _f32(w), None if b is None else _f32(b)
-
-
-def _f32(t: torch.Tensor) -> np.ndarray:
-    from autotune.ops import aligned_empty
-
-    out = aligned_empty(tuple(t.shape))
-    out[...] = t.cpu().numpy()
-    return out
+    return w, b
 
 
 def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Match:
     shape = _shape(node.args[0])
     if shape is None or len(shape) < 1:
         raise _Unsupported("linear", f"input shape {shape}")
-    _check_fp32(node, "linear")
+    dtype, cast = _dtype(node, "linear")
     nodes = [node]
     after = _user(node)
     act = _activation(after, modules)
@@ -398,10 +432,10 @@ def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Mat
     bias = lin.bias is not None
     epilogue = (["bias"] if bias else []) + ([act] if act else [])
     wl = _workload("matmul", epilogue, dict(M=prod(shape[:-1]), N=lin.out_features,
-                                             K=lin.in_features))
-    consts = (_f32(lin.weight.detach().t()),) + ((_f32(lin.bias.detach()),) if bias else ())
+                                             K=lin.in_features), dtype)
+    consts = (stored(lin.weight.t(), dtype),) + ((stored(lin.bias, dtype),) if bias else ())
     return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "linear").name,), consts,
-                 "linear", _place(node))
+                 "linear", _place(node), cast)
 
 
 def _matmul(node: fx.Node) -> Match:
@@ -409,20 +443,22 @@ def _matmul(node: fx.Node) -> Match:
     sa, sb = _shape(a), _shape(b)
     if sa is None or sb is None:
         raise _Unsupported("matmul", "an operand is not a traced tensor")
-    _check_fp32(node, "matmul")
+    dtype, cast = _dtype(node, "matmul")
     if len(sa) == 2 and len(sb) == 2:
-        wl = _workload("matmul", [], dict(M=sa[0], N=sb[1], K=sa[1]))
+        wl = _workload("matmul", [], dict(M=sa[0], N=sb[1], K=sa[1]), dtype)
     elif len(sa) >= 3 and sa[:-2] == sb[:-2]:
-        wl = _workload("batch_matmul", [], dict(B=prod(sa[:-2]), M=sa[-2], N=sb[-1], K=sa[-1]))
+        wl = _workload("batch_matmul", [], dict(B=prod(sa[:-2]), M=sa[-2], N=sb[-1], K=sa[-1]),
+                       dtype)
     else:
         raise _Unsupported("matmul", f"operand shapes {sa} @ {sb}: only 2-D @ 2-D and "
                            f"batches of equal leading dimensions (no broadcasting)")
     return Match(wl, (node.name,), (a.name, b.name), (), "matmul",
-                 _place(node))
+                 _place(node), cast)
 
 
-def _workload(op: str, epilogue: list[str], params: dict[str, Any]) -> Workload:
+def _workload(op: str, epilogue: list[str], params: dict[str, Any], dtype: str = "float32"
+              ) -> Workload:
     try:
-        return workload(op, epilogue=epilogue, **params)
+        return workload(op, epilogue=epilogue, dtype=dtype, **params)
     except ValueError as exc:  # a size beyond the operator's bounds
         raise _Unsupported(op, str(exc)) from None

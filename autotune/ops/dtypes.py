@@ -55,18 +55,36 @@ def dtype_info(name: str) -> DType:
 
 
 def to_storage(values: np.ndarray, name: str) -> np.ndarray:
-    """``values`` rounded to nearest even into dtype ``name``'s storage (a new array)."""
+    """``values`` rounded to nearest even into dtype ``name``'s storage (a new array): once,
+    from float64 values too (a folded weight), never through float32 first."""
     if name == "bfloat16":
-        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-        # round to nearest even on the 16 dropped bits; NaN stays a (quiet) NaN
-        rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-        out = (rounded >> np.uint32(16)).astype(np.uint16)
-        nan = np.isnan(values)
-        if nan.any():
-            out[nan] = np.uint16(0x7FC0)
-        return out
+        return _bfloat16_bits(np.asarray(values))
     with np.errstate(over="ignore"):  # beyond float16's range is inf, as on the device
         return np.asarray(values, dtype=dtype_info(name).storage).copy()
+
+
+def _bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns of ``values`` rounded to nearest even (NaN: a quiet NaN)."""
+    with np.errstate(over="ignore"):  # beyond float32's range is inf, as on the device
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    # round to nearest even on the 16 dropped bits
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    out = (rounded >> np.uint32(16)).astype(np.uint16)
+    if values.dtype == np.float64:
+        # float32 was a first rounding: of the two bfloat16 values around float32(x) (which
+        # are those around x), take the nearer to x itself, the even one on a tie
+        low = (bits >> np.uint32(16)).astype(np.uint16)
+        high = low + np.uint16(1)
+        with np.errstate(invalid="ignore"):  # inf - inf: not finite, left as rounded
+            d_low = np.abs(values - to_float32(low, "bfloat16"))
+            d_high = np.abs(values - to_float32(high, "bfloat16"))
+        pick_high = (d_high < d_low) | ((d_high == d_low) & (low & np.uint16(1)).astype(bool))
+        finite = np.isfinite(values) & np.isfinite(to_float32(high, "bfloat16"))
+        out = np.where(finite, np.where(pick_high, high, low), out).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        out[nan] = np.uint16(0x7FC0)
+    return out
 
 
 def to_float32(stored: np.ndarray, name: str) -> np.ndarray:
@@ -84,8 +102,9 @@ def round_to(values: np.ndarray, name: str) -> np.ndarray:
     return to_float32(to_storage(values, name), name)
 
 
-# The operators a half dtype exists for: those the tensor-core template serves.
-HALF_OPS: tuple[str, ...] = ("matmul", "batch_matmul", "conv2d")
+# The operators a half dtype exists for: those the tensor-core template serves, and
+# depthwise_conv2d (on CUDA cores, accumulating in float32).
+HALF_OPS: tuple[str, ...] = ("matmul", "batch_matmul", "conv2d", "depthwise_conv2d")
 # bfloat16 tensor-core MMA (and its arithmetic in cuda_bf16.h) starts with Ampere.
 _BF16_MIN_SM = 80
 
@@ -108,12 +127,12 @@ def op_refusal(op: str, dtype: str) -> str | None:
 
 def target_refusal(dtype: str, kind: str, arch: str = "") -> str | None:
     """Why a target of ``kind`` (``arch`` for cuda, e.g. ``sm_80``) cannot run ``dtype``
-    (None when it can): half dtypes run on CUDA tensor cores only, bfloat16 from sm_80."""
+    (None when it can): half dtypes run on CUDA GPUs only, bfloat16 from sm_80."""
     if dtype == "float32":
         return None
     if kind != "cuda":
         return (f"dtype {dtype!r} is not supported on {kind} (CPU) targets: half-precision "
-                f"kernels run on CUDA tensor cores only; use float32, or a cuda target")
+                f"kernels run on CUDA GPUs only; use float32, or a cuda target")
     if dtype == "bfloat16" and _sm(arch) < _BF16_MIN_SM:
         return (f"dtype 'bfloat16' needs a cuda target of sm_{_BF16_MIN_SM} or later "
                 f"(bfloat16 tensor-core MMA starts there); this target is {arch}")

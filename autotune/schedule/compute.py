@@ -21,14 +21,18 @@ COMBINERS: dict[str, tuple[Const, Callable[[Expr, Expr], Expr]]] = {
 
 
 class Tensor:
-    """A named array; indexing it (``T[i, j]``) builds a load expression."""
+    """A named array of element type ``dtype`` (a workload dtype: a float16 tensor is
+    computed in float32 and rounded when stored); indexing it (``T[i, j]``) builds a load
+    expression."""
 
-    __slots__ = ("name", "shape", "buffer", "op")
+    __slots__ = ("name", "shape", "buffer", "op", "dtype")
 
-    def __init__(self, name: str, shape: Sequence[int], op: "ComputeOp | None" = None):
+    def __init__(self, name: str, shape: Sequence[int], op: "ComputeOp | None" = None,
+                 dtype: str = FLOAT):
         self.name = name
         self.shape = tuple(int(s) for s in shape)
-        self.buffer = Buffer(name, self.shape)
+        self.dtype = dtype
+        self.buffer = Buffer(name, self.shape, dtype)
         self.op = op
 
     def __getitem__(self, idx) -> Expr:
@@ -63,9 +67,9 @@ class ComputeOp:
         self.post, self.acc, self.combiner = post, acc, combiner
 
 
-def placeholder(name: str, shape: Sequence[int]) -> Tensor:
+def placeholder(name: str, shape: Sequence[int], dtype: str = FLOAT) -> Tensor:
     """A kernel input."""
-    return Tensor(name, shape)
+    return Tensor(name, shape, dtype=dtype)
 
 
 def reduce_axis(extent: int, name: str) -> ReduceAxis:
@@ -75,9 +79,10 @@ def reduce_axis(extent: int, name: str) -> ReduceAxis:
 def compute(name: str, shape: Sequence[int], fn: Callable[..., Expr],
             reduce_axes: Sequence[ReduceAxis] = (),
             post: Callable[..., Expr] | None = None,
-            axis_names: Sequence[str] | None = None, combiner: str = "sum") -> Tensor:
-    """Define a tensor by a function of its index vars (and a sum over ``reduce_axes``, or
-    a max with ``combiner="max"``).
+            axis_names: Sequence[str] | None = None, combiner: str = "sum",
+            dtype: str = FLOAT) -> Tensor:
+    """Define a tensor of ``dtype`` by a function of its index vars (and a sum over
+    ``reduce_axes``, or a max with ``combiner="max"``).
 
     ``post(acc, *axes)`` maps the finished value to the output (e.g. bias + relu).
     """
@@ -92,4 +97,4 @@ def compute(name: str, shape: Sequence[int], fn: Callable[..., Expr],
         acc = Var("acc", FLOAT)
         post_expr = post(acc, *axes)
     op = ComputeOp(axes, tuple(reduce_axes), body, post_expr, acc, combiner)
-    return Tensor(name, shape, op)
+    return Tensor(name, shape, op, dtype)

@@ -4,7 +4,8 @@ Each builder returns an ``OpGraph``: the kernel's input tensors in argument orde
 inputs, then the epilogue's arrays), the output, and the intermediate tensors a
 template may inline, materialise or cache (a padded input, a packed weight). Builders are
 cached: every config of a workload schedules the same graph, which schedules never mutate
-(``Stage.op`` holds what a schedule changes).
+(``Stage.op`` holds what a schedule changes). Arguments have the workload's dtype (a padded
+input its input's); what a template computes in between is float32.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _epilogue(wl: Workload, channel_axis: int, channel_of=None):
     """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue;
     ``channel_of(axes)``: the channel a per-channel vector is read at (default: the axis
     ``channel_axis``)."""
-    vecs = {a.name: placeholder(a.name, a.shape) for a in _epilogue_args(wl)}
+    vecs = {a.name: placeholder(a.name, a.shape, a.dtype) for a in _epilogue_args(wl)}
     if not wl.epilogue:
         return [], None
 
@@ -91,7 +92,7 @@ def batch_matmul_graph(wl: Workload, pack: int | None = None, pack_a: int | None
 def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -> OpGraph:
     M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
     lead: tuple[int, ...] = (wl.dim("B"),) if batched else ()
-    A, B = placeholder("A", (*lead, M, K)), placeholder("B", (*lead, K, N))
+    A, B = placeholder("A", (*lead, M, K), wl.dtype), placeholder("B", (*lead, K, N), wl.dtype)
     extra, post = _epilogue(wl, len(lead) + 1)
     k = reduce_axis(K, "k")
     bnames = ["b"] if batched else []
@@ -118,7 +119,8 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
         b, i, j = ax[:-2], ax[-2], ax[-1]
         return read_a(b, i, k.var) * read_b(b, k.var, j)
 
-    C = compute("C", (*lead, M, N), body, [k], post=post, axis_names=[*bnames, "i", "j"])
+    C = compute("C", (*lead, M, N), body, [k], post=post, axis_names=[*bnames, "i", "j"],
+                dtype=wl.dtype)
     return OpGraph([A, B, *extra], C, temps, packed=packed)
 
 
@@ -155,7 +157,7 @@ def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO) -> Tensor | None
                    lambda n, c, h, w: _guarded(data, (n, c, h - ph, w - pw),
                                                [(h - ph, h_), (w - pw, w_)], lower=True,
                                                fill=fill),
-                   axis_names=["n", "c", "h", "w"])
+                   axis_names=["n", "c", "h", "w"], dtype=data.dtype)
 
 
 @lru_cache(maxsize=GRAPHS)
@@ -164,7 +166,8 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]."""
     N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
     (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
-    data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (K, C, R, S))
+    data = placeholder("data", (N, C, H, W), wl.dtype)
+    weight = placeholder("weight", (K, C, R, S), wl.dtype)
     extra, post = _epilogue(wl, 1)
     pad = _padded(data, ph, pw)
     src = pad or data
@@ -188,7 +191,7 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
         return src[n, rc.var, y * sh + rr.var * dh, x * sw + rs.var * dw] * w_at(k)
 
     out = compute("out", wl.output_shape, body, [rc, rr, rs], post=post,
-                  axis_names=["n", "k", "y", "x"])
+                  axis_names=["n", "k", "y", "x"], dtype=wl.dtype)
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
 
 
@@ -231,7 +234,8 @@ def depthwise_graph(wl: Workload) -> OpGraph:
     """out[n, c, y, x] = sum_{r,s} pad(data)[n, c // m, y*sh + r, x*sw + s] * w[c, 0, r, s]."""
     N, C, H, W, R, S, m = (wl.dim(x) for x in ("N", "C", "H", "W", "R", "S", "multiplier"))
     (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
-    data, weight = placeholder("data", (N, C, H, W)), placeholder("weight", (C * m, 1, R, S))
+    data = placeholder("data", (N, C, H, W), wl.dtype)
+    weight = placeholder("weight", (C * m, 1, R, S), wl.dtype)
     extra, post = _epilogue(wl, 1)
     pad = _padded(data, ph, pw)
     src = pad or data
@@ -242,7 +246,7 @@ def depthwise_graph(wl: Workload) -> OpGraph:
         return src[n, cin, y * sh + rr.var, x * sw + rs.var] * weight[c, 0, rr.var, rs.var]
 
     out = compute("out", wl.output_shape, body, [rr, rs], post=post,
-                  axis_names=["n", "c", "y", "x"])
+                  axis_names=["n", "c", "y", "x"], dtype=wl.dtype)
     return OpGraph([data, weight, *extra], out, [pad] if pad else [], pad=pad)
 
 
@@ -252,13 +256,13 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
     (padded cells never win)."""
     N, C, H, W = (wl.dim(x) for x in ("N", "C", "H", "W"))
     (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
-    data = placeholder("data", (N, C, H, W))
+    data = placeholder("data", (N, C, H, W), wl.dtype)
     pad = _padded(data, ph, pw, NEG_INF)
     src = pad or data
     rr, rs = reduce_axis(wl.dim("R"), "rr"), reduce_axis(wl.dim("S"), "rs")
     out = compute("out", wl.output_shape,
                   lambda n, c, y, x: src[n, c, y * sh + rr.var, x * sw + rs.var], [rr, rs],
-                  axis_names=["n", "c", "y", "x"], combiner="max")
+                  axis_names=["n", "c", "y", "x"], combiner="max", dtype=wl.dtype)
     return OpGraph([data], out, [pad] if pad else [], pad=pad)
 
 

@@ -186,7 +186,7 @@ class _Lowerer:
             buf = st.tensor.buffer
         elif region.extents:
             gidx = [add(b, val[a]) for b, a in zip(region.bases, st.axis)]
-            buf = Buffer(st.tensor.name, tuple(region.extents), scope=st.scope)
+            buf = Buffer(st.tensor.name, tuple(region.extents), st.tensor.dtype, st.scope)
         else:
             gidx = []
             for b, terms in zip(region.bases, region.terms):
@@ -194,7 +194,8 @@ class _Lowerer:
                 for a, c in terms:
                     e = add(e, mul(val[a], c))
                 gidx.append(e)
-            buf = Buffer(st.tensor.name, tuple(ext[a] for a in st.axis), scope=st.scope)
+            buf = Buffer(st.tensor.name, tuple(ext[a] for a in st.axis), st.tensor.dtype,
+                         st.scope)
         sidx = [val[a] for a in st.axis] if region is not None else gidx
         body, post = self.bodies[st]
         subst: dict[Var, Expr] = dict(zip(op.axes, gidx))

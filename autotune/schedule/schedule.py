@@ -197,8 +197,10 @@ class Schedule:
         return self._by_tensor[t]
 
     def cache_write(self, t: Tensor, scope: str | Scope) -> Stage:
-        """Compute ``t``'s reduction into a ``scope`` buffer; ``t`` becomes the write-back
-        (where the fused epilogue runs). Returns the new stage."""
+        """Compute ``t``'s reduction into a ``scope`` buffer (float32, whatever ``t``'s
+        dtype: a half output is accumulated in float32 and rounded once, in the write-back);
+        ``t`` becomes the write-back (where the fused epilogue runs). Returns the new
+        stage."""
         st = self[t]
         if st.relations or st.kinds:
             raise ValueError(f"cache_write({t.name}) must come before scheduling {t.name}")
@@ -218,6 +220,7 @@ class Schedule:
     def cache_read(self, t: Tensor, scope: str | Scope, readers: Sequence[Stage]) -> Stage:
         """Copy the region of ``t`` that ``readers`` use into a ``scope`` buffer."""
         scope = as_scope(scope)
+        # float32 whatever t's dtype: a half input is widened once, as it is copied
         cached = compute(f"{t.name}_{scope.value}", t.shape, lambda *ax: t[ax])
         for r in readers:
             op = r.op

@@ -35,8 +35,11 @@ def test_template_is_chosen_by_dtype():
         assert get_template(op, "cuda", "float16") is tc
         assert get_template(op, "cuda", "bfloat16") is tc
         assert get_template(op, "cuda") is not tc  # float32 keeps its templates
+    # depthwise convs run on CUDA cores in every dtype
+    assert get_template("depthwise_conv2d", "cuda", "float16") is \
+        get_template("depthwise_conv2d", "cuda")
     with pytest.raises(ValueError, match="float16"):
-        get_template("depthwise_conv2d", "cuda", "float16")
+        get_template("max_pool2d", "cuda", "float16")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -11,6 +11,7 @@ from autotune.ops import OPS, ArgSpec, Workload, WorkloadError, conv_out_size, w
 
 CONV = dict(N=1, C=8, H=14, W=14, K=16, R=3, S=3, stride=1, pad=1)
 DW = dict(N=1, C=8, H=14, W=14, R=3, S=3, stride=2, pad=1, multiplier=2)
+POOL = dict(N=1, C=8, H=14, W=14, R=3, S=3, stride=2, pad=1)
 
 
 # ---- construction and canonical form ----------------------------------------------
@@ -167,8 +168,8 @@ def test_from_json_rejects_bad_text():
 BAD = [
     ("unknown op", "softmax", {}, (), "float32", "op 'softmax'.*known ops: batch_matmul, conv2d"),
     ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float64", "dtype"),
-    ("half depthwise", "depthwise_conv2d", DW, (), "float16",
-     "dtype 'float16' is not supported for depthwise"),
+    ("half pool", "max_pool2d", POOL, (), "float16",
+     "dtype 'float16' is not supported for max_pool2d"),
     ("unknown param", "matmul", dict(M=1, N=1, K=1, L=2), (), "float32", "'L'"),
     ("missing param", "matmul", dict(M=1, N=1), (), "float32", "missing parameter 'K'"),
     ("zero", "matmul", dict(M=0, N=1, K=1), (), "float32", "'M'=0"),

@@ -5,8 +5,9 @@ A template module defines ``space(workload, target) -> ConfigSpace`` and either
 or ``lower(workload, target, config) -> PrimFunc`` (a loop AST built directly, as the
 tensor-core templates do: their warp-level statements have no Schedule primitive).
 float16/bfloat16 matmul, batch_matmul and conv2d on cuda use ``cuda_tensorcore`` (wmma),
-except on sm_90a, where matmul and batch_matmul whose rows TMA can copy use
-``cuda_wgmma`` (see `template_for`).
+except on sm_90a, where matmul, batch_matmul and NHWC conv2d whose rows TMA can copy use
+``cuda_wgmma`` (see `template_for`); depthwise_conv2d keeps its template in every dtype
+(CUDA cores, float32 accumulation).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ _HALF_TEMPLATES: dict[tuple[str, str], str] = {
     ("matmul", "cuda"): "cuda_tensorcore",
     ("batch_matmul", "cuda"): "cuda_tensorcore",
     ("conv2d", "cuda"): "cuda_tensorcore",
+    ("depthwise_conv2d", "cuda"): "cuda_depthwise",
 }
 
 def get_template(op: str, target_kind: str, dtype: str = "float32") -> ModuleType:

@@ -5,6 +5,12 @@ a tile of one output plane with num_thread_y x num_thread_x threads (num_vthread
 virtual threads interleave columns), each thread a small register tile of rows and
 columns. The block's input tile (padding inlined) and the channel's filter are copied
 into shared memory first; the scale_shift/bias + relu epilogue runs in the write-back.
+
+In float16 or bfloat16 the arguments hold the half type (half the global traffic of
+float32); the fills widen each element once into float32 shared tiles, so the inner loop is
+float32 multiply-adds without conversions (widening at every product, or half2 products,
+would put a conversion beside each FMA), accumulated in float32 registers; the result,
+epilogue applied, is rounded once when stored.
 """
 from __future__ import annotations
 
