@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+import autotune
 from autotune import driver
 from autotune.codegen.cuda.compiler import CudaBinary, compile_cuda_batch, generate_cuda
 from autotune.codegen.cuda.nvcc import arch_flags
@@ -70,3 +71,28 @@ def test_descriptor_encoding_is_innermost_first_with_byte_strides():
 ])
 def test_arch_specific_targets_compile_by_gencode(arch, flags):
     assert arch_flags(arch) == flags
+
+
+def test_the_epilogue_stores_column_pairs_where_they_are_aligned():
+    """Two adjacent half outputs of a thread go out as one 4-byte store where the row
+    length is even (every GEMM here: N is a multiple of 8), and as two stores where an
+    NHWC conv's K is odd; split-K's float32 partials go out as float2."""
+    def source(wl):
+        return generate_cuda(driver.lower(wl, target()), target())[0]
+    even = source(workloads("matmul", "float16")[0])
+    assert "reinterpret_cast<__half2*>(&out[" in even
+    odd = autotune.workload("conv2d", N=1, C=16, H=7, W=7, K=15, R=3, S=3, stride=1, pad=1,
+                            dtype="bfloat16", layout="NHWC")
+    odd_src = source(odd)
+    assert "__nv_bfloat162" not in odd_src and "__float2bfloat16_rn(" in odd_src
+    split = autotune.workload("matmul", M=64, N=64, K=2048, dtype="bfloat16")
+    assert driver.config_space(split, target()).default()["split_k"] > 1
+    assert "reinterpret_cast<float2*>(&split_partials[" in source(split)
+
+
+def test_a_tma_kernel_refuses_an_unaligned_argument_before_launching():
+    from autotune.codegen.cuda.launcher import DeviceKernel
+    spec = TensorMapSpec(0, "float16", (64, 64), (64, 64), 128)
+    dk = DeviceKernel(b"", "k", (1, 1, 1), (128, 1, 1), 0, 2, [], tensor_maps=(spec,))
+    with pytest.raises(TypeError, match="argument 1 is not 16-byte aligned"):
+        dk.launch([1 << 20, (1 << 20) + 2])

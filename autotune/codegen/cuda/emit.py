@@ -29,8 +29,21 @@ from autotune.codegen.cuda.passes import (
     tensor_maps,
     writes,
 )
-from autotune.ir.analysis import Interval, interval, loop_extents, simplify
-from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Const, Expr, Load, Select, Var, add, mul
+from autotune.ir.analysis import Interval, affine, interval, loop_extents, simplify
+from autotune.ir.expr import (
+    FLOAT,
+    And,
+    BinOp,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Select,
+    Var,
+    add,
+    mul,
+    walk,
+)
 from autotune.ir.stmt import (
     Allocate,
     AsyncCommit,
@@ -92,6 +105,10 @@ _FRAGMENT_USE = {Scope.WMMA_A: "matrix_a", Scope.WMMA_B: "matrix_b",
                  Scope.WMMA_ACC: "accumulator"}
 _SHARED_ALIGN, _MMA_SHARED_ALIGN = 16, 128  # wmma needs 32-byte aligned pointers
 _DYNAMIC = "at_shared"  # the extern dynamic shared block ("at_" names are never a buffer's)
+# dtype -> (vector type, maker from two floats) of a store of two adjacent elements
+_PAIRS = {"float16": ("__half2", "__floats2half2_rn"),
+          "bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
+          FLOAT: ("float2", "make_float2")}
 
 
 class _Names:
@@ -246,8 +263,14 @@ class _Emitter:
     def stmt(self, s: Stmt, ind: int) -> None:
         pad = "  " * ind
         if isinstance(s, Seq):
-            for c in s.stmts:
-                self.stmt(c, ind)
+            stmts, k = s.stmts, 0
+            while k < len(stmts):
+                if k + 1 < len(stmts) and self._paired(stmts[k], stmts[k + 1]):
+                    self._store_pair(stmts[k], stmts[k + 1], pad)  # type: ignore[arg-type]
+                    k += 2
+                    continue
+                self.stmt(stmts[k], ind)
+                k += 1
         elif isinstance(s, For):
             self._for(s, ind)
         elif isinstance(s, Store):
@@ -368,6 +391,31 @@ class _Emitter:
         self.lines.append(f"{pad}for ({self.itype} {v} = 0; {v} < {s.extent}; ++{v}) {{")
         self.stmt(s.body, ind + 1)
         self.lines.append(f"{pad}}}")
+
+    def _paired(self, a: Stmt, b: Stmt) -> bool:
+        """Whether stores ``a`` then ``b`` write elements i and i + 1 of one global buffer,
+        i provably even (so the two make one 4- or 8-byte aligned store, given a buffer
+        aligned as device allocations are), neither reading the buffer it writes. (Not
+        registers: a vector view of a register array would move it to local memory.)"""
+        if not (isinstance(a, Store) and isinstance(b, Store) and a.buffer is b.buffer
+                and a.buffer.dtype in _PAIRS and a.buffer.scope is Scope.GLOBAL):
+            return False
+        if any(ld.buffer is a.buffer for st in (a, b) for ld in walk(st.value)
+               if isinstance(ld, Load)):
+            return False
+        first = flat_index(a.buffer, a.indices, self.ext)
+        second = flat_index(b.buffer, b.indices, self.ext)
+        step = affine(simplify(add(second, mul(first, -1)), self.ext), ())
+        form = affine(first, ())
+        return (step == ({}, 1) and form is not None
+                and all(k % 2 == 0 for k in form[0].values()) and form[1] % 2 == 0)
+
+    def _store_pair(self, a: Store, b: Store, pad: str) -> None:
+        """Two adjacent elements as one vector store (rounded once each, as `_store`)."""
+        vector, make = _PAIRS[a.buffer.dtype]
+        target = self._ref(a.buffer, a.indices)
+        self.lines.append(f"{pad}*reinterpret_cast<{vector}*>(&{target}) = "
+                          f"{make}({self.expr(a.value)}, {self.expr(b.value)});")
 
     def _store(self, s: Store, pad: str) -> None:
         target = self._ref(s.buffer, s.indices)

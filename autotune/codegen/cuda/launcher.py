@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _DESCRIPTOR = 128  # bytes of a TMA descriptor (aligned to 128 here; 64 is required)
+_TMA_ALIGN = 16    # bytes: a TMA tensor's base address
 _LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
 _P = ctypes.c_void_p
 _U = ctypes.c_uint
@@ -122,6 +123,12 @@ class DeviceKernel:
         if len(pointers) != self.n_args:
             raise TypeError(f"kernel {self.entry!r} takes {self.n_args} device pointers, "
                             f"got {len(pointers)}")
+        if self.tensor_maps:  # TMA reads, and the epilogue stores pairs of elements
+            odd = [i for i, p in enumerate(pointers) if int(p) % _TMA_ALIGN]
+            if odd:
+                raise TypeError(f"kernel {self.entry!r}: argument {odd[0]} is not "
+                                f"{_TMA_ALIGN}-byte aligned (a TMA kernel's arguments must "
+                                "be; a sliced view of a tensor may not be)")
         lib, ctx, fn, workspaces = self._loaded or self._load()
         values = (_P * (self.n_args + len(workspaces)))(*pointers, *workspaces)
         size = ctypes.sizeof(_P)

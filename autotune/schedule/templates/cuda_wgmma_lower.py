@@ -31,6 +31,8 @@ the KRSC weight's BN x 64 (K-major: wgmma takes B untransposed).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, minimum
 from autotune.ir.stmt import (
     Allocate,
@@ -290,69 +292,91 @@ class _Kernel:
         last = self._step(Const(self.per - 1))[1]
         return [WgmmaWait(0), IfThenElse(self._leader(), MbarrierArrive(self.empty, last))]
 
-    def _fragment(self) -> tuple[Var, Var, Expr, Expr]:
-        """The epilogue's loop vars (slice, register) and the register's row and column in
-        the block's BM x BN tile (`wgmma_fragment`)."""
+    def _registers(self, body: "Callable[[Expr, Expr, Callable[[int], Expr]], Stmt]"
+                   ) -> Stmt:
+        """``body(in_tile, col0, reg)`` over the thread's accumulators, a pair of adjacent
+        columns at a time (`wgmma_fragment`: registers 4q + 2h + e hold row 8h, column
+        8q + 2 (lane % 4) + e of the thread's rows): ``reg(e)`` is the pair's register e,
+        ``in_tile`` its row in the block's BM x BN tile, ``col0`` (even) its first column."""
         t = self.t
         c = self.tx // WARPGROUP - 1
         lane, warp = self.tx % 32, self.tx % WARPGROUP // 32
-        i, r = Var("i_out"), Var("r_out")
-        in_tile = (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4 + r % 4 // 2 * 8
-        return i, r, in_tile, r // 4 * 8 + lane % 4 * 2 + r % 2
+        i, q, h = Var("i_out"), Var("q_out"), Var("h_out")
+        in_tile = (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4 + h * 8
+        col0 = q * 8 + lane % 4 * 2
 
-    def _store(self, value: Expr, in_tile: Expr, in_col: Expr) -> Stmt:
-        """The epilogue on ``value``, the GEMM result at (``in_tile``, ``in_col``) of the
-        block's tile, stored under bounds guards."""
+        def reg(e: int) -> Expr:
+            return Load(self.acc, (i, q * 4 + h * 2 + e))
+        return For(i, t.m_tiles, ForKind.UNROLLED, For(
+            q, t.block_n // 8, ForKind.UNROLLED, For(
+                h, 2, ForKind.UNROLLED, body(in_tile, col0, reg))))
+
+    def _store(self, values: tuple[Expr, Expr], in_tile: Expr, col0: Expr) -> Stmt:
+        """The epilogue on ``values``, the GEMM results at (``in_tile``, ``col0``) and the
+        next column of the block's tile, stored under bounds guards: one guard for both
+        where the row length is even (so the pair may go out as one 4-byte store)."""
         t = self.t
         image, tm, tn = self._coords()
-        col = tn * t.block_n + in_col
-        if self.conv:  # the tile's pixels, row-major in its rectangle
-            oy0, ox0 = self._pixel_origin(tm)
-            oy, ox = oy0 + in_tile // t.tile_w, ox0 + in_tile % t.tile_w
-            row: Expr = oy * self.wl.out_w + ox
-            out_idx: tuple[Expr, ...] = (image, oy, ox, col)
-            bounds = [cmp("<", oy, self.wl.out_h), cmp("<", ox, self.wl.out_w)]
-        else:
-            row = tm * t.bm + in_tile
-            out_idx = (image, row, col) if self.batched else (row, col)
-            bounds = [cmp("<", row, self.M)]
-        out = epilogue_value(self.wl, self.bufs, value, row, col, out_idx)
-        store: Stmt = Store(self.bufs["out"], out_idx, out)
-        guard = all_of([*bounds, cmp("<", col, self.N)])
-        return store if guard is None else IfThenElse(guard, store)
-
-    def _registers(self, i: Var, r: Var, body: Stmt) -> Stmt:
-        t = self.t
-        return For(i, t.m_tiles, ForKind.UNROLLED,
-                   For(r, t.block_n // 2, ForKind.UNROLLED, body))
+        stores: list[tuple[Expr | None, Stmt]] = []
+        for e, value in enumerate(values):
+            col = tn * t.block_n + col0 + e
+            if self.conv:  # the tile's pixels, row-major in its rectangle
+                oy0, ox0 = self._pixel_origin(tm)
+                oy, ox = oy0 + in_tile // t.tile_w, ox0 + in_tile % t.tile_w
+                row: Expr = oy * self.wl.out_w + ox
+                out_idx: tuple[Expr, ...] = (image, oy, ox, col)
+                bounds = [cmp("<", oy, self.wl.out_h), cmp("<", ox, self.wl.out_w)]
+            else:
+                row = tm * t.bm + in_tile
+                out_idx = (image, row, col) if self.batched else (row, col)
+                bounds = [cmp("<", row, self.M)]
+            out = epilogue_value(self.wl, self.bufs, value, row, col, out_idx)
+            last = col - e if self.N % 2 == 0 else col  # even N: col0 < N bounds both
+            stores.append((all_of([*bounds, cmp("<", last, self.N)]),
+                           Store(self.bufs["out"], out_idx, out)))
+        if self.N % 2 == 0:
+            guard = stores[0][0]
+            pair: Stmt = Seq([st for _, st in stores])
+            return pair if guard is None else IfThenElse(guard, pair)
+        return Seq([st if g is None else IfThenElse(g, st) for g, st in stores])
 
     def _epilogue(self) -> Stmt:
-        i, r, in_tile, in_col = self._fragment()
-        return self._registers(i, r, self._store(Load(self.acc, (i, r)), in_tile, in_col))
+        return self._registers(
+            lambda in_tile, col0, reg: self._store((reg(0), reg(1)), in_tile, col0))
 
     def _split_epilogue(self) -> Stmt:
         """Split-K (see the module docstring): partials out, the arrival counted among the
         consumers, and the last block's reduction in split order."""
         t = self.t
-        i, r, in_tile, in_col = self._fragment()
         tile, area = self._tile(), t.bm * t.block_n
 
-        def slot(split: Expr) -> Expr:
-            return (split * self.tiles + tile) * area + in_tile * t.block_n + in_col
+        def slot(split: Expr, in_tile: Expr, col: Expr) -> Expr:
+            return (split * self.tiles + tile) * area + in_tile * t.block_n + col
+
+        def partials(in_tile: Expr, col0: Expr, reg: Callable[[int], Expr]) -> Stmt:
+            return Seq([Store(self.partials, (slot(self._split(), in_tile, col0 + e),), reg(e))
+                        for e in (0, 1)])
+
+        def reduce(in_tile: Expr, col0: Expr, reg: Callable[[int], Expr]) -> Stmt:
+            sums = []
+            for e in (0, 1):
+                total: Expr = Load(self.partials, (slot(Const(0), in_tile, col0 + e),))
+                for split in range(1, self.splits):
+                    total = total + Load(self.partials,
+                                         (slot(Const(split), in_tile, col0 + e),))
+                sums.append(total)
+            return self._store((sums[0], sums[1]), in_tile, col0)
+
         consumers = NamedSync(1, t.consumers * WARPGROUP)
         first = cmp("==", self.tx, WARPGROUP)
-        total: Expr = Load(self.partials, (slot(Const(0)),))
-        for split in range(1, self.splits):
-            total = total + Load(self.partials, (slot(Const(split)),))
         last = cmp("==", Load(self.flag, (Const(0),)), Const(float(self.splits - 1), FLOAT))
         return Seq([
-            self._registers(i, r, Store(self.partials, (slot(self._split()),),
-                                        Load(self.acc, (i, r)))),
+            self._registers(partials),
             Fence(), consumers,
             IfThenElse(first, Seq([AtomicAdd(self.flag, (Const(0),), self.counters, (tile,),
                                              1.0), Fence()])),
             consumers,
             IfThenElse(last, Seq([
-                self._registers(i, r, self._store(total, in_tile, in_col)),
+                self._registers(reduce),
                 IfThenElse(first, Store(self.counters, (tile,), ZERO))])),
         ])
