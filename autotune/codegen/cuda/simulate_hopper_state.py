@@ -148,7 +148,7 @@ class HopperState:
                    f"the warpgroup has only {lanes.size} threads")
             raise self.error("divergent_warp", f"runs a warpgroup-collective statement with "
                              f"{inside.size} of its {WARPGROUP} threads: {why}",
-                             int(inside[0]), collective=True)
+                             int(outside[0] if outside.size else inside[0]), collective=True)
         return np.nonzero(mask & (g.tid % WARPGROUP == 0))[0]
 
     def uniform(self, leaders: np.ndarray, values: np.ndarray, what: str) -> np.ndarray:
