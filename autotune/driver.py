@@ -51,6 +51,13 @@ def _template(workload: Workload, target: Target) -> ModuleType:
     return template_for(workload, target)
 
 
+def kernel_family(workload: Workload, target: Target) -> str:
+    """The template that makes ``workload``'s kernels on ``target`` (``cuda_wgmma``,
+    ``cuda_tensorcore``, ``cpu_matmul``...): records train cost models of their own family
+    only, since one template's features say nothing of another's speed."""
+    return _template(workload, target).__name__.rsplit(".", 1)[-1]
+
+
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
     if config is None:
         return sp.default()
