@@ -190,7 +190,10 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     an out-of-bounds access, a barrier that only some threads reach, a warp-collective
     (wmma) statement that only part of a warp reaches or with operands that differ across
     it, a misaligned wmma or cp.async address, a touch of cp.async data still in flight,
-    or a split-K counter left non-zero (its ``kind`` says which). ``block_seed``: run the
+    a split-K counter left non-zero, or a misuse of the Hopper statements (mbarrier
+    parities and byte counts, stages read too early or overwritten too soon, descriptors,
+    wgmma fences and waits, setmaxnreg; see ``simulate_hopper``) (its ``kind`` says
+    which). ``block_seed``: run the
     blocks in an order drawn with it (default: index order); ``launches``: run that many
     times on the same workspaces, as a loaded kernel does (each launch's output is
     checked)."""
