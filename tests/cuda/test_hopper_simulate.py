@@ -36,6 +36,7 @@ from autotune.ir.stmt import (
 )
 from autotune.ops.dtypes import MBARRIER
 from tests.cuda.hopper_kernels import TARGET, gemm_args, gemm_reference, tma_gemm, ws_gemm
+from tests.cuda.tc_kernels import replace_stmts
 
 
 def _run(func, body, launch, seed=0):
@@ -265,26 +266,10 @@ def test_setmaxnreg_past_the_register_file_is_register_overflow():
 def test_what_the_model_does_not_run_is_an_invalid_statement(change, why):
     func, body, launch = ws_gemm()
     kind = Wgmma if "major" in why or "128-byte" in why else TmaLoad
-    changed = _replace_first(body, kind, change)
+    changed = replace_stmts(body, lambda x: isinstance(x, kind), change)
     with pytest.raises(CudaExecutionError) as info:
         _run(func, changed, launch)
     assert info.value.kind == "invalid_statement" and why in str(info.value)
-
-
-def _replace_first(s, kind, change):
-    """``s`` with every statement of type ``kind`` replaced by ``change(it)``."""
-    if isinstance(s, kind):
-        return change(s)
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _replace_first(s.body, kind, change))
-    if isinstance(s, Seq):
-        return Seq([_replace_first(c, kind, change) for c in s.stmts])
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _replace_first(s.body, kind, change))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _replace_first(s.then, kind, change),
-                          None if s.else_ is None else _replace_first(s.else_, kind, change))
-    return s
 
 
 # ---------------------------------------------------------------- layout facts
