@@ -193,6 +193,21 @@ def test_try_wait_parity_returns_once_the_phase_of_that_parity_completed():
     assert ready(0) and not ready(1) and int(bars.done[0, 0]) == 1
 
 
+def test_arrivals_past_a_phase_that_needs_no_bytes_count_towards_the_next():
+    """Two threads arriving together on a barrier of count 1 complete two phases; on one
+    that still waits for bytes the second arrival has no phase to go to."""
+    bar = Buffer("bar", (1,), MBARRIER, Scope.SHARED)
+    bars = Mbarriers([bar], blocks=1, lanes=2, threads=2, warpgroups=1,
+                     fail=lambda kind, *a: CudaExecutionError(kind, str(a)))
+    zero, two = np.zeros(2, np.int64), np.arange(2)
+    bars.init(zero[:1], zero[:1], 1)
+    bars.arrive(two, zero, zero, 0)
+    assert int(bars.done[0, 0]) == 2
+    with pytest.raises(CudaExecutionError) as info:
+        bars.arrive(two, zero, zero, 64)
+    assert info.value.kind == "too_many_arrivals"
+
+
 # ---------------------------------------------------------------- wgmma
 
 def test_a_wgmma_on_registers_stored_after_the_last_fence_is_missing_fence():

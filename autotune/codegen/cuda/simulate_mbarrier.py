@@ -85,18 +85,28 @@ class Mbarriers:
 
     def arrive(self, lanes: np.ndarray, blocks: np.ndarray, slots: np.ndarray,
                expect: int) -> None:
-        """``lanes`` arrive (raising the expected bytes by ``expect``); phases complete."""
+        """``lanes`` arrive (raising the expected bytes by ``expect``); a phase whose
+        arrivals are in and whose bytes have landed completes, and later arrivals of the
+        same statement count towards the next one."""
         np.maximum.at(self.carry, (blocks, slots), self.know[lanes])
-        np.subtract.at(self.pending, (blocks, slots), 1)
         np.add.at(self.tx, (blocks, slots), expect)
-        over = self.pending[blocks, slots] < 0
-        if over.any():
-            k = int(np.argmax(over))
-            s = int(slots[k])
-            raise self.fail("too_many_arrivals", f"arrives on {self.names[s]} in a phase "
-                            f"whose {int(self.count[blocks[k], s])} arrivals are all in "
-                            "(it still waits for bytes)", int(lanes[k]), s)
-        self._settle(blocks, slots)
+        pairs, counts = np.unique(np.stack([blocks, slots]), axis=1, return_counts=True)
+        for (b, s), k in zip(pairs.T.tolist(), counts.tolist()):
+            while k:
+                took = min(k, int(self.pending[b, s]))
+                self.pending[b, s] -= took
+                k -= took
+                if self.pending[b, s]:
+                    break
+                if self.tx[b, s]:  # waits for bytes: no arrival belongs to it any more
+                    if k:
+                        k = int(np.argmax((blocks == b) & (slots == s)))
+                        raise self.fail(
+                            "too_many_arrivals", f"arrives on {self.names[s]} in a phase "
+                            f"whose {int(self.count[b, s])} arrivals are all in (it still "
+                            "waits for bytes)", int(lanes[k]), s)
+                    break
+                self._complete(b, s)
 
     def complete_tx(self, lanes: np.ndarray, blocks: np.ndarray, slots: np.ndarray,
                     nbytes: int) -> None:
@@ -115,10 +125,13 @@ class Mbarriers:
 
     def _settle(self, blocks: np.ndarray, slots: np.ndarray) -> None:
         ready = (self.pending[blocks, slots] == 0) & (self.tx[blocks, slots] == 0)
-        if not ready.any():
-            return
-        pairs = np.unique(np.stack([blocks[ready], slots[ready]]), axis=1)
-        b, s = pairs[0], pairs[1]
+        if ready.any():
+            for b, s in np.unique(np.stack([blocks[ready], slots[ready]]), axis=1).T.tolist():
+                self._complete(b, s)
+
+    def _complete(self, b: int, s: int) -> None:
+        """Phase ``done`` of slot ``s`` of block ``b`` completes: it releases what its
+        arrivals handed over, and the next phase starts."""
         self.done[b, s] += 1
         self.pending[b, s] = self.count[b, s]
         self.released[b, s] = np.maximum(self.released[b, s], self.carry[b, s])
