@@ -60,6 +60,13 @@ def _template(workload: Workload, target: Target) -> ModuleType:
     return template_for(workload, target)
 
 
+def kernel_family(workload: Workload, target: Target) -> str:
+    """The template that makes ``workload``'s kernels on ``target`` (``cuda_wgmma``,
+    ``cuda_tensorcore``, ``cpu_matmul``...): records train cost models of their own family
+    only, since one template's features say nothing of another's speed."""
+    return _template(workload, target).__name__.rsplit(".", 1)[-1]
+
+
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
     if config is None:
         return sp.default()
@@ -192,7 +199,10 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     an out-of-bounds access, a barrier that only some threads reach, a warp-collective
     (wmma) statement that only part of a warp reaches or with operands that differ across
     it, a misaligned wmma or cp.async address, a touch of cp.async data still in flight,
-    or a split-K counter left non-zero (its ``kind`` says which). ``block_seed``: run the
+    a split-K counter left non-zero, or a misuse of the Hopper statements (mbarrier
+    parities and byte counts, stages read too early or overwritten too soon, descriptors,
+    wgmma fences and waits, setmaxnreg; see ``simulate_hopper``) (its ``kind`` says
+    which). ``block_seed``: run the
     blocks in an order drawn with it (default: index order); ``launches``: run that many
     times on the same workspaces, as a loaded kernel does (each launch's output is
     checked)."""

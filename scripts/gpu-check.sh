@@ -90,7 +90,8 @@ cd "$REPO" || die 1 "cannot enter $REPO"
 missing=$("$PYTHON" - <<'EOF'
 import importlib
 mods = ["numpy", "llvmlite", "torch", "pycuda.driver", "xgboost", "sqlalchemy", "alembic",
-        "pydantic_settings", "httpx", "rich", "librt", "pytest", "hypothesis", "autotune"]
+        "pydantic_settings", "httpx", "rich", "librt", "greenlet", "pytest", "hypothesis",
+        "autotune"]
 missing = []
 for m in mods:
     try:

@@ -90,6 +90,7 @@ open(out + ".txt", "w").write("\\n#####\\n".join(texts))
     ("conv2d", {"N": 1, "C": 32, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "stride": 1,
                 "pad": 1, "epilogue": ["bias", "relu"]}, "llvm"),
     ("matmul", {"M": 96, "N": 80, "K": 40}, "cuda"),
+    ("matmul", {"M": 200, "N": 136, "K": 128, "dtype": "float16"}, "cuda -arch=sm_90a"),
     ("depthwise_conv2d", {"N": 1, "C": 16, "H": 15, "W": 15, "R": 3, "S": 3, "stride": 2,
                           "pad": 1}, "llvm"),
 ])

@@ -42,17 +42,22 @@ Layout of ``extract(func)`` (``N_AST`` floats), in this order:
    vectorized, unrolled, blockIdx, threadIdx, vthread extents; innermost loop vectorized;
    lg innermost extent; stride w.r.t. the innermost loop per buffer slot (4); lg local and
    shared bytes; guard evaluations per iteration; the dominant store's share of all float
-   ops; log2 of (total trip count over all stores / the dominant store's). Last the
-   ``N_TC`` = 21 tensor-core and element-type floats (``NestSummary.tc``): lg MMA flops,
-   their share of all flops, lg MMA operations (per warp); lg bytes loaded into fragments
-   from global and from shared memory, lg bytes stored from fragments to global and to
-   shared; lg cp.async bytes, bytes per cp.async; lg commits, waits and barriers (per
+   ops; log2 of (total trip count over all stores / the dominant store's). Last the ``N_TC``
+   = 32 tensor-core and element-type floats (``NestSummary.tc``): lg MMA flops (wmma and
+   wgmma), their share of all flops, lg wmma operations (per warp); lg bytes loaded into
+   fragments from global and from shared memory, lg bytes stored from fragments to global
+   and to shared; lg cp.async bytes, bytes per cp.async; lg commits, waits and barriers (per
    block); the largest wait_group + 1 (0 without waits); lg accumulator and A/B fragment
    bytes per thread; lg argument bytes of half and of float32 elements; lg MMA flops per
    fragment byte loaded; the share of shared-memory fragment bytes whose rows all start in
-   one bank (``ldm`` a multiple of 128 bytes: an unpadded layout's bank conflicts); lg
-   bytes of partial tiles stored into workspaces (split-K: each is read back once by the
-   last block) and lg atomics (per block: split-K's arrivals, the split times the tiles).
+   one bank (``ldm`` a multiple of 128 bytes: an unpadded layout's bank conflicts); lg bytes
+   of partial tiles stored into workspaces (split-K: each is read back once by the last
+   block) and lg atomics (per block: split-K's arrivals, the split times the tiles); then
+   the Hopper statements: lg TMA bytes per launch, lg bytes per TMA copy, lg wgmma flops, lg
+   the widest wgmma n (the block's N), lg wgmma flops per TMA byte, mbarrier words per block
+   (two per pipeline stage), lg mbarrier waits and arrivals (per warpgroup), the largest
+   wgmma.wait_group + 1 (groups kept in flight), the warpgroups issuing wgmma (consumers)
+   and lg the largest setmaxnreg (a consumer's registers).
 """
 from __future__ import annotations
 
@@ -77,7 +82,7 @@ N_SITE = 16
 N_STORE = L_LEVELS * N_LEVEL + N_SITE
 N_GLOBAL = 9
 CURVE_POINTS = tuple(range(8, 25))
-N_TC = 21
+N_TC = 32
 N_CURVE = B_BUFFERS * len(CURVE_POINTS) + 17 + N_TC
 N_AST = K_STORES * N_STORE + N_GLOBAL + N_CURVE
 CURVE_SLICE = slice(N_AST - N_CURVE, N_AST)
@@ -120,7 +125,8 @@ def _plan() -> tuple[np.ndarray, np.ndarray]:
     for j in range(8, 12):
         t[o + j] = _SLG
     o += 17
-    for j in (0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 16, 17, 19, 20):
+    for j in (0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25,
+              27, 28, 31):
         t[o + j] = _LG
     arr = np.asarray(t)
     return np.flatnonzero(arr == _LG), np.flatnonzero(arr == _SLG)
@@ -298,8 +304,8 @@ def extract_raw(summary: NestSummary) -> Raw:
 
 
 def _tensor_core(summary: NestSummary, flops: float, out: Raw, o: int) -> None:
-    """The ``N_TC`` block: what the tensor-core and cp.async statements do (``flops``: the
-    float ops of the stores)."""
+    """The ``N_TC`` block: what the tensor-core, cp.async and Hopper statements do
+    (``flops``: the float ops of the stores)."""
     tc = summary.tc
     mma = tc["mma_flops"]
     out[o] = mma
@@ -326,6 +332,19 @@ def _tensor_core(summary: NestSummary, flops: float, out: Raw, o: int) -> None:
     out[o + 18] = tc["bank_aligned"] / shared if shared > 0 else 0.0
     out[o + 19] = tc["workspace_bytes"]
     out[o + 20] = tc["atomics"]
+    tma, wgmma = tc["tma_bytes"], tc["wgmma_flops"]
+    out[o + 21] = tma
+    copies = tc["tma_copies"]
+    out[o + 22] = tma / copies if copies > 0 else 0.0
+    out[o + 23] = wgmma
+    out[o + 24] = tc["wgmma_n"]
+    out[o + 25] = wgmma / tma if tma > 0 else 0.0
+    out[o + 26] = tc["barrier_slots"]
+    out[o + 27] = tc["mbar_waits"]
+    out[o + 28] = tc["mbar_arrives"]
+    out[o + 29] = tc["wgmma_in_flight"]
+    out[o + 30] = tc["consumers"]
+    out[o + 31] = tc["max_nreg"]
 
 
 def finish_rows(raws: Sequence[Raw | None]) -> np.ndarray:
@@ -382,7 +401,10 @@ def feature_names(kind: str = "ast") -> list[str]:
                                   "async_bytes", "async_width", "commits", "waits", "syncs",
                                   "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes",
                                   "float_arg_bytes", "mma_intensity", "bank_aligned",
-                                  "workspace_bytes", "atomics")]
+                                  "workspace_bytes", "atomics", "tma_bytes", "tma_box_bytes",
+                                  "wgmma_flops", "wgmma_n", "tma_intensity", "barrier_slots",
+                                  "mbar_waits", "mbar_arrives", "wgmma_in_flight", "consumers",
+                                  "max_nreg")]
     names += curve
     assert len(names) == N_AST and len(curve) == N_CURVE
     return curve if kind == "curve" else names

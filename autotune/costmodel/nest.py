@@ -2,16 +2,20 @@
 
 Feature extraction reads only this summary, so the AST is walked once per function. Loops
 of extent 1 are dropped (they run once and would only shift the level alignment). The
-tensor-core and cp.async statements, which are not Stores, are summed into ``tc`` (counts
-over the whole launch; a warp-collective statement counts once per warp).
+tensor-core, cp.async and Hopper statements, which are not Stores, are summed into ``tc``
+(counts over the whole launch; a warp-collective statement counts once per warp, a
+warpgroup-collective one once per warpgroup). A warp-specialized kernel gives its roles by
+guards on the thread index (``tx < 128``, its else, ``tx == 0``): the Hopper statements
+count the threads those guards leave.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from autotune.ir.analysis import affine
-from autotune.ir.expr import FLOAT, INT, BinOp, Cmp, Expr, Load, Select, Var
+from autotune.ir.expr import FLOAT, INT, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import (
+    WARPGROUP,
     Allocate,
     AsyncCommit,
     AsyncCopy,
@@ -21,6 +25,9 @@ from autotune.ir.stmt import (
     For,
     ForKind,
     IfThenElse,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
     MmaFill,
     MmaLoad,
     MmaStore,
@@ -28,20 +35,33 @@ from autotune.ir.stmt import (
     PrimFunc,
     Scope,
     Seq,
+    SetMaxNReg,
     Stmt,
     Store,
     Sync,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
     fragment_dims,
     walk_stmts,
 )
+from autotune.ops.dtypes import MBARRIER
 
-ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1, "float16": 2, "bfloat16": 2}
+ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1, "float16": 2, "bfloat16": 2, MBARRIER: 8}
 WARP = 32
+WGMMA_MK = 64 * 16  # the m and k of every wgmma
 # the counters of ``NestSummary.tc``
 TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
            "frag_store_shared", "async_bytes", "async_copies", "commits", "waits", "syncs",
            "in_flight", "acc_frag_bytes", "ab_frag_bytes", "half_arg_bytes", "float_arg_bytes",
-           "bank_aligned", "workspace_bytes", "atomics")
+           "bank_aligned", "workspace_bytes", "atomics", "tma_bytes", "tma_copies",
+           "wgmma_flops", "wgmma_n", "barrier_slots", "mbar_waits", "mbar_arrives",
+           "wgmma_in_flight", "consumers", "max_nreg")
+_HOPPER = (TmaLoad, MbarrierInit, MbarrierArrive, MbarrierWait, Wgmma, WgmmaFence, WgmmaCommit,
+           WgmmaWait, SetMaxNReg)
+_ALL_THREADS = (0, 1 << 30)  # a thread span no role guard narrowed
 BANKS_BYTES = 128  # 32 banks of 4 bytes: rows this far apart start in the same bank
 # (a set, not ``ForKind.is_thread_binding``: an Enum's ``.value`` is a Python-level property)
 _BINDINGS = frozenset(k for k in ForKind if k.is_thread_binding)
@@ -88,7 +108,9 @@ class NestSummary:
     # fragment bytes per thread (registers), argument bytes by element type, shared
     # bytes through fragments whose rows all start in one bank (ldm a multiple of 128
     # bytes), fragment bytes stored into workspaces (split-K's partial tiles) and atomics
-    # (per block)
+    # (per block); TMA bytes and copies, wgmma flops (also in the MMA flops) and the widest
+    # n, mbarrier words per block, mbarrier waits and arrivals (per warpgroup), the largest
+    # wgmma.wait_group + 1, warpgroups issuing wgmma (per block) and the largest setmaxnreg
     tc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TC_KEYS, 0.0))
     workspaces: frozenset[Buffer] = frozenset()
 
@@ -101,35 +123,37 @@ def summarize(func: PrimFunc) -> NestSummary:
     for b in func.args:
         key = "half_arg_bytes" if ITEMSIZE.get(b.dtype, 4) == 2 else "float_arg_bytes"
         out.tc[key] += b.size * ITEMSIZE.get(b.dtype, 4)
-    _walk(func.body, [], [], [], [], out)
+    _walk(func.body, [], [], [], [], out, _ALL_THREADS)
     return out
 
 
 def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
-          guards: list[int], out: NestSummary) -> None:
+          guards: list[int], out: NestSummary, span: tuple[int, int]) -> None:
     # Explicit recursion with shared path lists (push/pop): the AST is shallow, and copying
-    # the path per node would dominate the cost.
+    # the path per node would dominate the cost. ``span``: the threadIdx.x range that role
+    # guards leave (read by the Hopper statements only).
     if isinstance(s, Seq):
         for c in s.stmts:
-            _walk(c, vars_, extents, kinds, guards, out)
+            _walk(c, vars_, extents, kinds, guards, out, span)
     elif isinstance(s, For):
         if s.extent > 1:
             vars_.append(s.var)
             extents.append(s.extent)
             kinds.append(s.kind)
-            _walk(s.body, vars_, extents, kinds, guards, out)
+            _walk(s.body, vars_, extents, kinds, guards, out, span)
             vars_.pop()
             extents.pop()
             kinds.pop()
         else:
-            _walk(s.body, vars_, extents, kinds, guards, out)
+            _walk(s.body, vars_, extents, kinds, guards, out, span)
     elif isinstance(s, Store):
         out.sites.append(_site(s, vars_, extents, kinds, guards))
     elif isinstance(s, IfThenElse):
         guards.append(len(vars_))
-        _walk(s.then, vars_, extents, kinds, guards, out)
+        then, other = _role_spans(s.cond, vars_, kinds, span)
+        _walk(s.then, vars_, extents, kinds, guards, out, then)
         if s.else_ is not None:
-            _walk(s.else_, vars_, extents, kinds, guards, out)
+            _walk(s.else_, vars_, extents, kinds, guards, out, other)
         guards.pop()
     elif isinstance(s, Allocate):
         b = s.buffer
@@ -137,7 +161,9 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
         out.n_allocs += 1
         if b.scope is Scope.WMMA_ACC or b.scope is Scope.WMMA_A or b.scope is Scope.WMMA_B:
             _fragment_alloc(b, s.body, out)
-        _walk(s.body, vars_, extents, kinds, guards, out)
+        elif b.dtype == MBARRIER:
+            out.tc["barrier_slots"] += b.size
+        _walk(s.body, vars_, extents, kinds, guards, out, span)
     elif isinstance(s, Sync):
         out.n_syncs += 1
         out.tc["syncs"] += _executions(extents, kinds, guards, "block")
@@ -145,27 +171,83 @@ def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
         _tensor_core(s, extents, kinds, guards, out)
     elif isinstance(s, AtomicAdd):
         out.tc["atomics"] += _executions(extents, kinds, guards, "block")
+    elif isinstance(s, _HOPPER):
+        _hopper(s, extents, kinds, guards, out, span)
 
 
-def _executions(extents: list[int], kinds: list[ForKind], guards: list[int], unit: str
-                ) -> float:
+def _role_spans(cond: Expr, vars_: list[Var], kinds: list[ForKind], span: tuple[int, int]
+                ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The threadIdx.x spans of the then and else branches of a guard ``tx < c``,
+    ``tx >= c`` or ``tx == c``; other guards leave ``span`` as it is."""
+    if not isinstance(cond, Cmp) or not isinstance(cond.b, Const):
+        return span, span
+    a = cond.a
+    if not isinstance(a, Var) or a not in vars_:
+        return span, span
+    if kinds[vars_.index(a)] is not ForKind.THREAD_X:
+        return span, span
+    c = int(cond.b.value)
+    lo, hi = span
+    if cond.op == "<":
+        return (lo, min(hi, c)), (max(lo, c), hi)
+    if cond.op == ">=":
+        return (max(lo, c), hi), (lo, min(hi, c))
+    if cond.op == "==":
+        return (max(lo, c), min(hi, c + 1)), span
+    return span, span
+
+
+def _executions(extents: list[int], kinds: list[ForKind], guards: list[int], unit: str,
+                span: tuple[int, int] = _ALL_THREADS) -> float:
     """How often a statement under these loops runs in the launch, counted once per
-    ``unit``: "block" (a barrier, which a block's threads pass together), "warp" (a
-    warp-collective statement) or "thread"."""
+    ``unit``: "block" (a barrier, which a block's threads pass together), "warpgroup",
+    "warp" (a warp-collective statement) or "thread"; ``span`` narrows threadIdx.x."""
     if any(k in _BINDINGS for k in kinds):
         _, extents, kinds, _ = _rebind([], extents, kinds, guards)
     n = 1.0
     threads = 1
     for e, k in zip(extents, kinds):
         if k in _THREADS:
+            if k is ForKind.THREAD_X:
+                e = max(0, min(e, span[1]) - max(0, span[0]))
             threads *= e
         else:
             n *= e
     if unit == "warp":
         n *= max(1, threads // WARP)
+    elif unit == "warpgroup":
+        n *= -(-threads // WARPGROUP)
     elif unit == "thread":
         n *= threads
     return n
+
+
+def _hopper(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list[int],
+            out: NestSummary, span: tuple[int, int]) -> None:
+    """Count a TMA, mbarrier, wgmma or setmaxnreg statement into ``out.tc``."""
+    tc = out.tc
+    if isinstance(s, TmaLoad):
+        n = _executions(extents, kinds, guards, "thread", span)
+        tc["tma_copies"] += n
+        tc["tma_bytes"] += n * s.tmap.box_elems * ITEMSIZE.get(s.dst.dtype, 4)
+    elif isinstance(s, Wgmma):
+        n = _executions(extents, kinds, guards, "warpgroup", span)
+        flops = 2.0 * WGMMA_MK * s.n * n
+        tc["wgmma_flops"] += flops
+        tc["mma_flops"] += flops
+        tc["wgmma_n"] = max(tc["wgmma_n"], float(s.n))
+        threads = [k for k in kinds if k in _THREADS]
+        groups = _executions([e for e, k in zip(extents, kinds) if k in _THREADS], threads,
+                             [], "warpgroup", span)
+        tc["consumers"] = max(tc["consumers"], groups)
+    elif isinstance(s, MbarrierWait):
+        tc["mbar_waits"] += _executions(extents, kinds, guards, "warpgroup", span)
+    elif isinstance(s, MbarrierArrive):
+        tc["mbar_arrives"] += _executions(extents, kinds, guards, "warpgroup", span)
+    elif isinstance(s, WgmmaWait):
+        tc["wgmma_in_flight"] = max(tc["wgmma_in_flight"], float(s.pending + 1))
+    elif isinstance(s, SetMaxNReg):
+        tc["max_nreg"] = max(tc["max_nreg"], float(s.count))
 
 
 def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list[int],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,12 +37,14 @@ class BaseModel:
                      exclude: str | None = None, max_records: int = 3000,
                      max_per_workload: int = 300, lower: LowerFn = default_lower,
                      workers: FeatureWorkers | None = None, seed: int = 0,
+                     keep: Callable[[Any, Any], bool] | None = None,
                      **model_options: Any) -> BaseModel | None:
         """Train on ``history`` (workload key -> TrialRecords, as ``Database.history``
         returns), skipping workload ``exclude``; None when nothing usable is left.
 
         Each (workload, target) group is a ranking group, its configs read in the space the
-        workload has on that target (``target`` when the record's cannot be made here). At
+        workload has on that target (``target`` when the record's cannot be made here);
+        ``keep(workload, target)`` may refuse a group (another kernel family's). At
         most ``max_per_workload`` records per group and about ``max_records`` in all are
         used (a random sample): each costs a lowering, about half a millisecond (shared
         with ``workers`` when given).
@@ -61,7 +63,9 @@ class BaseModel:
             for r in records:
                 by_target.setdefault(str(getattr(r, "target_key", "")), []).append(r)
             for tkey, recs in sorted(by_target.items()):
-                groups.append((key, wl, _target(tkey, target), recs))
+                tgt = _target(tkey, target)
+                if keep is None or keep(wl, tgt):
+                    groups.append((key, wl, tgt, recs))
         cap = max(8, min(max_per_workload, max_records // max(1, len(groups))))
         xs, ys, gs, used = [], [], [], []
         for key, wl, tgt, recs in groups:

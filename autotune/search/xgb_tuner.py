@@ -18,9 +18,9 @@ Large batches of new rows are shared with ``workers`` processes (``FeatureWorker
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,11 +31,13 @@ from autotune.costmodel.features import CURVE_SLICE, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.transfer import BaseModel, blend
 from autotune.costmodel.workers import FeatureWorkers, auto_workers
-from autotune.ops.dtypes import DTYPE_INFO, dtype_info
+from autotune.driver import kernel_family
+from autotune.ops import Workload
 from autotune.search.annealing import Annealer
 from autotune.search.base import Tuner
 from autotune.search.options import Option
 from autotune.space import Config
+from autotune.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -144,14 +146,13 @@ class XGBTuner(Tuner):
         except Exception as exc:  # history only helps: a failure to read it must not stop a job
             log.warning("xgb tuner: no transfer history (%s)", exc)
             return
-        # half workloads run tensor-core kernels, float32 ones SIMT kernels: each learns
-        # from its own family (float16 and bfloat16 share one template)
-        half = dtype_info(task.workload.dtype).is_half
-        history = {key: records for key, records in history.items()
-                   if dtype_info(_dtype_of(key)).is_half == half}
+        # each template learns from its own kernels: SIMT (float32), wmma or wgmma (half;
+        # float16 and bfloat16 share one template)
+        family = kernel_family(task.workload, task.target)
         self.base = BaseModel.from_history(history, task.target, exclude=task.workload.key,
                                            workers=self.workers,
-                                           seed=int(self.rng.integers(2**31)))
+                                           seed=int(self.rng.integers(2**31)),
+                                           keep=partial(_of_family, family))
 
     def _observe(self, configs: Sequence[Config], scores: Sequence[float]) -> None:
         self._configs.extend(configs)
@@ -308,10 +309,10 @@ class XGBTuner(Tuner):
         return [configs[i] for i in chosen]
 
 
-def _dtype_of(workload_key: str) -> str:
-    """The dtype a workload key names (float32 when it names none or is not JSON)."""
+def _of_family(family: str, workload: Workload, target: Target) -> bool:
+    """Whether ``workload``'s kernels on ``target`` come from template ``family`` (not when
+    the target cannot run it)."""
     try:
-        dtype = json.loads(workload_key).get("dtype", "float32")
-    except (ValueError, AttributeError):
-        return "float32"
-    return dtype if dtype in DTYPE_INFO else "float32"
+        return kernel_family(workload, target) == family
+    except ValueError:
+        return False

@@ -200,7 +200,7 @@ def test_cp_async_pipelines_count_copy_bytes_groups_waits_and_barriers():
 def test_float32_kernels_have_an_empty_tensor_core_block():
     x = extract(hand_matmul(64, 64, 64, 4, 16, 8))
     tc = [i for i, n in enumerate(NAMES) if n.startswith("tc.")]
-    assert len(tc) == 21
+    assert len(tc) == 32
     assert x[col("tc.float_arg_bytes")] == pytest.approx(np.log2(1 + 3 * 64 * 64 * 4))
     assert not np.any(np.delete(x[tc], tc.index(col("tc.float_arg_bytes"))))
 
@@ -239,3 +239,60 @@ def test_split_k_shows_its_workspace_traffic_and_atomics():
     assert rows[4][col("tc.workspace_bytes")] == pytest.approx(np.log2(1 + 4 * 4 * 32 * 32 * 4))
     assert rows[4][col("tc.atomics")] == pytest.approx(np.log2(1 + 4 * 4))
     assert rows[4][col("tc.mma_flops")] == rows[1][col("tc.mma_flops")]
+
+
+# ---------------------------------------------------------------- Hopper (wgmma)
+
+def test_wgmma_kernels_count_tma_bytes_wgmma_flops_stages_waits_and_consumers():
+    """The hand-built warp-specialized GEMM (64 x 64 x 128, two k tiles, two stages): only
+    thread 0 copies, only the consumer warpgroup multiplies, whatever the thread loop."""
+    from tests.cuda.hopper_kernels import ws_gemm
+    lg = lambda v: np.log2(1 + v)
+    x = extract(ws_gemm(K=128, N=64)[0])
+    assert x[col("tc.tma_bytes")] == pytest.approx(lg(2 * 2 * 64 * 64 * 2))  # A and B tiles
+    assert x[col("tc.tma_box_bytes")] == pytest.approx(lg(64 * 64 * 2))
+    assert x[col("tc.wgmma_flops")] == pytest.approx(lg(2 * 64 * 64 * 128))  # 2MNK, once
+    assert x[col("tc.mma_flops")] == x[col("tc.wgmma_flops")]
+    assert x[col("tc.tma_intensity")] == pytest.approx(lg(2 * 64 * 64 * 128 / 32768))
+    assert x[col("tc.wgmma_n")] == pytest.approx(lg(64))
+    assert x[col("tc.barrier_slots")] == 4                 # full and empty per stage
+    assert x[col("tc.mbar_waits")] == pytest.approx(lg(2 + 2))   # producer and consumer
+    assert x[col("tc.mbar_arrives")] == pytest.approx(lg(2 + 2))
+    assert x[col("tc.wgmma_in_flight")] == 1 and x[col("tc.consumers")] == 1
+    assert x[col("tc.max_nreg")] == pytest.approx(lg(240))
+    assert x[col("tc.mma")] == 0 and x[col("tc.async_bytes")] == 0  # no wmma, no cp.async
+    y = extract(ws_gemm(K=256, N=128, stages=4, consumers=2,
+                        faults=frozenset({"wait_one"}))[0])
+    assert y[col("tc.wgmma_flops")] == pytest.approx(lg(2 * 128 * 128 * 256))
+    assert y[col("tc.barrier_slots")] == 8 and y[col("tc.consumers")] == 2
+    assert y[col("tc.wgmma_in_flight")] == 2 and y[col("tc.max_nreg")] == pytest.approx(lg(232))
+    # the block is part of the curve, which transfer across workloads reads
+    assert not np.array_equal(x[CURVE_SLICE], y[CURVE_SLICE])
+
+
+def test_wgmma_template_knobs_show_in_the_tensor_core_block():
+    t = Target("cuda -arch=sm_90a")
+    wl = autotune.workload("matmul", M=256, N=256, K=128, dtype="float16")
+    sp = config_space(wl, t)
+    rows = {}
+    for knobs in (dict(consumers=1, m_tiles=1, block_n=64, stages=2, inflight=0),
+                  dict(consumers=2, m_tiles=1, block_n=128, stages=4, inflight=1)):
+        cfg = sp.config(dict(sp.default()) | knobs)
+        assert sp.invalid_reason(cfg) is None
+        rows[knobs["consumers"]] = x = extract(autotune.lower(wl, t, cfg))
+        # 16 or 4 tiles, each on a block of its own: every flop of the GEMM, once
+        assert x[col("tc.wgmma_flops")] == pytest.approx(np.log2(1 + 2 * 256 * 256 * 128))
+        assert x[col("tc.barrier_slots")] == 2 * knobs["stages"]
+        assert x[col("tc.consumers")] == knobs["consumers"]
+        assert x[col("tc.wgmma_in_flight")] == 1 + knobs["inflight"]
+        assert x[col("tc.wgmma_n")] == pytest.approx(np.log2(1 + knobs["block_n"]))
+    one, two = rows[1], rows[2]
+    # bigger tiles read each operand fewer times: fewer TMA bytes for the same flops
+    assert two[col("tc.tma_bytes")] < one[col("tc.tma_bytes")]
+    assert two[col("tc.tma_intensity")] > one[col("tc.tma_intensity")]
+    assert two[col("tc.max_nreg")] < one[col("tc.max_nreg")]  # two consumers share the file
+    # the wmma kernel of the same GEMM on sm_90 has an empty Hopper part, and vice versa
+    wmma = extract(autotune.lower(wl, Target("cuda -arch=sm_90")))
+    hopper = [col(f"tc.{n}") for n in ("tma_bytes", "wgmma_flops", "barrier_slots",
+                                        "mbar_waits", "consumers", "max_nreg")]
+    assert not np.any(wmma[hopper]) and wmma[col("tc.mma")] > 0 and one[col("tc.mma")] == 0

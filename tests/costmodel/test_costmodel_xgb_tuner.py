@@ -194,8 +194,9 @@ def test_model_scores_are_the_current_models_ranking():
 
 
 def test_transfer_learns_only_from_kernels_of_the_same_family():
-    """A float32 task's base model leaves out half workloads' records (tensor-core kernels),
-    and would take them in without the dtype filter: they lower fine on their own target."""
+    """A float32 task's base model leaves out half workloads' records (tensor-core kernels,
+    another template), and would take them in without the family filter: they lower fine
+    on their own target."""
     from autotune.db.records import TrialRecord
     from autotune.ops import workload
     from autotune.target import Target
@@ -224,3 +225,39 @@ def test_transfer_learns_only_from_kernels_of_the_same_family():
     assert tuner.base is not None
     assert half.key not in tuner.base.workloads
     assert set(tuner.base.workloads) == set(dataset()) - {key}
+
+
+def _synthetic_records(wl, target, n=10, seed=0):
+    """Valid records of ``wl`` on ``target`` with made-up, distinct timings."""
+    from autotune.db.records import TrialRecord
+    sp = config_space(wl, target)
+    out = []
+    for c in sp.sample(np.random.default_rng(seed), 10 * n):
+        if sp.invalid_reason(c) is None and len(out) < n:
+            cost = 1e-4 * (1 + len(out))
+            out.append(TrialRecord(workload_key=wl.key, target_key=target.key,
+                                   config=c.to_dict(), config_index=c.index, costs=(cost,),
+                                   cost=cost, gflops=wl.flops() / cost / 1e9, error="none"))
+    return out
+
+
+def test_wgmma_and_wmma_records_train_only_their_own_template():
+    """Half matmuls on sm_90a take the wgmma template, on sm_90 (or with rows TMA cannot
+    copy) the wmma one: a task of either learns from its own family's records only."""
+    from autotune.ops import workload
+    from autotune.target import Target
+    hopper, ampere = Target("cuda -arch=sm_90a"), Target("cuda -arch=sm_90")
+    wgmma = workload("matmul", M=256, N=256, K=128, dtype="float16")
+    wmma = workload("matmul", M=128, N=128, K=256, dtype="float16")
+    ragged = workload("matmul", M=64, N=100, K=64, dtype="float16")  # N * 2 bytes % 16 != 0
+    history = {wgmma.key: _synthetic_records(wgmma, hopper),
+               wmma.key: _synthetic_records(wmma, ampere),
+               ragged.key: _synthetic_records(ragged, hopper)}
+    for task_wl, task_target, learns in (
+            (workload("matmul", M=512, N=256, K=64, dtype="float16"), hopper, {wgmma.key}),
+            (workload("matmul", M=96, N=64, K=64, dtype="bfloat16"), ampere,
+             {wmma.key, ragged.key})):
+        tuner = XGBTuner(config_space(task_wl, task_target), seed=0,
+                         task=TuningTask(task_wl, task_target, FakeHistoryDB(history)))
+        tuner.next_batch(4)
+        assert tuner.base is not None and set(tuner.base.workloads) == learns

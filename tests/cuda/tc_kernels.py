@@ -112,3 +112,19 @@ def async_pipeline(stages=4, dtype="float16", *, wait=1, first_sync=True, last_s
                                  For(s, stages, ForKind.SERIAL, loop)]))
     stmt, launch = launch_1d(body, 32)
     return PrimFunc("pipe", (x, out), stmt), launch
+
+
+def replace_stmts(s, match, new):
+    """``s`` with ``new(x)`` for every statement ``x`` that ``match``es."""
+    if match(s):
+        return new(s)
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, replace_stmts(s.body, match, new))
+    if isinstance(s, Seq):
+        return Seq([replace_stmts(c, match, new) for c in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, replace_stmts(s.body, match, new))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, replace_stmts(s.then, match, new),
+                          None if s.else_ is None else replace_stmts(s.else_, match, new))
+    return s

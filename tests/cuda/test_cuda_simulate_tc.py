@@ -19,8 +19,6 @@ from autotune.ir.stmt import (
     WMMA_SHAPES,
     Allocate,
     Buffer,
-    For,
-    IfThenElse,
     MmaFill,
     MmaLoad,
     MmaStore,
@@ -32,7 +30,14 @@ from autotune.ir.stmt import (
     Sync,
 )
 from autotune.ops.dtypes import dtype_info, to_float32, to_storage
-from tests.cuda.tc_kernels import T, async_pipeline, launch_1d, random_half, wmma_matmul
+from tests.cuda.tc_kernels import (
+    T,
+    async_pipeline,
+    launch_1d,
+    random_half,
+    replace_stmts,
+    wmma_matmul,
+)
 
 HALVES = ["float16", "bfloat16"]
 
@@ -159,7 +164,7 @@ def test_other_warps_reading_an_mma_store_without_a_barrier_race():
 def test_an_mma_store_whose_rows_overlap_writes_elements_twice():
     """ldm 8 (16 bytes: aligned) for rows of 16: row r's second half is row r+1's first."""
     func, launch = wmma_matmul()
-    bad = _replace(func.body, lambda s: isinstance(s, MmaStore),
+    bad = replace_stmts(func.body, lambda s: isinstance(s, MmaStore),
                    lambda s: MmaStore(s.dst, s.offset, 8, s.frag, s.index, s.shape))
     e = _raises("race", PrimFunc("wmma", func.args, bad), launch)
     assert (e.buffer, e.index, e.warp) == ("c_sh", 8, 0) and "store" in e.statement
@@ -175,7 +180,7 @@ def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
     func, launch = wmma_matmul()
     A, B, C = func.args
     wrong = Buffer("A", A.shape, "float32")
-    swapped = _replace(func.body, lambda s: isinstance(s, MmaLoad) and s.src is A,
+    swapped = replace_stmts(func.body, lambda s: isinstance(s, MmaLoad) and s.src is A,
                        lambda s: MmaLoad(s.frag, s.index, wrong, s.offset, s.ldm, s.layout,
                                          s.shape))
     func = PrimFunc("wmma", (wrong, B, C), swapped)
@@ -183,21 +188,6 @@ def test_a_fragment_loaded_from_another_element_type_is_an_invalid_statement():
     with pytest.raises(CudaExecutionError) as info:
         _run(func, launch, args)
     assert info.value.kind == "invalid_statement" and info.value.buffer == "A"
-
-
-def _replace(s, match, new):
-    """``s`` with ``new(x)`` for every statement ``x`` that ``match``es."""
-    if match(s):
-        return new(s)
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _replace(s.body, match, new))
-    if isinstance(s, Seq):
-        return Seq([_replace(c, match, new) for c in s.stmts])
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _replace(s.body, match, new))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _replace(s.then, match, new))
-    return s
 
 
 # ---------------------------------------------------------------- cp.async

@@ -20,7 +20,13 @@ compute garbage it raises ``CudaExecutionError``:
   ``simulate_warp``, which runs them);
 - ``counter_not_reset``, and the exception to the global ``race``: a read of what another
   block wrote and published by a fence and an atomic the reader's block acquired (see
-  ``simulate_sync``, which runs fences and atomics).
+  ``simulate_sync``, which runs fences and atomics);
+- the Hopper statements' kinds (TMA, mbarriers, wgmma, setmaxnreg: ``simulate_hopper``).
+
+A kernel with Hopper statements runs each warpgroup (the same one of every block in the
+chunk) as a coroutine of its own, switching where one waits on an mbarrier
+(``simulate_roles``): its producer and consumers meet only there. A ``__syncthreads()``
+then waits for every warpgroup.
 
 Blocks run in chunks, each chunk's in lockstep, in index order or in a given order (so the
 block that arrives last at a split-K counter need not be the highest one). Workspaces may
@@ -33,13 +39,18 @@ model holds their exact values as float32 and rounds each store into them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from math import prod
 from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 
 from autotune.codegen.cuda.emit import c_division, flat_index, index_bits, written_buffers
+from autotune.codegen.cuda.hopper import HOPPER_STMTS
 from autotune.codegen.cuda.passes import Launch, shared_buffers
+from autotune.codegen.cuda.simulate_error import CudaExecutionError
+from autotune.codegen.cuda.simulate_hopper import hopper_stmt
+from autotune.codegen.cuda.simulate_hopper_state import HopperPlan, HopperState
 from autotune.ir.analysis import Interval, loop_extents
 from autotune.ir.expr import FLOAT, HALF_DTYPES, And, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import (
@@ -70,32 +81,12 @@ _ExprFn = Callable[["_Grid", _Env, np.ndarray], Value]
 _StmtFn = Callable[["_Grid", _Env, np.ndarray], None]
 
 MAX_LANES = 1 << 15  # threads simulated at once (blocks are run in chunks of this size)
+# Hopper kernels keep per-element records of their async shared memory: smaller chunks
+HOPPER_MAX_LANES = 1 << 12
 _NONE = np.iinfo(np.int64).max
 _LAUNCH = {ForKind.BLOCK_X: ("block", 0), ForKind.BLOCK_Y: ("block", 1),
            ForKind.BLOCK_Z: ("block", 2), ForKind.THREAD_X: ("thread", 0),
            ForKind.THREAD_Y: ("thread", 1), ForKind.THREAD_Z: ("thread", 2)}
-
-
-class CudaExecutionError(RuntimeError):
-    """A kernel did something whose result a GPU does not define (see the module docstring).
-
-    ``kind`` names the violation; ``buffer``, ``index``, ``block`` and ``thread`` (x, y, z)
-    say where (``warp``, the warp's index in its block, for a warp-collective statement;
-    ``thread`` is then its lane 0), ``other_thread`` names the second party of a race,
-    ``statement`` the loop AST statement that did it."""
-
-    def __init__(self, kind: str, message: str, *, buffer: str | None = None,
-                 index: int | None = None, block: tuple[int, int, int] | None = None,
-                 thread: tuple[int, int, int] | None = None,
-                 other_thread: tuple[int, int, int] | None = None,
-                 other_block: tuple[int, int, int] | None = None,
-                 statement: str | None = None, warp: int | None = None):
-        self.kind, self.buffer, self.index = kind, buffer, index
-        self.block, self.thread, self.warp = block, thread, warp
-        self.other_block, self.other_thread = other_block, other_thread
-        self.statement = statement
-        where = f"\n  in: {statement.strip()}" if statement else ""
-        super().__init__(f"{kind}: {message}{where}")
 
 
 @dataclass(frozen=True)
@@ -157,6 +148,7 @@ class _Grid:
         self.warps: WarpState | None = None  # warps and cp.async groups, made on first use
         self.order = order  # fences and atomics (None: the kernel has none)
         self.phase: np.ndarray = np.zeros(blocks, np.int64)  # barriers each block passed
+        self.hopper: HopperState | None = None  # a warp-specialized kernel's own state
 
     def coords(self, lane: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(blockIdx, threadIdx) of ``lane``."""
@@ -220,16 +212,28 @@ def run_kernel(func: PrimFunc, body: Stmt, launch: Launch, arrays: Sequence[np.n
         raise ValueError(f"block_order must be a permutation of the {blocks} block ids")
     counters = counters_of(body)
     ordering = Ordering(globals_, counters) if uses_ordering(body) else None
+    plan = HopperPlan.of(func, body)
+    if plan is not None:
+        max_lanes = min(max_lanes, HOPPER_MAX_LANES)
     per_chunk = max(1, max_lanes // launch.threads)
     bits = index_bits(func)
     for first in range(0, blocks, per_chunk):
         grid = _Grid(launch, order[first:first + per_chunk], globals_, shared, bits, ordering)
-        program(grid, {}, np.ones(grid.lanes, bool))
+        if plan is None:
+            program(grid, {}, np.ones(grid.lanes, bool))
+            continue
+        # warpgroups synchronise through mbarriers: each runs as a coroutine of its own
+        grid.hopper = HopperState(plan, grid)
+        grid.hopper.run(partial(_run_lanes, program, grid), partial(_barrier, grid))
     check_counters(globals_, counters)
     out, out_buf = arrays[-1], func.args[-1]
     mem = globals_[out_buf]
     data = to_storage(mem.data, out_buf.dtype) if out_buf.dtype in HALF_DTYPES else mem.data
     out[...] = data.reshape(out.shape).astype(out.dtype)
+
+
+def _run_lanes(program: _StmtFn, g: _Grid, mask: np.ndarray) -> None:
+    program(g, {}, mask)
 
 
 class _Compiler:
@@ -245,6 +249,12 @@ class _Compiler:
     def _text(self, s: Stmt) -> str:
         return format_stmt(s)[0].strip()
 
+    @staticmethod
+    def access(g: _Grid, mem: _Memory, index: np.ndarray, lanes: np.ndarray, write: bool,
+               text: str) -> np.ndarray:
+        """Check a plain access (``_access``), for statements compiled elsewhere."""
+        return _access(g, mem, index, lanes, write, text)
+
     # ------------------------------------------------------------------ statements
     def stmt(self, s: Stmt) -> _StmtFn:
         if isinstance(s, Seq):
@@ -259,6 +269,8 @@ class _Compiler:
             return self._if(s)
         if isinstance(s, Sync):
             return self._sync(s)
+        if isinstance(s, HOPPER_STMTS):
+            return hopper_stmt(self, s)
         # (these modules import this one)
         from autotune.codegen.cuda.simulate_sync import atomic_stmt, fence_stmt
         if isinstance(s, Fence):
@@ -297,8 +309,16 @@ class _Compiler:
 
         def alloc(g: _Grid, env: _Env, mask: np.ndarray) -> None:
             # a register array declared here holds poison, whatever an earlier trip left
-            g.memory[buf] = _Memory.new(buf, np.zeros(g.lanes * buf.size, np.float32),
-                                        defined=False, tracked=False)
+            # (in the declaring threads: a coroutine's other warpgroups keep theirs)
+            mem = g.memory.get(buf)
+            if mem is None:
+                g.memory[buf] = _Memory.new(buf, np.zeros(g.lanes * buf.size, np.float32),
+                                            defined=False, tracked=False)
+            else:
+                assert mem.written is not None
+                mem.written.reshape(g.lanes, buf.size)[mask] = False
+            if g.hopper is not None:
+                g.hopper.allocated(buf, mask)
             body(g, env, mask)
         return alloc
 
@@ -321,24 +341,10 @@ class _Compiler:
 
     def _sync(self, s: Sync) -> _StmtFn:
         def sync(g: _Grid, env: _Env, mask: np.ndarray) -> None:
-            reached = mask.reshape(g.blocks, g.threads)
-            count = reached.sum(axis=1)
-            partial = np.nonzero((count > 0) & (count < g.threads))[0]
-            if partial.size:
-                blk = int(partial[0])
-                lanes: np.ndarray = blk * g.threads + np.arange(g.threads)
-                b, t_in = g.coords(int(lanes[np.argmax(reached[blk])]))
-                _, t_out = g.coords(int(lanes[np.argmin(reached[blk])]))
-                raise CudaExecutionError(
-                    "divergent_barrier",
-                    f"__syncthreads() reached by {int(count[blk])} of {g.threads} threads "
-                    f"of block {b}: thread {t_in} waits there, thread {t_out} never comes",
-                    block=b, thread=t_out, other_thread=t_in, statement="__syncthreads();")
-            full = count == g.threads
-            g.phase[full] += 1
-            for m in g.memory.values():
-                if m.buffer.scope is Scope.SHARED:
-                    m.new_phase(full)
+            if g.hopper is not None:  # the scheduler passes it once every warpgroup is there
+                g.hopper.sync(mask)
+            else:
+                _barrier(g, mask)
         return sync
 
     def _store(self, s: Store) -> _StmtFn:
@@ -453,6 +459,29 @@ class _Compiler:
         return arith
 
 
+def _barrier(g: _Grid, mask: np.ndarray) -> None:
+    """``__syncthreads()`` reached by the lanes of ``mask``: ``divergent_barrier`` unless a
+    block's threads all reach it; their shared memory starts a new phase."""
+    reached = mask.reshape(g.blocks, g.threads)
+    count = reached.sum(axis=1)
+    partial = np.nonzero((count > 0) & (count < g.threads))[0]
+    if partial.size:
+        blk = int(partial[0])
+        lanes: np.ndarray = blk * g.threads + np.arange(g.threads)
+        b, t_in = g.coords(int(lanes[np.argmax(reached[blk])]))
+        _, t_out = g.coords(int(lanes[np.argmin(reached[blk])]))
+        raise CudaExecutionError(
+            "divergent_barrier",
+            f"__syncthreads() reached by {int(count[blk])} of {g.threads} threads "
+            f"of block {b}: thread {t_in} waits there, thread {t_out} never comes",
+            block=b, thread=t_out, other_thread=t_in, statement="__syncthreads();")
+    full = count == g.threads
+    g.phase[full] += 1
+    for m in g.memory.values():
+        if m.buffer.scope is Scope.SHARED:
+            m.new_phase(full)
+
+
 def _lanes(v: Value, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(v), (n,))
 
@@ -508,6 +537,8 @@ def _access(g: _Grid, mem: _Memory, index: np.ndarray, lanes: np.ndarray, write:
         keys, owner = index, g.gtid[lanes]
     if g.warps is not None and buf.scope is Scope.SHARED:
         g.warps.check_landed(g, mem, keys, lanes, write, text, warp)
+    if g.hopper is not None:
+        g.hopper.check_plain(mem, keys, lanes, write, text)
     if not write and mem.written is not None:
         unset = ~mem.written[keys]
         if unset.any():
