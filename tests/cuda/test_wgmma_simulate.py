@@ -59,3 +59,59 @@ def test_shuffled_blocks_and_repeated_launches():
                            epilogue=("scale_shift", "residual", "relu6"))
     err = autotune.simulate_cuda(wl, None, target(), block_seed=3, launches=2)
     assert err <= dtype_info("float16").rtol
+
+
+@pytest.mark.parametrize("wl, split", [
+    (autotune.workload("conv2d", N=1, C=128, H=7, W=7, K=64, R=3, S=3, stride=1, pad=1,
+                       dtype="float16", layout="NHWC", epilogue=("bias", "residual", "relu")),
+     4),
+    (autotune.workload("matmul", M=64, N=72, K=1000, dtype="bfloat16"), 8),
+])
+def test_split_k_in_shuffled_block_orders_over_repeated_launches(wl, split):
+    """Split-K's partials, published by a fence and the counter's atomic among the
+    consumers (named barriers), summed by whichever block arrives last, whatever the
+    blocks' order; the counters left at zero for the next launch; a split's overhang past
+    the reduction reads zeros (1000 = 15.6 steps of 64 in 8 splits of 2)."""
+    sp = driver.config_space(wl, target())
+    cfg = sp.config(dict(sp.default()) | dict(split_k=split))
+    assert sp.invalid_reason(cfg) is None
+    for seed in (1, 2):
+        err = autotune.simulate_cuda(wl, cfg, target(), seed=seed, block_seed=seed,
+                                     launches=2)
+        assert err <= dtype_info(wl.dtype).rtol
+
+
+def _without(s, kind):
+    """``s`` with every statement of type ``kind`` dropped (a planted protocol fault)."""
+    from autotune.ir.stmt import Allocate, For, IfThenElse, Seq
+    if isinstance(s, Seq):
+        return Seq([_without(c, kind) for c in s.stmts if not isinstance(c, kind)])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _without(s.body, kind))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _without(s.body, kind))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _without(s.then, kind),
+                          None if s.else_ is None else _without(s.else_, kind))
+    return s
+
+
+@pytest.mark.parametrize("fault, kind", [
+    ("NamedSync", "uninitialized"),  # the arrival's count read before the atomic wrote it
+    ("Fence", "race"),               # partials read that no atomic published
+])
+def test_split_k_without_its_barrier_or_fence_is_caught(fault, kind):
+    """Without the consumers' named barriers, or without their fences, the last block reads
+    what nothing ordered before it: the model says so."""
+    from dataclasses import replace
+
+    from autotune.codegen.cuda.simulate import CudaExecutionError
+    from autotune.ir import stmt
+    wl = autotune.workload("matmul", M=64, N=64, K=512, dtype="float16")
+    tile = WgmmaTiling(2, 1, 64, 2, split_k=4)
+    func = lower_wgmma(wl, tile, 132)
+    broken = replace(func, body=_without(func.body, getattr(stmt, fault)))
+    body, launch = prepare_kernel(broken, target())
+    with pytest.raises(CudaExecutionError) as err:
+        run_kernel(broken, body, launch, wl.random_args(0))
+    assert err.value.kind == kind

@@ -34,6 +34,7 @@ from autotune.ir.stmt import (
     MbarrierArrive,
     MbarrierInit,
     MbarrierWait,
+    NamedSync,
     Scope,
     SetMaxNReg,
     Stmt,
@@ -58,6 +59,8 @@ def hopper_stmt(core: Core, s: Stmt) -> StmtFn:
         return _mbarrier(core, s, text)
     if isinstance(s, SetMaxNReg):
         return _setmaxnreg(s, text)
+    if isinstance(s, NamedSync):
+        return _named_sync(s, text)
     return wgmma_stmt(core, s, text)
 
 
@@ -207,7 +210,7 @@ def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
         core.access(g, g.memory[s.bar], at, lanes, False, text)
         blocks, slots = g.local_block[lanes], h.bars.slot(s.bar, at)
         where = np.stack([per_lane(c, g, env, mask, lanes) for c in coords], axis=1)
-        flat, inside = box_elements(src.shape, m.box, where)
+        flat, inside = box_elements(src.shape, m.loaded, where, m.element_strides)
         values = np.where(inside, g.memory[src].data[np.where(inside, flat, 0)], 0.0)
         phys: np.ndarray = swizzle(addr[:, None] + logical[None, :], m.swizzle) - base
         keys = (blocks * dst.size)[:, None] + phys // item
@@ -221,6 +224,42 @@ def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
         fills = h.shared.new_fills(slots, h.bars.done[blocks, slots], m.swizzle)
         h.shared.record_fill(dst, keys.reshape(-1), np.repeat(fills, elems))
         h.bars.complete_tx(lanes, blocks, slots, elems * item)
+    return run
+
+
+# ---------------------------------------------------------------- named barriers
+
+def _named_sync(s: NamedSync, text: str) -> StmtFn:
+    """``bar.sync id, n``: whole warpgroups meet (the model runs a warpgroup in lockstep),
+    and go on once n / 128 of them are there; their blocks pass a barrier phase, as at
+    ``__syncthreads()``: plain shared memory starts a new one, and the participants' fences
+    before it are ordered before an atomic after it (split-K's publication). The producer
+    never joins the consumers' barrier: one that waits for a warpgroup that never comes is
+    a ``deadlock``."""
+    if s.threads % WARPGROUP:
+        raise CudaExecutionError("invalid_statement", f"bar.sync {s.barrier} of {s.threads} "
+                                 f"threads: the model meets whole warpgroups of {WARPGROUP}",
+                                 statement=text)
+    count = s.threads // WARPGROUP
+
+    def run(g: Lanes, env: Any, mask: np.ndarray) -> None:
+        h = state(g, text)
+        leaders = h.leaders(mask)
+        if not leaders.size:
+            return
+        lane = int(leaders[0])
+
+        def what() -> Stuck:
+            return Stuck("deadlock", f"warpgroup {int(g.tid[lane]) // WARPGROUP} of block "
+                         f"{g.coords(lane)[0]} waits at bar.sync {s.barrier} for {count} "
+                         "warpgroups, and too few come", lane)
+        if h.roles.named(s.barrier, count, what):
+            blocks = np.unique(g.local_block[mask])
+            g.phase[blocks] += 1
+            for mem in g.memory.values():
+                b = mem.buffer
+                if b.scope is Scope.SHARED and b.dtype != MBARRIER and b not in h.shared.fill:
+                    mem.new_phase(blocks)
     return run
 
 

@@ -33,6 +33,7 @@ class MemoryView(Protocol):
     def data(self) -> np.ndarray: ...
     @property
     def written(self) -> np.ndarray | None: ...
+    def new_phase(self, rows: np.ndarray) -> None: ...
 
 
 class Lanes(Protocol):
@@ -43,6 +44,7 @@ class Lanes(Protocol):
     threads: int
     tid: np.ndarray
     local_block: np.ndarray
+    phase: np.ndarray  # barriers each block passed (what orders fences before an atomic)
 
     @property
     def memory(self) -> Mapping[Buffer, MemoryView]: ...

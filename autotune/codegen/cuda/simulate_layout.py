@@ -31,12 +31,16 @@ def swizzle(addr: np.ndarray, size: int) -> np.ndarray:
     return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
 
 
-def box_elements(shape: tuple[int, ...], box: tuple[int, ...], coords: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """For copies of ``box`` from a row-major tensor of ``shape`` at ``coords`` (copies x
-    dims, outermost first): each box element's flat index in the tensor and whether it lies
-    inside it (copies x box elements, the box row-major). Elements outside read as zero."""
+def box_elements(shape: tuple[int, ...], box: tuple[int, ...], coords: np.ndarray,
+                 steps: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For copies of ``box`` elements (per dimension: what a copy brings) from a row-major
+    tensor of ``shape`` at ``coords`` (copies x dims, outermost first), taking every
+    ``steps[d]``-th element along dimension d (a tensor map's traversal strides): each box
+    element's flat index in the tensor and whether it lies inside it (copies x box
+    elements, the box row-major). Elements outside read as zero."""
     grids = np.indices(box).reshape(len(box), -1)                  # dims x box elements
+    if steps is not None:
+        grids = grids * np.asarray(steps)[:, None]
     at = coords[:, :, None] + grids[None, :, :]                    # copies x dims x elems
     dims = np.asarray(shape)[None, :, None]
     inside = ((at >= 0) & (at < dims)).all(axis=1)

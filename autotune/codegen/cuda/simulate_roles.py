@@ -47,6 +47,8 @@ class Roles:
         self.blocked: list[Blocked | None] = [None] * len(self.masks)
         self.current = 0
         self._main: greenlet | None = None
+        self._named: dict[int, list[int]] = {}     # named barrier -> coroutines waiting
+        self._passed: dict[int, int] = {}          # named barrier -> times it released
 
     def run(self, body: Callable[[np.ndarray], None],
             release: Callable[[np.ndarray], None],
@@ -99,6 +101,20 @@ class Roles:
         """Called by the running coroutine at a block barrier (its lanes there: ``mask``):
         return once the scheduler has released it."""
         self._switch(Blocked(None, what, mask))
+
+    def named(self, barrier: int, count: int, what: Callable[[], Stuck]) -> bool:
+        """Called by the running coroutine at named barrier ``barrier`` of ``count``
+        coroutines (``bar.sync``): return once that many are there. True for the one whose
+        arrival released it (it runs on while the others wait to be scheduled)."""
+        waiting = self._named.setdefault(barrier, [])
+        waiting.append(self.current)
+        if len(waiting) == count:
+            self._named[barrier] = []
+            self._passed[barrier] = self._passed.get(barrier, 0) + 1
+            return True
+        gone = self._passed.get(barrier, 0)
+        self._switch(Blocked(lambda: self._passed.get(barrier, 0) > gone, what))
+        return False
 
     def yield_(self) -> None:
         """Let the other coroutines run first; this one can go on."""
