@@ -22,6 +22,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from autotune.ops import EPILOGUE_STAGES
 from tests.service.service_helpers import SMALL_MATMUL, Server, create_key, wait_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -91,11 +92,12 @@ def test_the_schema_states_what_validation_enforces() -> None:
     """The three places a fuzzer found schema-valid requests refused: epilogue stages are an
     enum, Last-Event-ID an integer of the id range, /best's workload JSON of a workload."""
     workload = OPENAPI["components"]["schemas"]["WorkloadIn"]["properties"]
-    assert workload["epilogue"]["items"]["enum"] == ["bias", "scale_shift", "residual", "relu",
-                                                     "relu6"]
+    assert workload["epilogue"]["items"]["enum"] == list(EPILOGUE_STAGES)
+    assert EPILOGUE_STAGES[:5] == ("bias", "scale_shift", "residual", "relu", "relu6")
     chain = jsonschema.Draft202012Validator(workload["epilogue"])
     assert chain.is_valid(["scale_shift", "residual", "relu"])  # ResNet's block
     assert not chain.is_valid(["bias", "scale_shift"]) and not chain.is_valid(["relu", "relu"])
+    assert not chain.is_valid(["silu", "hardswish"]) and chain.is_valid(["bias", "gelu"])
     events = OPENAPI["paths"]["/api/v1/jobs/{job_id}/events"]["get"]["parameters"]
     header = next(p for p in events if p["in"] == "header")
     assert header["name"].lower() == "last-event-id"

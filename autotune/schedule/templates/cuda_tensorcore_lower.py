@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, maximum, minimum
+from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp
 from autotune.ir.stmt import (
     Allocate,
     AsyncCommit,
@@ -49,6 +49,7 @@ from autotune.ir.stmt import (
     Sync,
 )
 from autotune.ops import Workload
+from autotune.schedule.activation import apply_stages
 from autotune.schedule.templates.cuda_tensorcore import (
     VECTORS,
     WARP,
@@ -58,7 +59,6 @@ from autotune.schedule.templates.cuda_tensorcore import (
 )
 
 ZERO = Const(0.0, FLOAT)
-SIX = Const(6.0, FLOAT)
 
 # (z, row, column) of an operand tile element -> (bounds condition or None, value)
 Element = Callable[[Expr, Expr, Expr], tuple["Expr | None", Expr]]
@@ -393,18 +393,8 @@ class _Kernel:
         conv2d, its column for matmul."""
         ch = row if self.wl.op == "conv2d" else col
         b = self.bufs
-        for stage in self.wl.epilogue:
-            if stage == "bias":
-                v = v + Load(b["bias"], (ch,))
-            elif stage == "scale_shift":
-                v = v * Load(b["scale"], (ch,)) + Load(b["shift"], (ch,))
-            elif stage == "residual":
-                v = v + Load(b["residual"], out_idx)
-            elif stage == "relu":
-                v = maximum(v, ZERO)
-            elif stage == "relu6":
-                v = minimum(maximum(v, ZERO), SIX)
-        return v
+        return apply_stages(v, self.wl.epilogue, ch, lambda name, c: Load(b[name], (c,)),
+                            lambda: Load(b["residual"], out_idx))
 
 
 def _unrolled(var: Var, extent: int, body: Stmt) -> For:
