@@ -38,6 +38,7 @@ from autotune.frontend.layouts import (
     choose_layouts,
     insert_transforms,
 )
+from autotune.frontend.plan import plan_model_run
 from autotune.frontend.torch import (
     Match,
     _as_tuple,
@@ -164,6 +165,7 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
             return module.workload.block if isinstance(module, KernelModule) else 1
 
         insert_transforms(gm, block_of)
+    plan_model_run(gm, inputs, tgt)
     return gm
 
 
