@@ -290,6 +290,19 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
             print(f"      {secs * 1e3:8.4f} ms  {what}")
 
 
+def autotune_dynamo(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: Any,
+                    args: argparse.Namespace) -> tuple[float, Callable[[], Any]]:
+    """``torch.compile(model, backend="autotune")`` on the benchmark's target and records,
+    compiled (its seconds) and ready to call."""
+    compiled = torch.compile(model, backend="autotune", options={
+        "target": target, "db": args.db, "layout": args.layout})
+    t0 = time.monotonic()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        compiled(*inputs)
+    return time.monotonic() - t0, lambda: compiled(*inputs)
+
+
 def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], None] | None:
     """The module's CPU kernel alone on these arguments (bound once, no per-call work), to
     tell the kernel's time from the module's call overhead; None on other targets."""
@@ -326,6 +339,8 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"engines beside torch on llvm targets, comma-separated "
                              f"({', '.join(ENGINES)}; empty for none)")
+    parser.add_argument("--no-dynamo", dest="dynamo", action="store_false",
+                        help="leave out torch.compile(model, backend='autotune') (llvm)")
     parser.add_argument("--no-breakdown", action="store_true")
     args = parser.parse_args()
 
@@ -410,6 +425,9 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         if inductor is not None:
             calls["compile"] = inductor
         calls.update(engines)
+        dynamo_s = None
+        if target.kind == "llvm" and args.dynamo:  # the same kernels through torch.compile
+            dynamo_s, calls["dynamo"] = autotune_dynamo(model, inputs, target, args)
         times = interleaved(calls, args.rounds, args.repeat)
         with torch.no_grad():
             want = model(*inputs)
@@ -437,6 +455,10 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         if hasattr(plan, "runs"):
             print(f"    plan: {plan.kernels} kernels in {plan.runs} native runs between torch "
                   f"steps, arena {plan.arena_bytes / 2**20:.1f} MiB")
+        if dynamo_s is not None:
+            print(f"    torch.compile(model, backend='autotune'): {med['dynamo'] * 1e3:.3f} ms "
+                  f"({ratio(times, 'dynamo', 'ours'):.2f}x compile_model's), compiled in "
+                  f"{dynamo_s:.1f} s")
         if not args.no_breakdown:
             breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"], ort)
 

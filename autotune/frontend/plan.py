@@ -84,6 +84,9 @@ class ModelPlan:
         self.gm = gm
         self._lock = threading.Lock()
         self._signature = [(tuple(x.shape), x.dtype, x.device) for x in example_inputs]
+        # inputs nothing reads (weights dynamo passes, now folded into kernels) go unchecked
+        self._checked = [i for i, n in enumerate(n for n in gm.graph.nodes
+                                                 if n.op == "placeholder") if n.users]
         modules = dict(gm.named_modules())
         nodes = list(gm.graph.nodes)
         index = {n: i for i, n in enumerate(nodes)}
@@ -173,7 +176,8 @@ class ModelPlan:
         """Whether a call on ``args`` can run the plan."""
         if len(args) != len(self._signature):
             return False
-        for x, (shape, dtype, device) in zip(args, self._signature):
+        for i in self._checked:
+            x, (shape, dtype, device) = args[i], self._signature[i]
             if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or \
                     x.dtype != dtype or x.device != device:
                 return False

@@ -141,9 +141,15 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     result with ``.to()`` to run elsewhere). ``layout``: "nchw" runs every layer in NCHW;
     "auto" (llvm) runs convs in NCHW[lanes]c where `layouts.choose_layouts` says so, with
     `LayoutTransform` modules where a blocked chain starts and ends."""
-    tgt = _supported(as_target(target))
     inputs = _as_tuple(example_inputs)
-    gm = trace(model, inputs)
+    return compile_graph(trace(model, inputs), inputs, target=target, db=db, layout=layout)
+
+
+def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetArg = "llvm",
+                  db: DbArg = SETTINGS_DB, layout: str = "nchw") -> fx.GraphModule:
+    """`compile_model` of a graph already traced and shape-propagated at ``inputs`` (its
+    modules in eval mode), rewritten in place."""
+    tgt = _supported(as_target(target))
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
@@ -165,7 +171,8 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
             return module.workload.block if isinstance(module, KernelModule) else 1
 
         insert_transforms(gm, block_of)
-    plan_model_run(gm, inputs, tgt)
+    if all(isinstance(x, torch.Tensor) for x in inputs):
+        plan_model_run(gm, inputs, tgt)
     return gm
 
 
