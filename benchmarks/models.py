@@ -425,6 +425,9 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         if inductor is not None:
             calls["compile"] = inductor
         calls.update(engines)
+        unplanned = getattr(compiled.forward, "unplanned", None)
+        if unplanned is not None:  # the graph's code: each kernel's module called from torch
+            calls["graph"] = lambda: unplanned(*inputs)
         dynamo_s = None
         if target.kind == "llvm" and args.dynamo:  # the same kernels through torch.compile
             dynamo_s, calls["dynamo"] = autotune_dynamo(model, inputs, target, args)
@@ -452,9 +455,11 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         else:
             print(f"    max rel diff {err:.1e}; compile_model {compile_s:.1f} s")
         plan = compiled.forward
-        if hasattr(plan, "runs"):
+        if unplanned is not None:
             print(f"    plan: {plan.kernels} kernels in {plan.runs} native runs between torch "
-                  f"steps, arena {plan.arena_bytes / 2**20:.1f} MiB")
+                  f"steps, arena {plan.arena_bytes / 2**20:.1f} MiB; without it (the graph's "
+                  f"code calling each kernel's module) {med['graph'] * 1e3:.3f} ms, "
+                  f"{ratio(times, 'graph', 'ours'):.2f}x slower")
         if dynamo_s is not None:
             print(f"    torch.compile(model, backend='autotune'): {med['dynamo'] * 1e3:.3f} ms "
                   f"({ratio(times, 'dynamo', 'ours'):.2f}x compile_model's), compiled in "
