@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench engines clean
 
 # The hot path is compiled with mypyc at install (setup.py, autotune/native.py): editing one
 # of its sources reinstalls, which rebuilds it (a stale build refuses to import).
@@ -36,6 +36,16 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/kernels.py
+
+# ONNX Runtime and OpenVINO (the `engines` extra's packages, without reinstalling autotune),
+# and the torchvision release of the installed torch (0.(m+15) for torch 2.m) without its
+# dependencies: PyPI's wheels pin the CUDA build of torch. Its compiled ops do not load
+# beside a CPU torch; the classification models do not need them.
+ENGINES_EXTRA := import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["engines"]))
+TORCHVISION := import torch; print(int(torch.__version__.split(".")[1]) + 15)
+engines: install
+	$(PY) -m pip install -q $$($(PY) -c '$(ENGINES_EXTRA)')
+	$(PY) -m pip install -q --no-deps "torchvision==0.$$($(PY) -c '$(TORCHVISION)').*"
 
 clean:
 	test ! -f autotune/native.py || $(PYTHON) autotune/native.py --clean

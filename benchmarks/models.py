@@ -1,15 +1,21 @@
-"""End-to-end latency of ResNet-18 and MobileNet-V2 (batch 1, fp32, eval): torch eager,
-torch.compile (inductor), and autotune after whole-model budgets of trials.
+"""End-to-end latency of CNNs (batch 1, fp32, eval): torch eager, torch.compile (inductor),
+ONNX Runtime and OpenVINO (on CPUs, where the `engines` extra is installed), and autotune
+after whole-model budgets of trials.
 
     python benchmarks/models.py --trials 0,1000,3000 --batch 1,8 --models resnet18,mobilenetv2
+    python benchmarks/models.py --trials 0 --models torchvision:resnet50,torchvision:regnet_y_400mf
     python benchmarks/models.py --trials 0,64 --batch 1 --models resnet18   # a short smoke run
     python benchmarks/models.py --target "cuda -arch=sm_90" --trials 128 --models resnet18
 
-Each line times torch eager, torch.compile and the compiled model in interleaved rounds and
-gives each ratio from one round's window (the median over rounds); the breakdown does the
-same per layer and shows the model's time outside autotune's kernels. On a CUDA target the
-model, its inputs and autotune's kernels run on the GPU, and torch's columns are fp32 (TF32
-off). Budgets are totals: a later one continues the run in --db; 0 is the defaults.
+Models: the project's resnet18 and mobilenetv2, and any torchvision classification model as
+torchvision:NAME (random weights; `make engines` installs torchvision, ONNX Runtime and
+OpenVINO). Every engine runs on torch's thread count. Each line times the engines and the
+compiled model in interleaved rounds and gives each ratio from one round's window (the
+median over rounds); the breakdown does the same per layer against torch, puts ONNX
+Runtime's own profile of the layer beside it, and shows the model's time outside
+autotune's kernels. On a CUDA target the model, its inputs and autotune's kernels run on
+the GPU, and torch's columns are fp32 (TF32 off). Budgets are totals: a later one
+continues the run in --db; 0 is the defaults.
 The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
 from __future__ import annotations
@@ -27,6 +33,16 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.engines import (  # noqa: E402 (after the path that makes it importable)
+    ENGINES,
+    LABELS,
+    OrtProfile,
+    available,
+    make_engine,
+    max_rel_err,
+    onnx_model,
+    ort_profile,
+)
 
 # --- the models -------------------------------------------------------------------------
 
@@ -132,6 +148,42 @@ def mobilenetv2(batch: int = 1) -> tuple[nn.Module, tuple[torch.Tensor]]:
 
 MODELS: dict[str, Callable[..., tuple[nn.Module, tuple[torch.Tensor]]]] = {
     "resnet18": resnet18, "mobilenetv2": mobilenetv2}
+TORCHVISION = "torchvision:"
+
+
+def load_model(name: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """One of `MODELS`, or torchvision's classification model ``torchvision:NAME`` with
+    random weights and BatchNorm statistics, on a 224x224 image."""
+    if not name.startswith(TORCHVISION):
+        return MODELS[name](batch)
+    models = torchvision_models()
+    make = getattr(models, name[len(TORCHVISION):], None)
+    if make is None or name[len(TORCHVISION):] not in models.list_models(models):
+        sys.exit(f"benchmarks/models.py: torchvision has no classification model "
+                 f"{name[len(TORCHVISION):]!r}; see torchvision.models.list_models()")
+    torch.manual_seed(0)
+    return _init(make(weights=None)), (torch.randn(batch, 3, 224, 224),)
+
+
+def torchvision_models() -> Any:
+    """``torchvision.models``. A torchvision wheel built against CUDA torch cannot load its
+    compiled ops beside a CPU-only torch, and its import then stops at the fake kernels it
+    registers for two of them (nms, qnms): their schemas are declared first so that the
+    pure-Python models import (detection ops stay unusable)."""
+    try:
+        import torchvision
+    except ImportError:
+        sys.exit("benchmarks/models.py: torchvision models need torchvision (make engines)")
+    except RuntimeError:  # "operator torchvision::nms does not exist"
+        lib = torch.library.Library("torchvision", "DEF")
+        for op in ("nms", "qnms"):
+            lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _KEEP.append(lib)
+        import torchvision
+    return torchvision.models
+
+
+_KEEP: list[Any] = []  # the declared schemas live as long as their library object
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -179,10 +231,12 @@ def torch_compiled(model: nn.Module, inputs: tuple[torch.Tensor, ...]
 
 
 def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int,
-              rounds: int, model_s: float) -> None:
+              rounds: int, model_s: float, ort: OrtProfile | None) -> None:
     """Per kernel group: autotune's time against torch running the same folded layer, the
-    two interleaved; then the model's time outside autotune's kernels (torch's operators
-    between them and the calls' overhead)."""
+    two interleaved, and ONNX Runtime's own profile of the layer (its nodes whose main op
+    is the layer's module; a fused activation or add counts with it); then the model's time
+    outside autotune's kernels (torch's operators between them and the calls' overhead),
+    and ONNX Runtime's nodes that no autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.runtime import kernel_modules
 
@@ -190,12 +244,13 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     captured: dict[int, tuple[torch.Tensor, ...]] = {}
     hooks = [m.register_forward_pre_hook(lambda mod, args: captured.setdefault(id(mod), args))
              for m in kernel_modules(compiled)]
-    with torch.no_grad():
-        compiled(*model_inputs)
+    with torch.no_grad():  # the graph's own code calls each kernel's module (a plan does not)
+        getattr(compiled.forward, "unplanned", compiled)(*model_inputs)
     for h in hooks:
         h.remove()
     for m in kernel_modules(compiled):
         seen.setdefault(m.workload, []).append(m)
+    by_module, ort_others = ort if ort is not None else ({}, {})
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
@@ -210,17 +265,42 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         ours = statistics.median(times["ours"])
         call_us = (ours - statistics.median(times["kernel"])) * 1e6 if "kernel" in times \
             else float("nan")
+        theirs = [by_module.pop(m.place) for m in mods if m.place in by_module]
+        ort_s = sum(theirs) / len(theirs) if len(theirs) == len(mods) else float("nan")
         rows.append((len(mods) * ours, len(mods), ours, ratio(times, "torch", "ours"),
-                     statistics.median(times["torch"]), call_us, str(wl), mods[0].place))
-    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7}  "
-          f"layer")
-    for total, n, ours, speedup, theirs, call_us, name, place in sorted(rows, reverse=True):
+                     statistics.median(times["torch"]), call_us, ort_s, str(wl), mods[0].place))
+    print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7} "
+          f"{'ORT ms':>8} {'vs ORT':>6}  layer")
+    for total, n, ours, speedup, theirs, call_us, ort_s, name, place in sorted(rows,
+                                                                               reverse=True):
         print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x "
-              f"{call_us:7.1f}  {place}: {name}")
+              f"{call_us:7.1f} {ort_s * 1e3:8.4f} {ort_s / ours:5.2f}x  {place}: {name}")
     in_kernels = sum(r[0] for r in rows)
     print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms, torch "
           f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the model outside autotune's "
           f"kernels: {(model_s - in_kernels) * 1e3:.3f} ms of {model_s * 1e3:.3f}")
+    if ort is not None:
+        matched = sum(r[1] * r[6] for r in rows if r[6] == r[6])
+        rest = {f"{k} (a module without an autotune kernel)": v for k, v in by_module.items()}
+        rest.update(ort_others)
+        print(f"    ONNX Runtime's profile: {matched * 1e3:.3f} ms in these layers, "
+              f"{sum(rest.values()) * 1e3:.3f} ms in {len(rest)} other nodes"
+              + (", the largest:" if rest else ""))
+        for what, secs in sorted(rest.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"      {secs * 1e3:8.4f} ms  {what}")
+
+
+def autotune_dynamo(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: Any,
+                    args: argparse.Namespace) -> tuple[float, Callable[[], Any]]:
+    """``torch.compile(model, backend="autotune")`` on the benchmark's target and records,
+    compiled (its seconds) and ready to call."""
+    compiled = torch.compile(model, backend="autotune", options={
+        "target": target, "db": args.db, "layout": args.layout})
+    t0 = time.monotonic()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        compiled(*inputs)
+    return time.monotonic() - t0, lambda: compiled(*inputs)
 
 
 def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], None] | None:
@@ -239,7 +319,9 @@ def bare_kernel(module: Any, args: tuple[torch.Tensor, ...]) -> Callable[[], Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", default="resnet18,mobilenetv2")
+    parser.add_argument("--models", default="resnet18,mobilenetv2,torchvision:resnet50,"
+                                            "torchvision:mobilenet_v3_small",
+                        help="comma-separated: resnet18, mobilenetv2, torchvision:NAME")
     parser.add_argument("--batch", default="1,8", help="batch sizes, comma-separated")
     parser.add_argument("--trials", default="0,1000,3000",
                         help="total budgets, comma-separated, each continuing the last "
@@ -249,10 +331,16 @@ def main() -> None:
                         help='target spec: llvm (this CPU) or e.g. "cuda -arch=sm_90"')
     parser.add_argument("--repeat", type=int, default=30, help="timed calls per round")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved rounds of eager, torch.compile and autotune")
+                        help="interleaved rounds of eager, torch.compile, the engines and "
+                             "autotune")
     parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
                         help="conv layouts on llvm: nchw, or auto (channel-blocked between "
                              "consecutive convs; see compile_model)")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"engines beside torch on llvm targets, comma-separated "
+                             f"({', '.join(ENGINES)}; empty for none)")
+    parser.add_argument("--no-dynamo", dest="dynamo", action="store_false",
+                        help="leave out torch.compile(model, backend='autotune') (llvm)")
     parser.add_argument("--no-breakdown", action="store_true")
     args = parser.parse_args()
 
@@ -260,6 +348,15 @@ def main() -> None:
 
     target = autotune.Target(args.target)
     device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    engines = [e for e in args.engines.split(",") if e] if target.kind == "llvm" else []
+    for name in engines:
+        if name not in ENGINES:
+            sys.exit(f"benchmarks/models.py: --engines: unknown engine {name!r}; expected "
+                     f"{', '.join(ENGINES)}")
+        why = available(name)
+        if why:
+            print(f"{LABELS[name]}: {why}; left out")
+    args.engines = [e for e in engines if not available(e)]
     if target.kind == "cuda":
         if not torch.cuda.is_available():
             sys.exit(f"benchmarks/models.py: target {target.key} needs a CUDA GPU; torch "
@@ -268,7 +365,7 @@ def main() -> None:
         torch.backends.cudnn.allow_tf32 = False
         where = f"{torch.cuda.get_device_name()}, fp32 (TF32 off)"
     else:
-        where = f"{torch.get_num_threads()} threads"
+        where = f"{torch.get_num_threads()} threads for every engine"
     print(f"target {target.key}; layout {args.layout}; torch {torch.__version__}, {where}; "
           f"each line's ratios are "
           f"medians over {args.rounds} interleaved rounds of {args.repeat} calls")
@@ -280,11 +377,11 @@ def main() -> None:
 
 def run_model(name: str, batch: int, budgets: list[int], target: Any, device: torch.device,
               args: argparse.Namespace) -> None:
-    """One model at one batch size: its tasks, then a line per budget (eager, torch.compile
-    and autotune timed in the same rounds) and the layers' breakdown."""
+    """One model at one batch size: its tasks, then a line per budget (eager, torch.compile,
+    the engines and autotune timed in the same rounds) and the layers' breakdown."""
     import autotune
 
-    model, inputs = MODELS[name](batch)
+    model, inputs = load_model(name, batch)
     model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
     # the tasks compile_model runs on this target (prepacked forms, the pool on llvm)
     tasks = autotune.extract(model, inputs, target=target,
@@ -295,8 +392,22 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
     inductor, why = torch_compiled(model, inputs)
     if inductor is None:
         print(f"  torch.compile {why}")
-    print(f"  {'':14} {'eager ms':>9} {'compile ms':>10} {'autotune ms':>11} {'vs eager':>8} "
-          f"{'vs compile':>10}")
+    threads = torch.get_num_threads()
+    engines: dict[str, Callable[[], Any]] = {}
+    ort: OrtProfile | None = None
+    if args.engines:
+        onnx = onnx_model(model, inputs)
+        with torch.no_grad():
+            want = model(*inputs)
+        for engine in args.engines:
+            run, version = make_engine(engine, onnx, inputs, threads)
+            engines[engine] = run
+            print(f"  {version}: max rel diff {max_rel_err(run(), want):.1e}")
+        if "ort" in engines and not args.no_breakdown:
+            ort = ort_profile(onnx, inputs, threads, max(10, args.repeat))
+    heads = "".join(f" {LABELS[e] + ' ms':>{max(8, len(LABELS[e]) + 3)}}" for e in engines)
+    print(f"  {'':14} {'eager ms':>9} {'compile ms':>10}{heads} {'autotune ms':>11} "
+          f"{'vs eager':>8} {'vs compile':>10}" + (f" {'vs best engine':>14}" if engines else ""))
     for budget in budgets:
         t0 = time.monotonic()
         result = None
@@ -304,32 +415,57 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
             result = autotune.tune_model(model, inputs, trials=budget, target=target, db=args.db,
                                          layout=args.layout)
         minutes = (time.monotonic() - t0) / 60
+        t0 = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # layers without records run their defaults
             compiled = autotune.compile_model(model, inputs, target=target, db=args.db,
                                               layout=args.layout)
+        compile_s = time.monotonic() - t0
         calls = {"eager": lambda: model(*inputs), "ours": lambda: compiled(*inputs)}
         if inductor is not None:
             calls["compile"] = inductor
+        calls.update(engines)
+        unplanned = getattr(compiled.forward, "unplanned", None)
+        if unplanned is not None:  # the graph's code: each kernel's module called from torch
+            calls["graph"] = lambda: unplanned(*inputs)
+        dynamo_s = None
+        if target.kind == "llvm" and args.dynamo:  # the same kernels through torch.compile
+            dynamo_s, calls["dynamo"] = autotune_dynamo(model, inputs, target, args)
         times = interleaved(calls, args.rounds, args.repeat)
         with torch.no_grad():
             want = model(*inputs)
             err = ((compiled(*inputs) - want).abs().max() / want.abs().max()).item()
         med = {k: statistics.median(v) for k, v in times.items()}
         vs_compile = f"{ratio(times, 'compile', 'ours'):9.2f}x" if inductor else f"{'-':>10}"
+        cells = "".join(f" {med[e] * 1e3:{max(8, len(LABELS[e]) + 3)}.3f}" for e in engines)
         label = "defaults" if budget == 0 else f"@{budget}"
+        vs_best = ""
+        if engines:  # each round's faster engine against autotune in that round
+            best = [min(times[e][i] for e in engines) for i in range(args.rounds)]
+            vs_best = f" {statistics.median(b / o for b, o in zip(best, times['ours'])):13.2f}x"
         print(f"  autotune {label:<5} {med['eager'] * 1e3:9.3f} "
-              f"{med.get('compile', float('nan')) * 1e3:10.3f} {med['ours'] * 1e3:11.3f} "
-              f"{ratio(times, 'eager', 'ours'):7.2f}x {vs_compile}")
+              f"{med.get('compile', float('nan')) * 1e3:10.3f}{cells} {med['ours'] * 1e3:11.3f} "
+              f"{ratio(times, 'eager', 'ours'):7.2f}x {vs_compile}{vs_best}")
         if result is not None:
             est = result.estimated_latency_s
             print(f"    {result.trials} trials in {minutes:.1f} min this call, "
                   f"{result.trials_done} in all; kernels' estimate "
-                  f"{'-' if est is None else f'{est * 1e3:.3f}'} ms; max rel diff {err:.1e}")
+                  f"{'-' if est is None else f'{est * 1e3:.3f}'} ms; max rel diff {err:.1e}; "
+                  f"compile_model {compile_s:.1f} s")
         else:
-            print(f"    max rel diff {err:.1e}")
+            print(f"    max rel diff {err:.1e}; compile_model {compile_s:.1f} s")
+        plan = compiled.forward
+        if unplanned is not None:
+            print(f"    plan: {plan.kernels} kernels in {plan.runs} native runs between torch "
+                  f"steps, arena {plan.arena_bytes / 2**20:.1f} MiB; without it (the graph's "
+                  f"code calling each kernel's module) {med['graph'] * 1e3:.3f} ms, "
+                  f"{ratio(times, 'graph', 'ours'):.2f}x slower")
+        if dynamo_s is not None:
+            print(f"    torch.compile(model, backend='autotune'): {med['dynamo'] * 1e3:.3f} ms "
+                  f"({ratio(times, 'dynamo', 'ours'):.2f}x compile_model's), compiled in "
+                  f"{dynamo_s:.1f} s")
         if not args.no_breakdown:
-            breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"])
+            breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"], ort)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="operator parameter, repeatable: -p M=1024; pairs as -p stride=2,2")
     p.add_argument("--epilogue", default="", metavar="STAGES",
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
-                        "(stages: bias, scale_shift, residual, relu, relu6; residual adds a "
+                        "(stages: bias, scale_shift, residual, then one activation: relu, "
+                        "relu6, hardswish, hardsigmoid, sigmoid, silu, gelu; residual adds a "
                         "second tensor of the output's shape; none for max_pool2d)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="element type of every argument (default float32); float16 and "

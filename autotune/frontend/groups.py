@@ -10,6 +10,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from autotune.frontend.torch import Match
+from autotune.ops.epilogue import ACTIVATIONS
+
+# each epilogue activation on torch
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu, "relu6": lambda y: torch.clamp(y, 0.0, 6.0), "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu}
 
 # A group's module from (its match, input shapes, output shape, conv arguments).
 ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[str, Any]],
@@ -28,8 +34,7 @@ class KernelGroup(nn.Module):
         self.in_shapes = tuple(tuple(s) for s in in_shapes)
         self.out_shape = tuple(out_shape)
         self.conv_args = conv_args
-        self.activation = next((s for s in match.workload.epilogue if s in ("relu", "relu6")),
-                               None)
+        self.activation = next((s for s in match.workload.epilogue if s in ACTIVATIONS), None)
 
     def torch_params(self) -> list[torch.Tensor]:
         """The folded weight (then bias) as torch tensors."""
@@ -52,9 +57,7 @@ class KernelGroup(nn.Module):
             y = torch.matmul(xs[0], xs[1])
         if "residual" in self.workload.epilogue:
             y = y + xs[1]
-        if self.activation == "relu":
-            return torch.relu(y)
-        return torch.clamp(y, 0.0, 6.0) if self.activation == "relu6" else y
+        return y if self.activation is None else TORCH_ACTIVATIONS[self.activation](y)
 
     def extra_repr(self) -> str:
         return f"{self.place}: {self.workload}"

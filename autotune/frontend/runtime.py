@@ -40,6 +40,7 @@ from autotune.frontend.layouts import (
     choose_layouts,
     insert_transforms,
 )
+from autotune.frontend.plan import plan_model_run
 from autotune.frontend.torch import (
     Match,
     _as_tuple,
@@ -150,7 +151,17 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     if cuda_graphs and tgt.kind != "cuda":
         raise ValueError(f"compile_model: cuda_graphs is for cuda targets, not {tgt.kind}")
     inputs = _as_tuple(example_inputs)
-    gm = trace(model, inputs)
+    return compile_graph(trace(model, inputs), inputs, target=target, db=db, layout=layout,
+                         cuda_graphs=cuda_graphs)
+
+
+def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetArg = "llvm",
+                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  cuda_graphs: bool | None = None) -> nn.Module:
+    """`compile_model` of a graph already traced and shape-propagated at ``inputs`` (its
+    modules in eval mode), rewritten in place (on cuda, wrapped in a `CudaGraphModel`
+    with ``cuda_graphs``)."""
+    tgt = _supported(as_target(target))
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
@@ -174,6 +185,8 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
             return module.workload.block if isinstance(module, KernelModule) else 1
 
         insert_transforms(gm, block_of)
+    if all(isinstance(x, torch.Tensor) for x in inputs):
+        plan_model_run(gm, inputs, tgt)
     return gm
 
 

@@ -39,6 +39,13 @@ from autotune.ops import PREPACKABLE_OPS, Workload, WorkloadError, op_spec, work
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
+# activations other than relu and relu6, by module type, function and tensor method (GELU
+# only exact: its tanh approximation is another function)
+_ACT_MODULES = {nn.Hardswish: "hardswish", nn.Hardsigmoid: "hardsigmoid", nn.Sigmoid: "sigmoid",
+                nn.SiLU: "silu", nn.GELU: "gelu"}
+_ACT_FUNCS = {F.hardswish: "hardswish", F.hardsigmoid: "hardsigmoid", torch.sigmoid: "sigmoid",
+              F.sigmoid: "sigmoid", F.silu: "silu", F.gelu: "gelu"}
+_ACT_METHODS = {"sigmoid": "sigmoid"}
 _ADD_FUNCS = (operator.add, operator.iadd, torch.add)
 _MATMUL_FUNCS = (torch.matmul, torch.bmm, operator.matmul)
 _OTHER_CONVS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -285,7 +292,8 @@ def _user(node: fx.Node) -> Optional[fx.Node]:
 
 
 def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optional[str]:
-    """The epilogue stage ``node`` computes ("relu" or "relu6"), if it is one."""
+    """The epilogue activation ``node`` computes (relu, relu6, hardswish, hardsigmoid,
+    sigmoid, silu, gelu), if it is one."""
     if node is None:
         return None
     if node.op == "call_module":
@@ -294,10 +302,16 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
             return "relu"
         if isinstance(mod, nn.Hardtanh) and (mod.min_val, mod.max_val) == (0.0, 6.0):
             return "relu6"  # nn.ReLU6 is a Hardtanh(0, 6)
-        return None
+        if isinstance(mod, nn.GELU) and mod.approximate != "none":
+            return None
+        return _ACT_MODULES.get(type(mod))
     if node.op == "call_function":
         if node.target in _RELU_FUNCS:
             return "relu"
+        if node.target is F.gelu and node.kwargs.get("approximate", "none") != "none":
+            return None
+        if node.target in _ACT_FUNCS and len(node.args) == 1:
+            return _ACT_FUNCS[node.target]
         if node.target is F.hardtanh:
             lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
             hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", 1.0)
@@ -305,6 +319,8 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
         return "relu6" if node.target in _RELU6_FUNCS else None
     if node.op == "call_method" and node.target in ("relu", "relu_"):
         return "relu"
+    if node.op == "call_method" and len(node.args) == 1:
+        return _ACT_METHODS.get(str(node.target))
     return None
 
 

@@ -96,10 +96,11 @@ class Const(Expr):
 
 
 class BinOp(Expr):
-    """``op`` is one of ``+ - * // % min max`` (``//`` and ``%`` are floor division/modulo)."""
+    """``op`` is one of ``+ - * / // % min max`` (``//`` and ``%`` are floor division/modulo
+    of integers, ``/`` the division of floats)."""
 
     __slots__ = ("op", "a", "b", "_hash")
-    OPS = ("+", "-", "*", "//", "%", "min", "max")
+    OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
 
     def __init__(self, op: str, a: Expr, b: Expr):
         assert op in self.OPS, op
@@ -256,6 +257,8 @@ def _fold(op: str, a: int | float, b: int | float) -> int | float:
         return a - b
     if op == "*":
         return a * b
+    if op == "/":
+        return a / b
     if op == "//":
         return a // b
     if op == "%":
@@ -273,7 +276,7 @@ def binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         return Const(_fold(op, ea.value, eb.value), ea.dtype)
     if isinstance(eb, Const):
         v = eb.value
-        if (op in ("+", "-") and v == 0) or (op in ("*", "//") and v == 1):
+        if (op in ("+", "-") and v == 0) or (op in ("*", "/", "//") and v == 1):
             return ea
         if op == "*" and v == 0 and ea.dtype == INT:
             return eb
@@ -300,6 +303,11 @@ def sub(a: ExprLike, b: ExprLike) -> Expr:
 
 def mul(a: ExprLike, b: ExprLike) -> Expr:
     return binop("*", a, b)
+
+
+def div(a: ExprLike, b: ExprLike) -> Expr:
+    """``a / b`` of floats."""
+    return binop("/", a, b)
 
 
 def floordiv(a: ExprLike, b: ExprLike) -> Expr:

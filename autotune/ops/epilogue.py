@@ -2,35 +2,41 @@
 
 Valid chains are at most one of `bias` / `scale_shift` (per-output-channel vectors), then
 optionally `residual` (adds a second tensor of the output's shape: a ResNet or MobileNet-V2
-shortcut), then optionally one activation, `relu` or `relu6` (min(max(x, 0), 6),
-MobileNet's). The canonical order is that one: affine, residual add, activation, so
-`relu(conv(x) * scale + shift + identity)` is ResNet's block and dropping `relu` gives
-MobileNet-V2's.
+shortcut), then optionally one activation (`ACTIVATIONS`): `relu`, `relu6` (min(max(x, 0),
+6), MobileNet-V2's), `hardswish` and `hardsigmoid` (MobileNet-V3's, as torch defines them),
+`sigmoid`, `silu` (x * sigmoid(x)) or `gelu` (the exact one, with erf). The canonical order
+is that one: affine, residual add, activation, so `relu(conv(x) * scale + shift +
+identity)` is ResNet's block and dropping `relu` gives MobileNet-V2's.
 """
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 from typing import Mapping, Sequence, Union
 
 import numpy as np
 
-EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "residual", "relu", "relu6")
+ACTIVATIONS: tuple[str, ...] = ("relu", "relu6", "hardswish", "hardsigmoid", "sigmoid", "silu",
+                                "gelu")
+EPILOGUE_STAGES: tuple[str, ...] = ("bias", "scale_shift", "residual", *ACTIVATIONS)
 
 # Kernel arguments each stage adds, in argument order: per-channel vectors of shape
 # (channels,), except those in FULL_ARGS, which have the output's shape.
 STAGE_ARGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"bias": ("bias",), "scale_shift": ("scale", "shift"), "residual": ("residual",),
-     "relu": (), "relu6": ()}
+     **{act: () for act in ACTIVATIONS}}
 )
 FULL_ARGS: frozenset[str] = frozenset({"residual"})
 
 # Flops per output element: an add, a multiply-add (counted as 2), an add, a max, a max
-# and a min.
+# and a min; the others as the kernels compute them (tanh and erf as rational functions:
+# `autotune.schedule.activation`).
 STAGE_FLOPS: Mapping[str, int] = MappingProxyType(
-    {"bias": 1, "scale_shift": 2, "residual": 1, "relu": 1, "relu6": 2})
+    {"bias": 1, "scale_shift": 2, "residual": 1, "relu": 1, "relu6": 2, "hardswish": 5,
+     "hardsigmoid": 4, "sigmoid": 24, "silu": 25, "gelu": 29})
 
 _AFFINE = ("bias", "scale_shift")
-_ACTIVATIONS = ("relu", "relu6")
+_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str, ...]:
@@ -45,8 +51,10 @@ def canonical_epilogue(op: str, stages: Union[str, Sequence[str]]) -> tuple[str,
         raise ValueError(f"{op}: epilogue {list(chain)} repeats a stage")
     if all(stage in chain for stage in _AFFINE):
         raise ValueError(f"{op}: epilogue may hold only one of bias and scale_shift, got both")
-    if all(stage in chain for stage in _ACTIVATIONS):
-        raise ValueError(f"{op}: epilogue may hold only one of relu and relu6, got both")
+    acts = [stage for stage in chain if stage in ACTIVATIONS]
+    if len(acts) > 1:
+        raise ValueError(f"{op}: epilogue may hold only one activation "
+                         f"({', '.join(ACTIVATIONS)}), got {' and '.join(acts)}")
     return tuple(stage for stage in EPILOGUE_STAGES if stage in chain)
 
 
@@ -95,4 +103,12 @@ def apply_epilogue(
             np.maximum(result, 0.0, out=result)
         elif stage == "relu6":
             np.clip(result, 0.0, 6.0, out=result)
+        elif stage in ("hardswish", "hardsigmoid"):
+            gate = np.clip(result + 3.0, 0.0, 6.0) / 6.0
+            result = result * gate if stage == "hardswish" else gate
+        elif stage in ("sigmoid", "silu"):
+            gate = 1.0 / (1.0 + np.exp(-np.clip(result, -700.0, 700.0)))
+            result = result * gate if stage == "silu" else gate
+        elif stage == "gelu":
+            result = 0.5 * result * (1.0 + _erf(result / math.sqrt(2.0)))
     return result

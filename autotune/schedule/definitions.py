@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from math import ceil
 
-from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp, maximum, minimum
+from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp
 from autotune.ops import ArgSpec, Workload
+from autotune.schedule.activation import apply_stages
 from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule, topo_order
 
 ZERO = Const(0.0, FLOAT)
-SIX = Const(6.0, FLOAT)
 NEG_INF = Const(float("-inf"), FLOAT)
 
 
@@ -53,19 +53,9 @@ def _epilogue(wl: Workload, channel_axis: int, channel_of=None):
 
     def post(acc: Expr, *axes: Expr) -> Expr:
         c = channel_of(axes) if channel_of is not None else axes[channel_axis]
-        out = acc
-        for stage in wl.epilogue:
-            if stage == "bias":
-                out = out + vecs["bias"][c]
-            elif stage == "scale_shift":
-                out = out * vecs["scale"][c] + vecs["shift"][c]
-            elif stage == "residual":  # read where the output is written: same index
-                out = out + vecs["residual"][axes]
-            elif stage == "relu":
-                out = maximum(out, ZERO)
-            elif stage == "relu6":
-                out = minimum(maximum(out, ZERO), SIX)
-        return out
+        # the residual is read where the output is written: same index
+        return apply_stages(acc, wl.epilogue, c, lambda name, ch: vecs[name][ch],
+                            lambda: vecs["residual"][axes])
 
     return list(vecs.values()), post
 

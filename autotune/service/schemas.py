@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
+from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
 from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, op_dtypes
+from autotune.ops.epilogue import ACTIVATIONS
 from autotune.ops.layout import LAYOUT_OPS, NCHW
 
 MAX_TRIALS = 100_000
@@ -30,11 +32,11 @@ else:
     OpName = Literal[tuple(OPS)]
     StageName = Literal[EPILOGUE_STAGES]
     DtypeName = Literal[DTYPES]
-# A chain holds each stage once, and at most one of bias/scale_shift and of relu/relu6
+# A chain holds each stage once, and at most one of bias/scale_shift and one activation
 # (so at most three: affine, residual, activation).
 _EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 3, "not": {"anyOf": [
     {"allOf": [{"contains": {"const": a}}, {"contains": {"const": b}}]}
-    for a, b in (("bias", "scale_shift"), ("relu", "relu6"))]}}
+    for a, b in (("bias", "scale_shift"), *combinations(ACTIVATIONS, 2))]}}
 # Every op's parameters are named like identifiers, fewer than 16, each an extent (at most
 # 2**20, `validation.MAX_EXTENT`) or an (h, w) pair; which names and values an op takes,
 # and how large its arrays may grow, is checked against the op table (a 422 at the param).
@@ -95,8 +97,8 @@ class WorkloadIn(BaseModel):
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "
-                    "each at most once, and at most one of bias and scale_shift and one of "
-                    "relu and relu6; none for max_pool2d")
+                    "each at most once, and at most one of bias and scale_shift and one "
+                    "activation; none for max_pool2d")
 
 
 class JobSettings(BaseModel):

@@ -14,7 +14,8 @@ import pytest
 
 CONFIGS_PER_OP = 200
 EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
-             ("bias", "relu6"), ("bias", "residual", "relu"), ("scale_shift", "residual")]
+             ("bias", "relu6"), ("bias", "residual", "relu"), ("scale_shift", "residual"),
+             ("bias", "hardswish"), ("bias", "residual", "silu"), ("gelu",)]
 SHAPES = {
     "matmul": [dict(M=97, N=31, K=13), dict(M=16, N=48, K=33), dict(M=5, N=7, K=64),
                dict(M=1, N=37, K=13)],  # M = 1: the GEMV template
@@ -93,6 +94,24 @@ def test_default_config_matches_numpy(op):
             args = wl.random_args(0)
             autotune.compile(wl, "llvm")(*args)
             np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["hardswish", "hardsigmoid", "sigmoid", "silu", "gelu"])
+def test_activations_match_numpy_across_their_range(act):
+    """Each activation's kernel (tanh and erf as rational functions) against numpy's exact
+    function, on outputs spread over [-40, 40]: both saturated ends and the curve between."""
+    import autotune
+
+    for op in ("conv2d", "depthwise_conv2d", "matmul"):
+        wl = autotune.workload(op, epilogue=("bias", act), **SHAPES[op][0])
+        plain = autotune.workload(op, epilogue=("bias",), **SHAPES[op][0])
+        args = wl.random_args(0)
+        args[0] = args[0] * (40 / np.abs(plain.reference(args)).max())  # outputs to +-40
+        pre = plain.reference(args)
+        assert pre.min() < -8 and pre.max() > 8 and (abs(pre) < 1).any()
+        autotune.compile(wl, "llvm")(*args)
+        ref = wl.reference(args)  # within 1e-6 of the outputs' scale (40): 100x the run's
+        np.testing.assert_allclose(args[-1], ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("op", sorted(SHAPES))

@@ -17,7 +17,8 @@ FAST_NVCC = ("-Xcicc", "-O1", "-Xptxas", "-O1")
 
 EPILOGUES: tuple[tuple[str, ...], ...] = (
     (), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
-    ("bias", "relu6"), ("bias", "residual", "relu"), ("scale_shift", "residual"))
+    ("bias", "relu6"), ("bias", "residual", "relu"), ("scale_shift", "residual"),
+    ("bias", "residual", "silu"))
 
 SHAPES: dict[str, list[dict]] = {
     "matmul": [dict(M=13, N=37, K=11), dict(M=32, N=24, K=20)],

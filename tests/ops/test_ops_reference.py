@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -76,11 +77,24 @@ def naive_epilogue(out: np.ndarray, stages, vectors, axis: int) -> np.ndarray:
                 moved[ch] = np.where(moved[ch] > 0, moved[ch], 0.0)
             elif stage == "relu6":
                 moved[ch] = np.where(moved[ch] > 6, 6.0, np.where(moved[ch] > 0, moved[ch], 0.0))
+            elif stage in ACTIVATION_OF:
+                moved[ch] = np.vectorize(ACTIVATION_OF[stage])(moved[ch])
     return out
 
 
+# the activations' definitions, element by element (torch's for the hard ones)
+ACTIVATION_OF = {
+    "hardswish": lambda x: x * min(max(x + 3, 0), 6) / 6,
+    "hardsigmoid": lambda x: min(max(x + 3, 0), 6) / 6,
+    "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
+    "silu": lambda x: x / (1 + math.exp(-x)),
+    "gelu": lambda x: x * (1 + math.erf(x / math.sqrt(2))) / 2,
+}
+
+
 EPILOGUES = [(), ("bias",), ("scale_shift",), ("relu",), ("bias", "relu"), ("scale_shift", "relu"),
-             ("bias", "relu6"), ("residual",), ("bias", "residual", "relu"),
+             ("bias", "relu6"), ("residual",), ("bias", "residual", "relu"), ("bias", "hardswish"),
+             ("hardsigmoid",), ("scale_shift", "sigmoid"), ("residual", "silu"), ("bias", "gelu"),
              ("scale_shift", "residual")]
 
 SMALL = {

@@ -119,7 +119,7 @@ def test_from_dict_accepts_wire_form_without_epilogue():
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": 5}, "epilogue"),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": -4}}, "K"),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, "dtype"),
-        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["gelu"]}, "gelu"),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["swish"]}, "swish"),
     ],
 )
 def test_from_dict_revalidates(data, field):
@@ -137,7 +137,8 @@ def test_from_dict_revalidates(data, field):
         ({"op": "matmul", "params": {"M": 0, "N": 3, "K": 4}}, ("params", "M")),
         ({"op": "matmul", "params": {"M": 2, "N": 3}}, ("params", "K")),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "Q": 1}}, ("params", "Q")),
-        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["gelu"]}, ("epilogue",)),
+        ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "epilogue": ["swish"]},
+         ("epilogue",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": "float64"}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "dtype": ["float16"]}, ("dtype",)),
         ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4, "a.b": 1}}, ("params", "a.b")),
@@ -197,7 +198,10 @@ BAD = [
     ("duplicate stage", "matmul", dict(M=1, N=1, K=1), ("relu", "relu"), "float32", "epilogue"),
     ("both affine", "matmul", dict(M=1, N=1, K=1), ("bias", "scale_shift"), "float32", "epilogue"),
     ("two activations", "matmul", dict(M=1, N=1, K=1), ("relu6", "relu"), "float32", "relu6"),
-    ("unknown stage", "matmul", dict(M=1, N=1, K=1), ("gelu",), "float32", "epilogue stage 'gelu'"),
+    ("two of the new activations", "matmul", dict(M=1, N=1, K=1), ("silu", "gelu"), "float32",
+     "silu and gelu"),
+    ("unknown stage", "matmul", dict(M=1, N=1, K=1), ("swish",), "float32",
+     "epilogue stage 'swish'"),
 ]
 
 
@@ -311,7 +315,8 @@ def test_ops_table_describe():
         assert json.loads(json.dumps(d)) == d
         pool = name == "max_pool2d"  # takes no epilogue, runs on llvm only
         assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
-                                                   "relu6"])
+                                                   "relu6", "hardswish", "hardsigmoid",
+                                                   "sigmoid", "silu", "gelu"])
         assert d["targets"] == (["llvm"] if pool else ["llvm", "cuda"])
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}

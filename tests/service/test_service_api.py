@@ -130,7 +130,7 @@ def _pool(**params: Any) -> dict[str, Any]:
     ({"workload": _mm(), "measure_options": {"repeat": 0}}, ["body", "measure_options", "repeat"]),
     ({"workload": _mm(), "measure_options": {"warmup": 2}}, ["body", "measure_options", "warmup"]),
     ({"workload": {**_mm(), "dtype": "float16"}}, ["body", "workload", "dtype"]),
-    ({"workload": {**_mm(), "epilogue": ["gelu"]}}, ["body", "workload", "epilogue", 0]),
+    ({"workload": {**_mm(), "epilogue": ["swish"]}}, ["body", "workload", "epilogue", 0]),
     ({"workload": _mm(M=1 << 20, N=1 << 20)}, ["body", "workload", "params"]),
     ({"workload": _mm(), "early_stopping": 0}, ["body", "early_stopping"]),
     ({"workload": _mm(), "colour": "red"}, ["body", "colour"]),

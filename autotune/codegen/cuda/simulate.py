@@ -615,4 +615,5 @@ _INT_OPS: dict[str, Callable[[Value, Value], Value]] = {
     "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum}
 # fminf/fmaxf return the other operand for a NaN, as np.fmin/np.fmax do
 _FLOAT_OPS: dict[str, Callable[[Value, Value], Value]] = {
-    "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.fmin, "max": np.fmax}
+    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "min": np.fmin,
+    "max": np.fmax}

@@ -119,8 +119,8 @@ class FunctionEmitter:
 
     # -- instruction helpers (scalars or vectors alike) --------------------------------
     def fbin(self, op: str, a: Val, b: Val) -> Val:
-        if op in ("+", "-", "*"):
-            name = {"+": "fadd", "-": "fsub", "*": "fmul"}[op]
+        if op in ("+", "-", "*", "/"):
+            name = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}[op]
             return self.fb.emit(a.ty, f"{name} {FAST} {a}, {b.ref}")
         if op in ("min", "max"):
             c = self.cmp("<" if op == "min" else ">", a, b, True)

@@ -118,6 +118,17 @@ class BoundCall:
             self._ptrs[i] = a.ctypes.data
         self._entry = kernel._entry
 
+    def set_pointer(self, j: int, pointer: int) -> None:
+        """Set the ``j``-th free argument's pointer for the calls that follow."""
+        self._ptrs[self.free[j]] = pointer
+
+    @property
+    def native(self) -> tuple[int, int]:
+        """(the entry's address, its pointer array's address): what native code calls, with
+        the pointers last given (`set_pointer`, or the last call's)."""
+        return (ctypes.cast(self._entry, ctypes.c_void_p).value or 0,
+                ctypes.addressof(self._ptrs))
+
     def __call__(self, *pointers: int) -> None:
         if len(pointers) != len(self.free):
             raise TypeError(f"kernel {self.kernel.name!r}: {len(self.free)} pointers expected "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, maximum, minimum
+from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp
 from autotune.ir.stmt import (
     Allocate,
     AsyncCommit,
@@ -50,6 +50,7 @@ from autotune.ir.stmt import (
 )
 from autotune.ops import Workload
 from autotune.ops.layout import NCHW
+from autotune.schedule.activation import apply_stages
 from autotune.schedule.templates.cuda_tensorcore import (
     VECTORS,
     WARP,
@@ -59,7 +60,6 @@ from autotune.schedule.templates.cuda_tensorcore import (
 )
 
 ZERO = Const(0.0, FLOAT)
-SIX = Const(6.0, FLOAT)
 
 # (z, row, column) of an operand tile element -> (bounds condition or None, value)
 Element = Callable[[Expr, Expr, Expr], tuple["Expr | None", Expr]]
@@ -399,18 +399,8 @@ def epilogue_value(wl: Workload, bufs: dict[str, Buffer], v: Expr, row: Expr, co
     channel: the output's row for an NCHW conv2d (K x pixels), its column for matmul and
     an NHWC conv2d (pixels x K)."""
     ch = row if wl.op == "conv2d" and wl.layout == NCHW else col
-    for stage in wl.epilogue:
-        if stage == "bias":
-            v = v + Load(bufs["bias"], (ch,))
-        elif stage == "scale_shift":
-            v = v * Load(bufs["scale"], (ch,)) + Load(bufs["shift"], (ch,))
-        elif stage == "residual":
-            v = v + Load(bufs["residual"], out_idx)
-        elif stage == "relu":
-            v = maximum(v, ZERO)
-        elif stage == "relu6":
-            v = minimum(maximum(v, ZERO), SIX)
-    return v
+    return apply_stages(v, wl.epilogue, ch, lambda name, c: Load(bufs[name], (c,)),
+                        lambda: Load(bufs["residual"], out_idx))
 
 
 def _unrolled(var: Var, extent: int, body: Stmt) -> For:

@@ -1,0 +1,250 @@
+"""A compiled model run as a plan (llvm targets): its kernels back to back, without torch
+dispatch between them.
+
+At compile time the rewritten graph is cut into steps in graph order: each run of
+consecutive kernels becomes one native function calling their entries (`CallSequence`),
+and every other node (a torch op left in the graph, a layout transform) stays a torch
+step, evaluated as `torch.fx.Interpreter` would. Every kernel's output lives in one arena
+allocated once, at an offset of a static memory plan: tensors whose lifetimes do not
+overlap share memory. The kernels' pointers into the arena are bound once; only pointers
+to the model's inputs and to torch steps' results are set per call.
+
+A call runs the plan when it fits (the example inputs' shapes, dtypes and device, no
+gradient wanted), else the graph's own code. The plan is not reentrant: calls take a lock.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import fx, nn
+
+from autotune.codegen.llvm.runtime import ALIGN, BoundCall
+from autotune.codegen.llvm.sequence import CallSequence
+from autotune.frontend.groups import KernelGroup
+from autotune.ops import aligned_empty
+from autotune.target import Target
+
+_FLOAT_BYTES = 4
+# ops that view their input (the plan binds their result once where the input is bound once)
+_VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
+_VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze")
+_VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity)
+
+
+@dataclass
+class _Kernel:
+    """A kernel node: its call (weights bound) and, per free argument, the node whose tensor
+    it reads, None for the output (an arena pointer, bound once)."""
+
+    node: fx.Node
+    call: BoundCall
+    reads: list[fx.Node]
+
+
+@dataclass
+class _Run:
+    """Consecutive kernels as one native call; ``dynamic``: (call, free argument, node) set
+    from the node's tensor before each run (model inputs, torch steps' results)."""
+
+    sequence: CallSequence
+    dynamic: list[tuple[BoundCall, int, fx.Node]]
+
+
+def arena_offsets(sizes: Sequence[int], lives: Sequence[tuple[int, int]]) -> tuple[list[int],
+                                                                                     int]:
+    """Offsets (in floats, multiples of 16: 64 bytes) for buffers of ``sizes`` floats alive
+    over the closed step intervals ``lives``, and the arena's size: largest first, each at the
+    lowest offset clear of every placed buffer whose life overlaps its own."""
+    step = ALIGN // _FLOAT_BYTES
+    padded = [-(-s // step) * step for s in sizes]
+    offsets = [0] * len(sizes)
+    placed: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -padded[i]):
+        busy = sorted((offsets[j], offsets[j] + padded[j]) for j in placed
+                      if lives[j][0] <= lives[i][1] and lives[i][0] <= lives[j][1])
+        at = 0
+        for lo, hi in busy:
+            if at + padded[i] <= lo:
+                break
+            at = max(at, hi)
+        offsets[i] = at
+        placed.append(i)
+    return offsets, max((o + p for o, p in zip(offsets, padded)), default=0)
+
+
+class ModelPlan:
+    """The plan of a rewritten graph module; called like it (see the module's docstring)."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+                 target: Target) -> None:
+        self.gm = gm
+        self._lock = threading.Lock()
+        self._signature = [(tuple(x.shape), x.dtype, x.device) for x in example_inputs]
+        # inputs nothing reads (weights dynamo passes, now folded into kernels) go unchecked
+        self._checked = [i for i, n in enumerate(n for n in gm.graph.nodes
+                                                 if n.op == "placeholder") if n.users]
+        modules = dict(gm.named_modules())
+        nodes = list(gm.graph.nodes)
+        index = {n: i for i, n in enumerate(nodes)}
+        kernel_of = {n: modules[str(n.target)] for n in nodes if n.op == "call_module"
+                     and isinstance(modules[str(n.target)], KernelGroup)
+                     and getattr(modules[str(n.target)], "_call", None) is not None}
+        # what memory each value may share: a kernel's output is its own; a torch step's
+        # result may alias any of its inputs' (a view), so it keeps their buffers alive
+        roots: dict[fx.Node, set[fx.Node]] = {}
+        end = {k: index[k] for k in kernel_of}
+        for n in nodes:
+            if n in kernel_of:
+                roots[n] = {n}
+            else:
+                roots[n] = set().union(*(roots[a] for a in n.all_input_nodes))
+            for a in n.all_input_nodes:
+                for k in roots[a]:
+                    end[k] = max(end[k], index[n])
+        outs = list(kernel_of)
+        sizes = [int(np.prod(kernel_of[k].out_shape)) for k in outs]
+        offsets, total = arena_offsets(sizes, [(index[k], end[k]) for k in outs])
+        self.arena = aligned_empty((max(total, 1),))
+        self.arena_bytes = total * _FLOAT_BYTES
+        self._values: dict[fx.Node, torch.Tensor] = {}
+        for k, off, size in zip(outs, offsets, sizes):
+            view = self.arena[off:off + size].reshape(kernel_of[k].out_shape)
+            self._values[k] = torch.from_numpy(view)
+        self._output_roots = roots[nodes[-1]] if nodes and nodes[-1].op == "output" else set()
+        self._steps: list[Any] = []
+        pending: list[_Kernel] = []
+        for n in nodes:
+            if n in kernel_of:
+                pending.append(self._kernel(n, kernel_of[n]))
+                continue
+            if self._static_view(n, modules):
+                continue  # bound once, like a kernel's output: no step
+            if pending:
+                self._steps.append(self._run(pending, target))
+                pending = []
+            if n.op in ("call_function", "call_method", "call_module", "get_attr"):
+                self._steps.append(n)
+        if pending:
+            self._steps.append(self._run(pending, target))
+        self._placeholders = [n for n in nodes if n.op == "placeholder"]
+        self._output = nodes[-1] if nodes and nodes[-1].op == "output" else None
+        self._modules = modules
+        self.kernels = len(kernel_of)
+        self.runs = sum(isinstance(s, _Run) for s in self._steps)
+
+    def _static_view(self, node: fx.Node, modules: dict[str, Any]) -> bool:
+        """Whether ``node`` only views a value bound once (a kernel's output): a flatten,
+        reshape or view of it, or a module that returns it in eval mode (dropout, identity).
+        The view is then bound once too."""
+        if not node.all_input_nodes or any(a not in self._values for a in node.all_input_nodes):
+            return False
+        if node.op == "call_module":
+            mod = modules[str(node.target)]
+            if not (isinstance(mod, _VIEW_MODULES) and not mod.training):
+                return False
+        elif not ((node.op == "call_function" and node.target in _VIEW_FUNCS) or
+                  (node.op == "call_method" and node.target in _VIEW_METHODS)):
+            return False
+        value = self._eval(node, self._values, modules)
+        if not isinstance(value, torch.Tensor) or not value.is_contiguous():
+            return False
+        self._values[node] = value
+        return True
+
+    def _kernel(self, node: fx.Node, module: Any) -> _Kernel:
+        fixed = {1 + j: p for j, p in enumerate(module.kernel_params)}
+        call = module.kernel.partial(fixed)  # its own pointer array: the module keeps its own
+        reads = [a for a in node.args if isinstance(a, fx.Node)]
+        for j, a in enumerate(reads):
+            if a in self._values:
+                call.set_pointer(j, self._values[a].data_ptr())
+        call.set_pointer(len(reads), self._values[node].data_ptr())
+        return _Kernel(node, call, reads)
+
+    def _run(self, kernels: list[_Kernel], target: Target) -> _Run:
+        sequence = CallSequence([k.call.native for k in kernels], target,
+                                keep=[k.call for k in kernels])
+        dynamic = [(k.call, j, a) for k in kernels for j, a in enumerate(k.reads)
+                   if a not in self._values]
+        return _Run(sequence, dynamic)
+
+    def fits(self, args: Sequence[Any]) -> bool:
+        """Whether a call on ``args`` can run the plan."""
+        if len(args) != len(self._signature):
+            return False
+        for i in self._checked:
+            x, (shape, dtype, device) = args[i], self._signature[i]
+            if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or \
+                    x.dtype != dtype or x.device != device:
+                return False
+            if x.requires_grad and torch.is_grad_enabled():
+                return False
+        return True
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.fits(args):
+            return self.unplanned(*args)
+        with self._lock:
+            return self._execute(args)
+
+    def unplanned(self, *args: Any) -> Any:
+        """The graph's own code on ``args``: every module called (forward hooks run)."""
+        return type(self.gm).forward(self.gm, *args)
+
+    def _execute(self, args: Sequence[torch.Tensor]) -> Any:
+        env: dict[fx.Node, Any] = dict(self._values)
+        env.update(zip(self._placeholders, args))
+        for step in self._steps:
+            if isinstance(step, _Run):
+                for call, j, node in step.dynamic:
+                    x = env[node]
+                    if not x.is_contiguous() or x.data_ptr() % ALIGN:  # a view: copied
+                        x = env[node] = x.clone(memory_format=torch.contiguous_format)
+                    call.set_pointer(j, x.data_ptr())
+                step.sequence()
+            else:
+                env[step] = self._eval(step, env, self._modules)
+        if self._output is None:
+            return None
+        result = fx.node.map_arg(self._output.args[0], lambda n: env[n])
+        if not self._output_roots:
+            return result
+        # the arena is reused by the next call: what may share it is handed out as a copy
+        return _map_tensors(result, lambda t: t.clone())
+
+    def _eval(self, node: fx.Node, env: dict[fx.Node, Any], modules: dict[str, Any]) -> Any:
+        args = fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+        if node.op == "call_function":
+            return node.target(*args, **kwargs)  # type: ignore[operator]
+        if node.op == "call_method":
+            return getattr(args[0], str(node.target))(*args[1:], **kwargs)
+        if node.op == "call_module":
+            return modules[str(node.target)](*args, **kwargs)
+        value: Any = self.gm
+        for name in str(node.target).split("."):  # get_attr
+            value = getattr(value, name)
+        return value
+
+
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
+def plan_model_run(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+                   target: Target) -> ModelPlan:
+    """Give ``gm`` (a compiled model's rewritten graph) a plan and make calls run it: the
+    module is still an `fx.GraphModule`, whose own code serves calls the plan does not fit."""
+    plan = ModelPlan(gm, example_inputs, target)
+    gm.forward = plan  # the instance's forward; the class keeps the graph's code
+    return plan

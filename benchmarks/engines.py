@@ -1,0 +1,182 @@
+"""The inference engines a CPU user would pick instead (the `engines` extra): ONNX Runtime and
+OpenVINO, each given the same ONNX export of the model and the same thread count as torch,
+in float32; and ONNX Runtime's own per-node profile, its nodes named by the module of the
+model they compute (their main op's: a conv's, a linear layer's, a pool's).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+import tempfile
+import warnings
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+ENGINES = ("ort", "openvino")
+LABELS = {"ort": "ONNX Runtime", "openvino": "OpenVINO"}
+# ONNX ops that compute a layer's main result; others (activations, adds, BatchNorm) are
+# walked through back to the main op whose result they finish
+MAIN_OPS = ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool")
+
+
+def onnx_model(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
+    """``model`` exported to ONNX at ``inputs``' shapes: by the TorchScript exporter, whose
+    node names carry the module path (``/layer1/layer1.0/conv1/Conv``), else by dynamo."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation
+        try:
+            torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=17,
+                              input_names=[f"x{i}" for i in range(len(inputs))])
+        except Exception:  # an op only the dynamo exporter knows
+            buf = io.BytesIO()
+            torch.onnx.export(model, inputs, buf, dynamo=True,
+                              input_names=[f"x{i}" for i in range(len(inputs))])
+    return buf.getvalue()
+
+
+def available(name: str) -> str:
+    """'' when engine ``name`` is installed, else why not."""
+    module = {"ort": "onnxruntime", "openvino": "openvino"}[name]
+    try:
+        __import__(module)
+    except ImportError:
+        return "not installed (pip install 'autotune[engines]')"
+    return ""
+
+
+# an engine's compiled model, called on the example inputs (returns the output), and the
+# engine's name and version
+Engine = tuple[Callable[[], Any], str]
+# ONNX Runtime's per-node seconds: per module path, and the other nodes by op and name
+OrtProfile = tuple[dict[str, float], dict[str, float]]
+
+
+def ort_session(onnx: bytes, threads: int, profile: bool = False) -> Any:
+    """An ONNX Runtime CPU session of ``onnx`` with every graph optimisation (its NCHWc
+    layouts and fusions) on ``threads`` threads."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    return ort.InferenceSession(onnx, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_engine(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int) -> Engine:
+    import onnxruntime as ort
+
+    session = ort_session(onnx, threads)
+    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return (lambda: session.run(None, feed)[0]), f"onnxruntime {ort.__version__}"
+
+
+def openvino_engine(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int) -> Engine:
+    """OpenVINO's CPU plugin on ``threads`` threads, for latency (one stream), in float32
+    (it would take bf16 on hosts that have it)."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(onnx, b""), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+    request = compiled.create_infer_request()
+    feed = {i: x.numpy() for i, x in enumerate(inputs)}
+
+    def run() -> Any:
+        request.infer(feed)
+        return request.get_output_tensor(0).data
+    return run, f"openvino {ov.__version__}"
+
+
+def make_engine(name: str, onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int
+                ) -> Engine:
+    return (ort_engine if name == "ort" else openvino_engine)(onnx, inputs, threads)
+
+
+def ort_profile(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int, calls: int
+                ) -> OrtProfile:
+    """ONNX Runtime's own per-node kernel times (seconds, the median over ``calls`` runs):
+    those of nodes whose main op is a module's, summed per module path, and the others
+    per node (reorders, reductions, elementwise ops left alone), named by op and node."""
+    session = ort_session(onnx, threads, profile=True)
+    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    for _ in range(calls):
+        session.run(None, feed)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    runs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            runs[(e["name"][:-len("_kernel_time")], e["args"].get("op_name", "?"))].append(
+                e["dur"] * 1e-6)
+    module_of = _module_paths(onnx)
+    by_module: dict[str, float] = defaultdict(float)
+    others: dict[str, float] = defaultdict(float)
+    for (node, op), times in runs.items():
+        place = module_of(node)
+        if place is None:
+            others[f"{op} {node}"] += statistics.median(times)
+        else:
+            by_module[place] += statistics.median(times)
+    return dict(by_module), dict(others)
+
+
+def _module_paths(onnx: bytes) -> Callable[[str], str | None]:
+    """Maps an ONNX Runtime node name to the module path of the main op it computes. ORT
+    names a fused node after the output it writes (``/relu/Relu_output_0_nchwc``); the
+    exported graph's node that writes that output, walked back through the ops that finish
+    a main op's result, is the main op, named by its module scope."""
+    import onnx as onnx_lib
+
+    graph = onnx_lib.load_model_from_string(onnx).graph
+    producer = {out: node for node in graph.node for out in node.output}
+    names = {node.name: node for node in graph.node}
+
+    def main_op(node: Any) -> Any:
+        for _ in range(16):
+            if node.op_type in MAIN_OPS:
+                return node
+            ins = [producer[x] for x in node.input if x in producer]
+            mains = [p for p in ins if p.op_type in MAIN_OPS]
+            if len(ins) == 0:
+                return None
+            node = (mains or ins)[-1]  # an add of a shortcut and a conv: the conv's
+        return None
+
+    def module_of(ort_name: str) -> str | None:
+        base = ort_name.removesuffix("_nchwc")
+        node = producer.get(base) or names.get(base)
+        found = main_op(node) if node is not None else None
+        return None if found is None else scope_path(found.name)
+    return module_of
+
+
+def scope_path(node_name: str) -> str | None:
+    """The module path in a TorchScript-exported node name: ``/layer1/layer1.0/conv1/Conv``
+    is ``layer1.0.conv1`` (a child of a Sequential is scoped as ``parent.index``)."""
+    parts = [p for p in node_name.split("/") if p][:-1]
+    path: list[str] = []
+    for part in parts:
+        if path and part.startswith(path[-1] + "."):
+            path[-1] = part
+        else:
+            path.append(part)
+    return ".".join(path) or None
+
+
+def max_rel_err(got: Any, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|."""
+    ref = want.detach().cpu().numpy()
+    return float(np.abs(np.asarray(got) - ref).max() / np.abs(ref).max())

@@ -1,0 +1,94 @@
+"""The compiled model's plan (llvm): kernels back to back in native runs between torch
+steps, outputs in one arena of a static memory plan; and the activations extraction fuses."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.frontend.plan import ModelPlan, arena_offsets  # noqa: E402
+from autotune.frontend.runtime import kernel_modules  # noqa: E402
+
+
+def test_arena_offsets_share_memory_only_between_disjoint_lives() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 12))
+        sizes = [int(s) for s in rng.integers(1, 5000, n)]
+        starts = rng.integers(0, 20, n)
+        lives = [(int(s), int(s + rng.integers(0, 6))) for s in starts]
+        offsets, total = arena_offsets(sizes, lives)
+        assert all(o % 16 == 0 and o + s <= total for o, s in zip(offsets, sizes))
+        for i in range(n):
+            for j in range(i):
+                in_time = lives[i][0] <= lives[j][1] and lives[j][0] <= lives[i][1]
+                in_space = offsets[i] < offsets[j] + sizes[j] and \
+                    offsets[j] < offsets[i] + sizes[i]
+                assert not (in_time and in_space), (sizes, lives, offsets)
+    # a chain a -> b -> c: a and c never live together and take the same place
+    offsets, total = arena_offsets([100, 100, 100], [(0, 1), (1, 2), (2, 3)])
+    assert offsets[0] == offsets[2] and total == 2 * 112
+
+
+class Net(nn.Module):
+    """Kernels back to back (conv, conv, depthwise), torch ops between them that keep views
+    of a kernel's output alive past the next kernels (flatten, a slice), new activations
+    fused (hardswish, SiLU, sigmoid, GELU), and a view returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.c3 = nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8 * 6 * 6, 10)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = F.hardswish(self.c1(x))
+        b = F.silu(self.c2(a))
+        view = b[:, :4]                      # a view of b, read after c3 ran
+        c = torch.sigmoid(self.dw(b))
+        d = F.gelu(self.c3(c)) + view.sum()  # a torch step between kernels
+        return self.fc(torch.flatten(d, 1)), d
+
+
+def test_plan_runs_kernels_back_to_back_and_matches_torch() -> None:
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(1, 3, 6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    plan = compiled.forward
+    assert isinstance(plan, ModelPlan)
+    acts = sorted(m.activation for m in kernel_modules(compiled) if m.activation)
+    assert acts == ["gelu", "hardswish", "sigmoid", "silu"]  # every activation fused
+    assert plan.kernels == 5 and plan.runs == 3  # c1 c2 | the slice | dw c3 | sum, add | fc
+    with torch.no_grad():
+        want = model(x)
+        got = compiled(x)
+        for g, w in zip(got, want):
+            assert torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+        first = [g.clone() for g in got]
+        x2 = torch.randn(1, 3, 6, 6)
+        again = compiled(x2)  # reuses the arena: what the first call returned is unchanged
+        assert all(torch.equal(a, b) for a, b in zip(got, first))
+        assert all(torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+                   for g, w in zip(again, model(x2)))
+        x3 = torch.randn(2, 3, 6, 6)  # another batch: the graph's own code, on torch
+        assert all(torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+                   for g, w in zip(compiled(x3), model(x3)))
+        strided = torch.randn(1, 3, 6, 12)[..., ::2]  # a view the kernels cannot read as is
+        assert all(torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+                   for g, w in zip(compiled(strided), model(strided)))
+
+
+def test_tanh_approximated_gelu_stays_in_torch() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.GELU(approximate="tanh")).eval()
+    found = autotune.extract(model, torch.randn(1, 3, 4, 4))
+    assert [t.workload.epilogue for t in found.tasks] == [("bias",)]
