@@ -43,6 +43,12 @@ class Settings(BaseSettings):
                     "patterns; '*' allows any); the bind host is added. Others get 400, so "
                     "that a DNS-rebinding page cannot reach a local service")
 
+    host_cpu: Optional[str] = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="LLVM CPU name (-mcpu) that 'llvm' targets take as this host's, with "
+                    "LLVM's features for it (e.g. haswell: AVX2 code on an AVX-512 host, as "
+                    "`make test-avx2` runs the tests); this host's CPU must have every ISA "
+                    "extension its code uses. Unset: detected")
     ray_address: Optional[str] = Field(
         default=None,
         description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
