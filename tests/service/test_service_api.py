@@ -18,6 +18,7 @@ from autotune.service.main import create_app
 from autotune.settings import Settings
 from autotune.target import Target
 from tests.service.service_helpers import SMALL_MATMUL, wait_for
+from tests.spaces import valid_configs
 
 with warnings.catch_warnings():  # starlette nags about httpx vs httpx2 on import
     warnings.simplefilter("ignore")
@@ -41,14 +42,11 @@ class FakeTune:
             raise RuntimeError(self.fail)
         space = driver.config_space(workload, target)
         done = db.job_trial_count(job_id)
-        taken = db.measured_indices(workload, target)
-        index = 0
+        taken = set(db.measured_indices(workload, target))
         while done < trials:
-            items = []
-            while len(items) < min(self.batch, trials - done):
-                if index not in taken:
-                    items.append((space.get(index), _result(index)))
-                index += 1
+            configs = valid_configs(space, min(self.batch, trials - done), skip=taken)
+            taken.update(c.index for c in configs)
+            items = [(c, _result(done + i)) for i, c in enumerate(configs)]
             db.add_trials(workload, target, job_id, items, workload.flops())
             done += len(items)
             best = db.job_trials(job_id, limit=1, sort="-gflops")[0][0].gflops
@@ -60,6 +58,7 @@ class FakeTune:
 
 
 def _result(index: int) -> MeasureResult:
+    """The made-up measurement of a job's ``index``th trial (every fifth a failure)."""
     if index % 5 == 4:
         return MeasureResult.failure(ErrorKind.COMPILE, "made-up compile error")
     cost = 1e-4 * (1 + (index * 7919) % 13)
