@@ -234,19 +234,17 @@ def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
-def check_measurable(target: Target) -> None:
-    """Fail now, with `MeasureUnavailable`, on a CUDA target this host cannot time (no GPU of
-    its arch, no nvcc): every trial would be recorded as failed. A Ray cluster (the
-    settings' ``ray_address``) measures elsewhere, and CPU targets are checked by the
-    executor itself."""
-    if target.kind != "cuda" or Settings().ray_address:
-        return
-    from autotune.measure.capability import why_not_measurable
+def check_measurable(target: Target, settings: Optional[Settings] = None) -> None:
+    """Fail now, with `MeasureUnavailable`, on a target this host cannot measure (a CUDA one
+    without nvcc or a GPU of its arch, a CPU one with an ISA extension this CPU lacks):
+    every trial would be recorded as failed. ``settings`` (default: read now) say whether a
+    Ray cluster measures instead (`measure.capability.measure_refusal`)."""
+    from autotune.measure.capability import measure_refusal
     from autotune.measure.result import MeasureUnavailable
 
-    reason = why_not_measurable(target)
+    reason = measure_refusal(target, ray_address=(settings or Settings()).ray_address)
     if reason:
-        raise MeasureUnavailable(f"cannot measure {target.key} on this host: {reason}")
+        raise MeasureUnavailable(reason)
 
 
 def default_executor(target: Target, measure_options: Optional["MeasureOptions"] = None, *,

@@ -10,7 +10,10 @@ import pytest
 
 import autotune
 from autotune import api, cli
+from autotune.measure import MeasureUnavailable
+from autotune.measure.capability import why_not_measurable
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+from autotune.target import Target
 
 TASK = ["matmul", "-p", "M=64", "-p", "N=64", "-p", "K=64"]
 
@@ -165,6 +168,26 @@ def test_user_errors_print_one_line(capsys, db, argv, code, message):
     assert got == code
     assert err.startswith("autotune: error: ") and err.count("\n") == 1, err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spec", ["llvm -mcpu=nonsense-cpu", "llvm -mcpu=skylake-avx512",
+                                  "cuda -arch=sm_90"])
+def test_tune_refuses_a_target_this_host_cannot_measure(capsys, tmp_path, spec):
+    """Exit 2 and one line before anything is recorded, with the reason `autotune.tune`
+    (and the service's submit) give: the one check, `capability.measure_refusal`."""
+    target = Target(spec)
+    reason = why_not_measurable(target)
+    if reason is None:
+        pytest.skip(f"this host can measure {spec}")
+    db = tmp_path / "refused.db"
+    code, out, err = run(capsys, "tune", *TASK, "--target", spec, "--db", f"sqlite:///{db}")
+    assert code == 2 and err.count("\n") == 1 and not out, err
+    assert f"autotune: error: this host cannot measure {target.key}: {reason}" in err
+    with pytest.raises(MeasureUnavailable) as raised:
+        autotune.tune(autotune.workload("matmul", M=64, N=64, K=64), target, trials=4,
+                      db=f"sqlite:///{db}", progress=False)
+    assert err.strip().endswith(str(raised.value))
+    assert not db.exists()
 
 
 def test_best_without_records_exits_1(capsys, db):

@@ -119,6 +119,18 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     return wl, target
 
 
+def refuse_unmeasurable(target: "Target", settings: "Settings") -> None:
+    """A usage error (one line, exit status 2) when this process cannot measure ``target``:
+    the check `autotune.tune` and the service's submit make (`api.check_measurable`)."""
+    from autotune.api import check_measurable
+    from autotune.measure.result import MeasureUnavailable
+
+    try:
+        check_measurable(target, settings)
+    except MeasureUnavailable as exc:
+        raise usage_error(str(exc)) from None
+
+
 def add_ray_address(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
                    help="measure on the workers of this Ray cluster (default: "

@@ -13,7 +13,14 @@ import sys
 import time
 from typing import Any, Callable
 
-from autotune.cli.common import CliError, Command, db_url, shown, usage_error
+from autotune.cli.common import (
+    CliError,
+    Command,
+    db_url,
+    refuse_unmeasurable,
+    shown,
+    usage_error,
+)
 
 
 def load_model(spec: str) -> tuple[Any, Any]:
@@ -72,6 +79,13 @@ def run_tune_model(args: argparse.Namespace) -> int:
         raise usage_error(f"--trials must be >= 0, got {args.trials}")
     if args.batch_size < 1:
         raise usage_error(f"--batch-size must be >= 1, got {args.batch_size}")
+    from autotune.target import Target
+
+    try:
+        target = Target(args.target)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
+    refuse_unmeasurable(target, Settings())  # before the model is loaded or a run recorded
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import extract, tune_tasks
@@ -93,7 +107,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
                             transfer=not args.no_transfer,
                             measure_options=MeasureOptions.from_settings(Settings()),
                             progress=sys.stderr)
-    except MeasureUnavailable as exc:  # e.g. a CUDA target on a host without that GPU
+    except MeasureUnavailable as exc:  # a worker that could not start
         raise CliError(str(exc)) from None
     for name, why in result.failed.items():
         print(f"task {name} failed: {why}", file=sys.stderr)

@@ -16,6 +16,7 @@ from autotune.cli.common import (
     add_task,
     db_url,
     print_table,
+    refuse_unmeasurable,
     settings_of,
     shown,
     task_of,
@@ -95,6 +96,7 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
         config_space(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
+    refuse_unmeasurable(target, settings)
     options = MeasureOptions.from_settings(settings)
     try:
         executor = default_executor(target, options, settings=settings)
