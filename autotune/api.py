@@ -105,6 +105,9 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
     if db is None or isinstance(db, Database):
         yield db
         return
+    from autotune.db.url import checked_url
+
+    checked_url(db)  # DatabaseUrlError: one line naming the URL and the fix
     if not create and _missing_sqlite_file(db):
         yield None
         return
@@ -118,7 +121,7 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
 def _missing_sqlite_file(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
-    from autotune.db.engine import normalize_url
+    from autotune.db.url import normalize_url
 
     parsed = make_url(normalize_url(url))
     name = parsed.database or ""

@@ -29,15 +29,22 @@ def usage_error(message: str) -> CliError:
 
 
 def db_url(args: argparse.Namespace) -> str:
-    """``--db``, else the settings' database URL (AUTOTUNE_DB_URL)."""
+    """``--db``, else the settings' database URL (AUTOTUNE_DB_URL); a usage error (one line
+    naming the URL and the fix) for one the database cannot use."""
+    from autotune.db.url import DatabaseUrlError, checked_url
     from autotune.settings import Settings
 
-    return args.db or Settings().db_url
+    url: str = args.db or Settings().db_url
+    try:
+        checked_url(url)
+    except DatabaseUrlError as exc:
+        raise usage_error(str(exc)) from None
+    return url
 
 
 def shown(url: str) -> str:
     """A database URL as printed: its password masked."""
-    from autotune.db.engine import masked_url
+    from autotune.db.url import masked_url
 
     return masked_url(url)
 
