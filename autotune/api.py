@@ -31,7 +31,14 @@ from autotune.db import Database, TrialRecord
 from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
 from autotune.ops import Workload
 from autotune.records import record_from_json
-from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
+from autotune.search import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_TUNER,
+    Progress,
+    TuneResult,
+    TuningSession,
+    explain,
+)
 from autotune.search.display import library_progress
 from autotune.search.loop import drive
 from autotune.search.registry import tuner_options as options_table
@@ -78,6 +85,11 @@ class BestRecord:
     cost: float
     gflops: float
     record: TrialRecord
+
+    def __repr__(self) -> str:
+        figure = "re-timed" if self.record.retimed_cost is not None else "first measurement"
+        return (f"BestRecord(config {self.config.index}, {self.gflops:.2f} GFLOP/s, "
+                f"{self.cost * 1e3:.4f} ms, {figure})")
 
 
 def as_workload(workload: WorkloadArg) -> Workload:
@@ -194,6 +206,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                                         batch_size=batch_size, early_stopping=early_stopping,
                                         job_id=job_id) as session:
                         result = drive(session, exe, (*callbacks, shown))
+                    shown.summary(explain.lines(result))
                 finally:
                     shown.finish()
                     if executor is None:

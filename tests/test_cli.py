@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,9 @@ def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):
                          "--tuner-option", "pop_size=16", "--tuner-option", "selection=roulette")
     assert code == 0, err
     assert "40 trials measured (stopped: budget)" in out and "GFLOP/s" in out
+    assert re.search(r"Best: config \d+, [\d.]+ GFLOP/s \([\d.]+ ms\), its re-timed figure\. "
+                     r"The progress showed first measurements", out), out
+    assert re.search(r"The best runs [\d.]+x as fast as the template's default config", out)
     assert json.loads(out.strip().splitlines()[-1])["knobs"]
     assert "autotune: 32/40 trials" in err and "autotune: 40/40 trials" in err  # not a TTY
     assert synthetic[0].repeat == 5  # measurement options come from Settings
