@@ -287,8 +287,23 @@ class CurrentModel(BaseModel):
                                              "(null below 3 points or when one side is flat)")
 
 
+class DefaultStanding(BaseModel):
+    """The template's default config of a job's workload on its target, and where it
+    stands: what tuning is measured against (a tuned kernel never runs slower)."""
+
+    config_index: str = Field(description="its index in the space (decimal)")
+    gflops: Optional[float] = Field(
+        default=None, description="its figure by the ranking of /best (re-timed when the "
+                                  "latest window holds it); null when it has no valid record")
+    retimed: bool = Field(default=False, description="whether gflops is a re-timed figure")
+    is_best: bool = Field(default=False, description="nothing beat it: it is the best record")
+
+
 class CurvesPage(BaseModel):
     items: list[CurvePublic]
+    default: Optional[DefaultStanding] = Field(
+        default=None, description="of the requested job: its workload's default config "
+                                  "(null when this version has no space for the workload)")
     rank_correlation: list[BatchRankCorrelation] = Field(
         default_factory=list, description="of the requested job, per batch its cost model "
         "scored (empty for tuners without a model)")

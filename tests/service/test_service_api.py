@@ -238,8 +238,12 @@ def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
 
     other = _job(client, headers, trials=8, tuner="grid")
     _wait_state(client, other["id"], "done")
-    curves = client.get(f"/api/v1/jobs/{job['id']}/curves",
-                        params={"siblings": "true"}).json()["items"]
+    page = client.get(f"/api/v1/jobs/{job['id']}/curves", params={"siblings": "true"}).json()
+    curves = page["items"]
+    # the default config, trial 0 of the made-up ones, is also the fastest: nothing beat it
+    default = driver.config_space(Workload.from_dict(SMALL_MATMUL), Target("llvm")).default()
+    assert page["default"] == {"config_index": str(default.index), "gflops": gflops[0],
+                               "retimed": False, "is_best": True}
     assert [c["job_id"] for c in curves] == [job["id"], other["id"]]
     assert curves[0]["points"][-1][0] == 12
     assert all(a[1] <= b[1] for a, b in zip(curves[0]["points"], curves[0]["points"][1:]))

@@ -5,7 +5,7 @@
   const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
   const TRIALS_PAGE = 50;
   const S = {
-    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], currentModel: null,
+    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], currentModel: null, standing: null,
     es: null, ended: false,
     sort: "id", desc: false, offset: 0, error: "", total: 0,
     drawQueued: false, timers: {},
@@ -39,10 +39,29 @@
     const best = S.top || S.best;
     const cost = best ? (best.retimed_cost ?? best.cost) : null;
     $("#stat-cost").innerHTML = best ? `${Fmt.ms(cost)} <small>ms</small>` : "–";
+    renderDefault();
     $("#stat-elapsed").textContent = Fmt.duration(job.started_at, job.finished_at);
     // every argument's element type; products are accumulated in float32 whatever it is
     $("#stat-dtype").textContent = job.workload.dtype || "float32";
     if (job.error) showNotice(`Job failed: ${job.error}`, true);
+  }
+
+  // The template's default config is what tuning is measured against: say when nothing
+  // beat it, else by how much the best did (both by the ranking of /best).
+  function renderDefault() {
+    const d = S.standing, el = $("#stat-default");
+    const best = S.top || S.best;
+    const bestGflops = best ? (best.retimed_gflops ?? best.gflops) : null;
+    if (!d || !d.gflops) {
+      el.textContent = "–";
+      el.title = d ? `the default config (${d.config_index}) has no valid record` : "";
+      return;
+    }
+    const figure = d.retimed ? "re-timed" : "first measurement";
+    el.title = `the template's default config (${d.config_index}): ${Fmt.gflops(d.gflops)} GFLOP/s (${figure})`;
+    if (d.is_best) el.innerHTML = "1.00× <small>nothing beat the default</small>";
+    else if (bestGflops) el.innerHTML = `${(bestGflops / d.gflops).toFixed(2)}× <small>faster than the default</small>`;
+    else el.textContent = "–";
   }
 
   // --- charts -------------------------------------------------------------------------------
@@ -208,6 +227,7 @@
       S.siblings = page.items;
       S.rankCorrelation = page.rank_correlation || [];
       S.currentModel = page.current_model || null;
+      S.standing = page.default || null;
       draw();
     } catch (err) { /* optional */ }
   }
