@@ -163,7 +163,9 @@ class JobPublic(JobSettings):
     id: int
     state: JobState
     workload: dict[str, Any]
-    label: str = Field(description="short human-readable workload name")
+    label: str = Field(description="human-readable workload name, every parameter")
+    short_label: str = Field(default="", description="the label without parameters at "
+                                                     "their defaults (the dashboard's)")
     target: str
     trials_done: int
     best_gflops: Optional[float]
@@ -177,6 +179,9 @@ class JobPublic(JobSettings):
                     "its target); null otherwise")
     owner: Optional[str] = Field(
         default=None, description="which process runs it (host:pid:token); null when none does")
+    model_run: Optional[int] = Field(
+        default=None, description="the model run whose task it tunes (its trials come from "
+                                  "the run's budget: `trials` is what was left of it)")
 
 
 class JobsPage(BaseModel):
@@ -340,25 +345,33 @@ class Health(BaseModel):
 
 
 @lru_cache(maxsize=4096)
-def _workload_view(key: str) -> tuple[str, str]:
-    """(wire JSON in the op table's order, short label) of a workload key; keys never change."""
+def _workload_view(key: str) -> tuple[str, str, str]:
+    """(wire JSON in the op table's order, label, short label) of a workload key; keys never
+    change."""
     from autotune.ops import Workload
 
     try:
         wl = Workload.from_json(key)
     except ValueError:  # a record of an op this version no longer knows
-        return key, json.loads(key).get("op", "?")
-    return json.dumps(wl.to_dict()), str(wl)
+        op = json.loads(key).get("op", "?")
+        return key, op, op
+    return json.dumps(wl.to_dict()), str(wl), wl.brief()
+
+
+def workload_labels(key: str) -> tuple[str, str]:
+    """(label, short label) of a workload key."""
+    return _workload_view(key)[1:]
 
 
 def job_public(job: JobRecord) -> JobPublic:
     """The API form of a job record."""
-    wire, label = _workload_view(job.workload_key)
+    wire, label, short = _workload_view(job.workload_key)
     return JobPublic(id=job.id, state=job.state, workload=json.loads(wire),  # type: ignore[arg-type]
-                     label=label, target=job.target_key, **job_settings(job),
+                     label=label, short_label=short, target=job.target_key, **job_settings(job),
                      trials_done=job.trials_done, best_gflops=job.best_gflops, error=job.error,
                      created_at=job.created_at, started_at=job.started_at,
-                     finished_at=job.finished_at, waiting=job.waiting, owner=job.owner)
+                     finished_at=job.finished_at, waiting=job.waiting, owner=job.owner,
+                     model_run=job.model_run_id)
 
 
 def _predicted(trial: TrialRecord) -> Optional[float]:

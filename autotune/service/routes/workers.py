@@ -88,4 +88,5 @@ def _local(key: str, executor: Any) -> WorkerPublic:
     return WorkerPublic(worker=f"local:{host}", host=host,
                         target=target.key if target is not None else key,
                         device=device_name(target) if target is not None else "",
-                        state="busy" if executor.lock.locked() else "idle")
+                        state="busy" if executor.job is not None else "idle",
+                        job=executor.job)  # busy only with a job: a lock held for none is idle
