@@ -90,7 +90,7 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
         return done
 
     wait_for(lambda: trials_shown() >= 48 and
-             browser.find_element(By.ID, "live-text").text == "finished", 180,
+             browser.find_element(By.ID, "live-text").text == "done", 180,
              interval=0.3, what="the job to finish on its page")
     assert len(seen) >= 2, f"the trial count never changed live: {seen}"
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 48 or
