@@ -11,6 +11,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from typing import Any, Callable
 
 from autotune.cli.common import (
@@ -141,13 +142,18 @@ def run_bench_model(args: argparse.Namespace) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False  # torch in fp32, as the kernels
         torch.backends.cudnn.allow_tf32 = False
         sync = torch.cuda.synchronize
+    say = partial(print, file=sys.stderr, flush=True)  # each step, as it starts
+    say(f"bench-model: compiling {type(model).__name__}'s kernels for {args.target} "
+        f"(their best records in {shown(db_url(args))})")
     try:
         compiled = compile_model(model, inputs, target=args.target, db=db_url(args),
                                  layout=args.layout)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     with torch.no_grad():
+        say(f"bench-model: timing torch eager, {args.repeat} calls")
         eager = median_time(lambda: (model(*inputs), sync()), args.repeat)
+        say(f"bench-model: timing the compiled model, {args.repeat} calls")
         tuned = median_time(lambda: (compiled(*inputs), sync()), args.repeat)
         err = (compiled(*inputs) - model(*inputs)).abs().max().item()
     print(f"torch eager {eager * 1e3:.3f} ms  autotune {tuned * 1e3:.3f} ms  "
