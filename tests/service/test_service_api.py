@@ -207,7 +207,7 @@ def test_auth_disabled_for_local_development(serve) -> None:
 
 def test_job_lifecycle_paging_sorting_and_curves(serve) -> None:
     tune = FakeTune(batch=4)
-    client = serve(tune)
+    client = serve(tune, source_timeout_s=120)  # a loaded host makes code slowly
     headers = _key(client)
     job = _job(client, headers, trials=12, seed=5, tuner_options={})
     assert job["state"] == "queued" and job["label"] == "matmul(M=64,N=64,K=64)"
