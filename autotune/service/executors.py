@@ -91,6 +91,11 @@ class _JobUse(Executor):
     def __init__(self, shared: LockedExecutor, job_id: int) -> None:
         self.shared, self.job_id = shared, job_id
 
+    @property
+    def inner(self) -> object:
+        """The executor the pool shares (`LockedExecutor.inner`)."""
+        return self.shared.inner
+
     def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
         with self.shared.held_by(self.job_id):
             return list(self.shared.inner.submit(inputs))  # type: ignore[attr-defined]
