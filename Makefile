@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 PORT ?=
+# pytest-xdist processes of make test (0: none). Tests marked serial run alone after them.
+TEST_WORKERS ?= 2
 # The AVX2 CPU the CPU kernel tests run again as (see test-avx2).
 AVX2_CPU ?= haswell
 AVX2_TESTS := tests/codegen tests/schedule tests/measure tests/test_api_real.py \
@@ -28,9 +30,12 @@ install: $(VENV)/.installed
 run: install
 	$(PY) -m autotune.cli serve --demo $(if $(PORT),--port $(PORT))
 
+# Most tests wait on servers, subprocesses and leases as much as they compute: they run on
+# TEST_WORKERS processes; those that time wall-clock work run alone afterwards.
 test: install lint
 	bash scripts/test-services.sh
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m serial $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-avx2
 
 # The CPU kernel tests again with `llvm` targets forced to an AVX2 CPU (AUTOTUNE_HOST_CPU:
@@ -42,7 +47,7 @@ test-avx2: install
 		echo "test-avx2: this host is no wider than AVX2; the main run covered it"; \
 	else \
 		echo "test-avx2: $(AVX2_TESTS) as -mcpu=$(AVX2_CPU)"; \
-		AUTOTUNE_HOST_CPU=$(AVX2_CPU) $(PY) -m pytest -q $(PYTEST_ARGS) $(AVX2_TESTS); \
+		AUTOTUNE_HOST_CPU=$(AVX2_CPU) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS) $(AVX2_TESTS); \
 	fi
 
 # ruff (pyflakes, imports, builtins, line length), mypy over the whole package, and the

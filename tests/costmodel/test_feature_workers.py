@@ -52,6 +52,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.serial  # the worker must win a share of the batch against the caller
 def test_pooled_rows_are_the_rows_of_one_process(pool):
     configs = _configs(120)
     alone = features_for(CONV, TARGET, configs, "ast", FeatureCache(200))

@@ -313,6 +313,7 @@ def test_restart_resumes_unfinished_jobs(serve, tmp_path) -> None:
     assert total == 10 and len({t.config_index for t in trials}) == 10
 
 
+@pytest.mark.serial
 def test_trial_pages_stay_fast_with_10000_trials(serve) -> None:
     client = serve()
     db = client.app.state.db
