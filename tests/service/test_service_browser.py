@@ -243,7 +243,8 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
 
     state = wait_for(lambda: cell(f'#workers tr[data-worker="{local}"] .state'), 20,
                      what="this host's row")
-    assert state == "idle"
+    assert state == "idle"  # busy only while a job holds it
+    assert cell(f'#workers tr[data-worker="{local}"] .seen') == "just now"  # this very host
     # its counts are the trials table's, as on the job's page (they were "–" here)
     assert cell(f'#workers tr[data-worker="{local}"] .trials') == "8"
     assert cell(f'#workers tr[data-worker="{local}"] .failures') == str(by[0]["failed"])
