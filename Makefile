@@ -3,8 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+PORT ?=
+# pytest-xdist processes of make test (0: none). Tests marked serial run alone after them.
+TEST_WORKERS ?= 2
+# The AVX2 CPU the CPU kernel tests run again as (see test-avx2).
+AVX2_CPU ?= haswell
+AVX2_TESTS := tests/codegen tests/schedule tests/measure tests/test_api_real.py \
+	tests/frontend/test_prepacked_model.py tests/frontend/test_blocked_model.py
 
-.PHONY: install run test lint bench engines clean
+.PHONY: install run test test-avx2 lint bench engines clean
 
 # The hot path is compiled with mypyc at install (setup.py, autotune/native.py): editing one
 # of its sources reinstalls, which rebuilds it (a stale build refuses to import).
@@ -21,11 +28,30 @@ $(VENV)/.installed: pyproject.toml setup.py autotune/native.py $(NATIVE_SRC)
 install: $(VENV)/.installed
 
 run: install
-	$(PY) -m autotune.cli serve --demo
+	$(PY) -m autotune.cli serve --demo $(if $(PORT),--port $(PORT))
+
+# Most tests wait on servers, subprocesses and leases as much as they compute: they run on
+# TEST_WORKERS processes; those marked serial (wall-clock timings, races between processes)
+# run alone afterwards (pytest's status 5, none selected, is no failure).
+PYTEST_RUN = $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" $(1) && \
+	{ $(PY) -m pytest -q -m serial $(1) || [ $$? -eq 5 ]; }
 
 test: install lint
 	bash scripts/test-services.sh
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(call PYTEST_RUN,$(PYTEST_ARGS))
+	$(MAKE) --no-print-directory test-avx2
+
+# The CPU kernel tests again with `llvm` targets forced to an AVX2 CPU (AUTOTUNE_HOST_CPU:
+# 256-bit vectors, 16 registers). Code for a narrower ISA runs on a wider host, so an
+# AVX-512 machine catches here what would fail on an AVX2 one; on a host no wider than
+# AVX2 the main run was that run already.
+test-avx2: install
+	@if [ "$$($(PY) -c 'from autotune.target import Target; print(Target("llvm").vector_bits)')" -le 256 ]; then \
+		echo "test-avx2: this host is no wider than AVX2; the main run covered it"; \
+	else \
+		echo "test-avx2: $(AVX2_TESTS) as -mcpu=$(AVX2_CPU)"; \
+		export AUTOTUNE_HOST_CPU=$(AVX2_CPU) && $(call PYTEST_RUN,$(PYTEST_ARGS) $(AVX2_TESTS)); \
+	fi
 
 # ruff (pyflakes, imports, builtins, line length), mypy over the whole package, and the
 # layering contract (import-linter; pyproject.toml's [tool.importlinter])

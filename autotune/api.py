@@ -31,7 +31,14 @@ from autotune.db import Database, TrialRecord
 from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
 from autotune.ops import Workload
 from autotune.records import record_from_json
-from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
+from autotune.search import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_TUNER,
+    Progress,
+    TuneResult,
+    TuningSession,
+    explain,
+)
 from autotune.search.display import library_progress
 from autotune.search.loop import drive
 from autotune.search.registry import tuner_options as options_table
@@ -79,6 +86,11 @@ class BestRecord:
     gflops: float
     record: TrialRecord
 
+    def __repr__(self) -> str:
+        figure = "re-timed" if self.record.retimed_cost is not None else "first measurement"
+        return (f"BestRecord(config {self.config.index}, {self.gflops:.2f} GFLOP/s, "
+                f"{self.cost * 1e3:.4f} ms, {figure})")
+
 
 def as_workload(workload: WorkloadArg) -> Workload:
     """A `Workload` from itself, its wire dict or its JSON (ValueError naming the bad field)."""
@@ -105,6 +117,9 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
     if db is None or isinstance(db, Database):
         yield db
         return
+    from autotune.db.url import checked_url
+
+    checked_url(db)  # DatabaseUrlError: one line naming the URL and the fix
     if not create and _missing_sqlite_file(db):
         yield None
         return
@@ -118,7 +133,7 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
 def _missing_sqlite_file(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
-    from autotune.db.engine import normalize_url
+    from autotune.db.url import normalize_url
 
     parsed = make_url(normalize_url(url))
     name = parsed.database or ""
@@ -191,6 +206,7 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                                         batch_size=batch_size, early_stopping=early_stopping,
                                         job_id=job_id) as session:
                         result = drive(session, exe, (*callbacks, shown))
+                    shown.summary(explain.lines(result))
                 finally:
                     shown.finish()
                     if executor is None:
@@ -234,19 +250,17 @@ def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
-def check_measurable(target: Target) -> None:
-    """Fail now, with `MeasureUnavailable`, on a CUDA target this host cannot time (no GPU of
-    its arch, no nvcc): every trial would be recorded as failed. A Ray cluster (the
-    settings' ``ray_address``) measures elsewhere, and CPU targets are checked by the
-    executor itself."""
-    if target.kind != "cuda" or Settings().ray_address:
-        return
-    from autotune.measure.capability import why_not_measurable
+def check_measurable(target: Target, settings: Optional[Settings] = None) -> None:
+    """Fail now, with `MeasureUnavailable`, on a target this host cannot measure (a CUDA one
+    without nvcc or a GPU of its arch, a CPU one with an ISA extension this CPU lacks):
+    every trial would be recorded as failed. ``settings`` (default: read now) say whether a
+    Ray cluster measures instead (`measure.capability.measure_refusal`)."""
+    from autotune.measure.capability import measure_refusal
     from autotune.measure.result import MeasureUnavailable
 
-    reason = why_not_measurable(target)
+    reason = measure_refusal(target, ray_address=(settings or Settings()).ray_address)
     if reason:
-        raise MeasureUnavailable(f"cannot measure {target.key} on this host: {reason}")
+        raise MeasureUnavailable(reason)
 
 
 def default_executor(target: Target, measure_options: Optional["MeasureOptions"] = None, *,

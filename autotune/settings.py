@@ -43,6 +43,12 @@ class Settings(BaseSettings):
                     "patterns; '*' allows any); the bind host is added. Others get 400, so "
                     "that a DNS-rebinding page cannot reach a local service")
 
+    host_cpu: Optional[str] = Field(
+        default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]*$",
+        description="LLVM CPU name (-mcpu) that 'llvm' targets take as this host's, with "
+                    "LLVM's features for it (e.g. haswell: AVX2 code on an AVX-512 host, as "
+                    "`make test-avx2` runs the tests); this host's CPU must have every ISA "
+                    "extension its code uses. Unset: detected")
     ray_address: Optional[str] = Field(
         default=None,
         description="address (HOST:PORT) of a Ray cluster to measure on; unset: measure "
@@ -97,6 +103,11 @@ class Settings(BaseSettings):
     build_timeout: float = Field(default=10.0, gt=0, description="seconds one build may take")
     run_timeout: float = Field(default=10.0, gt=0,
                                description="seconds one config's timing may take")
+
+    @field_validator("host_cpu")
+    @classmethod
+    def _empty_is_unset(cls, value: Optional[str]) -> Optional[str]:
+        return value or None
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

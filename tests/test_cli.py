@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,10 @@ import pytest
 
 import autotune
 from autotune import api, cli
+from autotune.measure import MeasureUnavailable
+from autotune.measure.capability import why_not_measurable
 from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+from autotune.target import Target
 
 TASK = ["matmul", "-p", "M=64", "-p", "N=64", "-p", "K=64"]
 
@@ -88,6 +92,9 @@ def test_tune_then_best_trials_export_import(capsys, db, synthetic, tmp_path):
                          "--tuner-option", "pop_size=16", "--tuner-option", "selection=roulette")
     assert code == 0, err
     assert "40 trials measured (stopped: budget)" in out and "GFLOP/s" in out
+    assert re.search(r"Best: config \d+, [\d.]+ GFLOP/s \([\d.]+ ms\), its re-timed figure\. "
+                     r"The progress showed first measurements", out), out
+    assert re.search(r"The best runs [\d.]+x as fast as the template's default config", out)
     assert json.loads(out.strip().splitlines()[-1])["knobs"]
     assert "autotune: 32/40 trials" in err and "autotune: 40/40 trials" in err  # not a TTY
     assert synthetic[0].repeat == 5  # measurement options come from Settings
@@ -156,7 +163,20 @@ def test_run_is_gone_serve_demo_replaces_it(capsys):
       "-p", "S=3", "-p", "stride=1", "-p", "pad=1", "--dtype", "float16"], 2,
      "dtype 'float16' is not supported for max_pool2d"),
     (["tune", *TASK, "--dtype", "float64"], 2, "invalid choice: 'float64'"),
-    (["best", *TASK, "--db", "nosuchdialect://x"], 2, "bad database URL"),
+    # database URLs: one line naming the URL and the fix, for every command and serve
+    (["best", *TASK, "--db", "nosuchdialect://x"], 2,
+     "database URL 'nosuchdialect://x': dialect 'nosuchdialect' is not supported; use sqlite:///"),
+    (["tune", *TASK, "--db", "mysql://x@y/z"], 2, "dialect 'mysql' is not supported"),
+    (["serve", "--db", "sqllite:"], 2, "'sqllite' is not supported (did you mean sqlite?)"),
+    (["export", "--db", "sqlite:/dir/x.db", "-o", "x.jsonl"], 2,
+     "'sqlite:/dir/x.db' is malformed: write sqlite:////dir/x.db (three slashes, then the "
+     "path), or the plain path /dir/x.db"),
+    (["best", *TASK, "--db", "sqlite:///nonexistent/dir/x.db"], 2,
+     "directory nonexistent/dir does not exist (relative to the current directory"),
+    (["apikey", "create", "--db", "/nonexistent/dir/x.db"], 2,
+     "directory /nonexistent/dir does not exist; create it first (mkdir -p /nonexistent/dir)"),
+    (["serve", "--db", "postgresql+psycopg2://u@h/d"], 2,
+     "its driver 'psycopg2' is not installed"),
     (["best", *TASK, "--db", "postgresql://u@127.0.0.1:9/x"], 1, "database error"),
     (["import", "--db", "sqlite:///:memory:", "/nonexistent.jsonl"], 1, "No such file"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
@@ -166,6 +186,26 @@ def test_user_errors_print_one_line(capsys, db, argv, code, message):
     assert got == code
     assert err.startswith("autotune: error: ") and err.count("\n") == 1, err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spec", ["llvm -mcpu=nonsense-cpu", "llvm -mcpu=skylake-avx512",
+                                  "cuda -arch=sm_90"])
+def test_tune_refuses_a_target_this_host_cannot_measure(capsys, tmp_path, spec):
+    """Exit 2 and one line before anything is recorded, with the reason `autotune.tune`
+    (and the service's submit) give: the one check, `capability.measure_refusal`."""
+    target = Target(spec)
+    reason = why_not_measurable(target)
+    if reason is None:
+        pytest.skip(f"this host can measure {spec}")
+    db = tmp_path / "refused.db"
+    code, out, err = run(capsys, "tune", *TASK, "--target", spec, "--db", f"sqlite:///{db}")
+    assert code == 2 and err.count("\n") == 1 and not out, err
+    assert f"autotune: error: this host cannot measure {target.key}: {reason}" in err
+    with pytest.raises(MeasureUnavailable) as raised:
+        autotune.tune(autotune.workload("matmul", M=64, N=64, K=64), target, trials=4,
+                      db=f"sqlite:///{db}", progress=False)
+    assert err.strip().endswith(str(raised.value))
+    assert not db.exists()
 
 
 def test_best_without_records_exits_1(capsys, db):

@@ -59,9 +59,14 @@ def test_tune_logs_an_info_line_per_batch_without_a_terminal(
         autotune.tune(wl, "llvm", trials=12, tuner="random", batch_size=4, db=None,
                       executor=executor)  # stderr is pytest's capture: not a terminal
     lines = [r.getMessage() for r in caplog.records if r.name == "autotune"]
-    assert len(lines) == 3, lines
+    batches = [line for line in lines if re.search(r": \d+/12 trials  best", line)]
+    assert len(batches) == 3, lines
     assert lines[0].startswith(f"tune {wl}: 4/12 trials  best ") and "GFLOP/s" in lines[0]
-    assert "12/12 trials" in lines[-1]
+    assert "12/12 trials" in batches[-1]
+    # then the result in words: the re-timing, the best and the default
+    said = lines[len(batches):]
+    assert said[0] == f"tune {wl}: 12 trials measured (stopped: budget); errors: none"
+    assert any("the template's default config" in line for line in said), said
     assert "trials" not in capsys.readouterr().err  # nothing drawn
 
 

@@ -17,13 +17,17 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def library_example() -> str:
-    """The first python block under the README's '## Library' heading."""
+def python_block(heading: str) -> str:
+    """The first python block under the README's ``## heading``."""
     text = README.read_text()
-    section = text[text.index("\n## Library\n"):]
+    section = text[text.index(f"\n## {heading}\n"):]
     found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found is not None, "README's Library section has no python block"
+    assert found is not None, f"README's {heading} section has no python block"
     return found.group(1)
+
+
+def library_example() -> str:
+    return python_block("Library")
 
 
 def check_output(out: str) -> None:
@@ -51,6 +55,26 @@ def test_readme_library_example_runs_as_written(how: str, tmp_path: Path) -> Non
     assert run.returncode == 0, run.stderr[-3000:]
     check_output(run.stdout)
     assert (tmp_path / "autotune.db").exists()  # the documented default database
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_readme_models_example_runs_from_any_directory(tmp_path: Path) -> None:
+    """The Models example with a model of its own (no module of this repository), run in
+    an empty directory, with a smaller budget."""
+    pytest.importorskip("torch")
+    code = python_block("Models")
+    assert "trials=200" in code and "benchmarks" not in code
+    run = subprocess.run([sys.executable, "-"], input=code.replace("trials=200", "trials=8"),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    # extract lists what tune_model tunes on this CPU: the pool, and the prepacked forms
+    assert "max_pool2d(" in out and " prepacked" in out, out
+    error = re.search(r"tensor\(([-+.e\d]+)\)\s*$", out)
+    assert error is not None and float(error.group(1)) < 1e-3, out[-500:]
+    assert "are already in the database" not in run.stderr  # a fresh database
+    assert "re-timing task" in run.stderr  # its progress
 
 
 # --- the shell examples --------------------------------------------------------------------
@@ -170,4 +194,5 @@ def test_the_service_examples_run_as_written(tmp_path: Path) -> None:
     assert job is not None, run.stdout[:2000]
     assert f'"id":{job.group(1)},' in run.stdout.replace(" ", "")  # GET /jobs/$JOB
     assert "event: " in run.stdout  # the event stream
+    assert script.rstrip().splitlines()[-1].startswith("curl -N --max-time ")  # it comes last
     assert '"status":"ok"' in run.stdout.replace(" ", "")  # /api/v1/health

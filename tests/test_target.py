@@ -20,9 +20,10 @@ from autotune.target import (
 from autotune.target.isa import EXTENSIONS
 
 
-def test_host_detection_matches_llvmlite():
+def test_host_detection_matches_llvmlite(monkeypatch):
     import llvmlite.binding as llvm
 
+    monkeypatch.delenv("AUTOTUNE_HOST_CPU", raising=False)  # as make test-avx2 sets it
     llvm.initialize_native_target()
     t = Target("llvm")
     assert t.kind == "llvm" and t.cuda is None and t.arch == ""
@@ -30,7 +31,31 @@ def test_host_detection_matches_llvmlite():
     assert t.features == llvm.get_host_cpu_features().flatten()
     assert t.cores == len(os.sched_getaffinity(0))
     assert t.vector_bits == vector_bits_of(t.features) and t.vector_lanes == t.vector_bits // 32
-    assert host_cpu.cache_info().currsize == 1  # detected once, then cached
+    assert host_cpu() is host_cpu()  # detected once, then cached
+
+
+def test_a_forced_host_cpu_is_taken_with_llvms_features_for_it(monkeypatch):
+    """AUTOTUNE_HOST_CPU=haswell: `llvm` is an AVX2 CPU of 16 vector registers on any
+    x86-64 host with AVX2 (make test-avx2); a CPU whose ISA this host lacks is refused."""
+    from autotune.target.cpu_facts import facts_of
+    from autotune.target.isa import probe_trusted
+
+    monkeypatch.delenv("AUTOTUNE_HOST_CPU", raising=False)
+    real = Target("llvm")
+    monkeypatch.setenv("AUTOTUNE_HOST_CPU", "haswell")
+    if "avx2" not in probe_trusted(real.mcpu, real.features).isa:
+        with pytest.raises(ValueError, match="AUTOTUNE_HOST_CPU=haswell: this machine's CPU"):
+            Target("llvm")
+        return
+    forced = Target("llvm")
+    assert forced.key == f"llvm -mcpu=haswell -cores={real.cores} -vector-bits=256"
+    assert forced == Target("llvm -mcpu=haswell") and host_cpu()[0] == "haswell"
+    assert facts_of(forced).vector_registers == 16 and facts_of(forced).fma
+    monkeypatch.setenv("AUTOTUNE_HOST_CPU", "no-such-cpu")
+    with pytest.raises(ValueError, match="does not know the processor 'no-such-cpu'"):
+        Target("llvm")
+    monkeypatch.setenv("AUTOTUNE_HOST_CPU", "")  # empty: detected
+    assert Target("llvm") == real
 
 
 def test_key_round_trip_and_equality():

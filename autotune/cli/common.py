@@ -29,15 +29,22 @@ def usage_error(message: str) -> CliError:
 
 
 def db_url(args: argparse.Namespace) -> str:
-    """``--db``, else the settings' database URL (AUTOTUNE_DB_URL)."""
+    """``--db``, else the settings' database URL (AUTOTUNE_DB_URL); a usage error (one line
+    naming the URL and the fix) for one the database cannot use."""
+    from autotune.db.url import DatabaseUrlError, checked_url
     from autotune.settings import Settings
 
-    return args.db or Settings().db_url
+    url: str = args.db or Settings().db_url
+    try:
+        checked_url(url)
+    except DatabaseUrlError as exc:
+        raise usage_error(str(exc)) from None
+    return url
 
 
 def shown(url: str) -> str:
     """A database URL as printed: its password masked."""
-    from autotune.db.engine import masked_url
+    from autotune.db.url import masked_url
 
     return masked_url(url)
 
@@ -118,6 +125,18 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     return wl, target
+
+
+def refuse_unmeasurable(target: "Target", settings: "Settings") -> None:
+    """A usage error (one line, exit status 2) when this process cannot measure ``target``:
+    the check `autotune.tune` and the service's submit make (`api.check_measurable`)."""
+    from autotune.api import check_measurable
+    from autotune.measure.result import MeasureUnavailable
+
+    try:
+        check_measurable(target, settings)
+    except MeasureUnavailable as exc:
+        raise usage_error(str(exc)) from None
 
 
 def add_ray_address(p: argparse.ArgumentParser) -> None:

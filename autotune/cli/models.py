@@ -11,9 +11,17 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from typing import Any, Callable
 
-from autotune.cli.common import CliError, Command, db_url, shown, usage_error
+from autotune.cli.common import (
+    CliError,
+    Command,
+    db_url,
+    refuse_unmeasurable,
+    shown,
+    usage_error,
+)
 
 
 def load_model(spec: str) -> tuple[Any, Any]:
@@ -72,6 +80,13 @@ def run_tune_model(args: argparse.Namespace) -> int:
         raise usage_error(f"--trials must be >= 0, got {args.trials}")
     if args.batch_size < 1:
         raise usage_error(f"--batch-size must be >= 1, got {args.batch_size}")
+    from autotune.target import Target
+
+    try:
+        target = Target(args.target)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
+    refuse_unmeasurable(target, Settings())  # before the model is loaded or a run recorded
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import extract, tune_tasks
@@ -93,7 +108,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
                             transfer=not args.no_transfer,
                             measure_options=MeasureOptions.from_settings(Settings()),
                             progress=sys.stderr)
-    except MeasureUnavailable as exc:  # e.g. a CUDA target on a host without that GPU
+    except MeasureUnavailable as exc:  # a worker that could not start
         raise CliError(str(exc)) from None
     for name, why in result.failed.items():
         print(f"task {name} failed: {why}", file=sys.stderr)
@@ -127,13 +142,18 @@ def run_bench_model(args: argparse.Namespace) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False  # torch in fp32, as the kernels
         torch.backends.cudnn.allow_tf32 = False
         sync = torch.cuda.synchronize
+    say = partial(print, file=sys.stderr, flush=True)  # each step, as it starts
+    say(f"bench-model: compiling {type(model).__name__}'s kernels for {args.target} "
+        f"(their best records in {shown(db_url(args))})")
     try:
         compiled = compile_model(model, inputs, target=args.target, db=db_url(args),
                                  layout=args.layout)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     with torch.no_grad():
+        say(f"bench-model: timing torch eager, {args.repeat} calls")
         eager = median_time(lambda: (model(*inputs), sync()), args.repeat)
+        say(f"bench-model: timing the compiled model, {args.repeat} calls")
         tuned = median_time(lambda: (compiled(*inputs), sync()), args.repeat)
         err = (compiled(*inputs) - model(*inputs)).abs().max().item()
     print(f"torch eager {eager * 1e3:.3f} ms  autotune {tuned * 1e3:.3f} ms  "

@@ -16,6 +16,7 @@ from autotune.cli.common import (
     add_task,
     db_url,
     print_table,
+    refuse_unmeasurable,
     settings_of,
     shown,
     task_of,
@@ -95,6 +96,7 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
         config_space(wl, target)
     except ValueError as exc:  # no template for this op on this target kind
         raise usage_error(str(exc)) from None
+    refuse_unmeasurable(target, settings)
     options = MeasureOptions.from_settings(settings)
     try:
         executor = default_executor(target, options, settings=settings)
@@ -115,24 +117,13 @@ def _tune_and_report(wl: "Workload", target: "Target", settings: "Settings",
 
 
 def _print_summary(wl: "Workload", result: "TuneResult") -> None:
-    errors = ", ".join(f"{kind} {n}" for kind, n in sorted(result.errors.items())) or "none"
-    print(f"{result.trials} trials measured (stopped: {result.stopped}); errors: {errors}")
+    from autotune.search.explain import lines
+
+    for line in lines(result):
+        print(line)
     if result.best_config is None:
         print(f"no valid config found for {wl}")
         return
-    if result.retimed:
-        flops = wl.flops()
-        cells = [f"{r.config_index} {flops / r.first_cost / 1e9:.2f}->"
-                 + (f"{flops / r.retimed_cost / 1e9:.2f}" if r.retimed_cost else r.error)
-                 for r in result.retimed]
-        head = result.retimed[0]
-        verdict = {"ok": "ranks them", "noisy": "set aside: noisy",
-                   "failed": "set aside: no valid re-run"}.get(head.status, head.status)
-        slow = f", {head.ratio:.2f}x their first" if head.ratio is not None else ""
-        print(f"re-timed together (config GFLOP/s first->re-timed; {verdict}{slow}, "
-              f"{head.attempts} attempt(s)): {', '.join(cells)}")
-    print(f"best: {result.best_gflops:.2f} GFLOP/s ({result.best_cost * 1e3:.4f} ms), "
-          f"config {result.best_config.index}")
     print(json.dumps(result.best_config.to_dict()))
 
 

@@ -41,6 +41,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     if args.demo_trials is not None and (not args.demo or args.demo_trials < 1):
         raise usage_error("--demo-trials needs --demo and a count >= 1")
+    db_url(args)  # a database URL it cannot use: one line, as every command says it
     settings = settings_of(db_url=args.db, host=args.host, port=args.port,
                            ray_address=args.ray_address)
     try:

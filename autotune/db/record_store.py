@@ -63,6 +63,13 @@ class RecordStore(Store):
         with self.session() as s:
             return trials.top(s, workload_key=key_of(workload), target_key=key_of(target), k=k)
 
+    def config_record(self, workload: KeyOrObject, target: KeyOrObject,
+                      index: int) -> Optional[TrialRecord]:
+        """The record of the config at ``index`` of the workload's space, or None."""
+        with self.session() as s:
+            return trials.config_record(s, workload_key=key_of(workload),
+                                        target_key=key_of(target), index=index)
+
     def measured_indices(self, workload: KeyOrObject, target: KeyOrObject) -> set[int]:
         """Space indices already measured for a workload on a target."""
         with self.session() as s:

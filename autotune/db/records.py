@@ -83,6 +83,7 @@ class JobRecord:
     owner: Optional[str] = None  # the process running it ("host:pid:token"), None when none
     lease_expires_at: Optional[datetime] = None
     waiting: Optional[str] = None  # why a claimed job waits (state 'queued')
+    model_run_id: Optional[int] = None  # the model run whose task it tunes, if any
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ def job_record(row: JobRow, workload_key: str, target_key: str) -> JobRecord:
         owner=row.owner,
         lease_expires_at=_utc(row.lease_expires_at),
         waiting=row.waiting,
+        model_run_id=row.model_run_id,
     )
 
 

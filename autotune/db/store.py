@@ -8,12 +8,13 @@ from typing import Iterator, Optional, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.db import migrate
-from autotune.db.engine import make_engine, normalize_url
+from autotune.db.engine import make_engine
 from autotune.db.entities import ensure_target, ensure_workload
 from autotune.db.records import (
     TargetLike,
     WorkloadLike,
 )
+from autotune.db.url import normalize_url
 from autotune.settings import Settings
 
 _S = TypeVar("_S", bound="Store")

@@ -167,6 +167,15 @@ def measured_indices(session: Session, *, workload_key: str, target_key: str) ->
     return {int(key) for key in session.scalars(_of(stmt, workload_key, target_key))}
 
 
+def config_record(session: Session, *, workload_key: str, target_key: str,
+                  index: int) -> Optional[TrialRecord]:
+    """The record of one config (its latest: a transient one gives way), or None."""
+    stmt = (_of(_records(), workload_key, target_key)
+            .where(TrialRow.config_key == str(int(index))).order_by(TrialRow.id.desc()).limit(1))
+    found = _run(session, stmt)
+    return found[0] if found else None
+
+
 def trials_for(session: Session, *, workload_key: str, target_key: str) -> list[TrialRecord]:
     """Every record of a workload on a target, in measurement order."""
     return _run(session, _of(_records(), workload_key, target_key).order_by(TrialRow.id))

@@ -18,9 +18,15 @@ class TaskProgress:
     job_id: Optional[int]
 
 
+# What a report is about: the run's start (what earlier runs spent of the budget), a round
+# given to ``task``, the final re-timing of ``task`` (before it runs), the run's end.
+PHASES = ("start", "round", "retime", "end")
+
+
 @dataclass(frozen=True)
 class ModelProgress:
-    """After round ``round`` (given to ``task``; None: the final report after re-timing)."""
+    """After round ``round`` (given to ``task``; None: the final report after re-timing),
+    or at another ``phase`` of the run (`PHASES`)."""
 
     run_id: Optional[int]
     round: int
@@ -30,6 +36,7 @@ class ModelProgress:
     estimated_latency_s: Optional[float]
     tasks: tuple[TaskProgress, ...]
     elapsed_s: float
+    phase: str = "round"
 
 
 def ms(seconds: Optional[float]) -> str:
@@ -43,14 +50,23 @@ class ProgressPrinter:
         self.stream: IO[str] = sys.stderr if stream is True else stream
 
     def __call__(self, p: ModelProgress) -> None:
-        if p.task is None:
+        if p.phase == "start":
+            self.stream.write(started(p) + "\n")
+        elif p.phase == "retime" and p.task is not None:
+            t = p.tasks[p.task]
+            self.stream.write(f"[{p.trials_done}/{p.budget}] re-timing task {t.index} "
+                              f"{t.name}: its best configs timed side by side\n")
+        elif p.task is None:
             self.table(p)
-            return
-        t = p.tasks[p.task]
+        else:
+            self.round(p, p.tasks[p.task])
+        self.stream.flush()
+
+    def round(self, p: ModelProgress, t: TaskProgress) -> None:
+        """One line: the round's task and the model's estimate."""
         self.stream.write(f"[{p.trials_done}/{p.budget}] model est {ms(p.estimated_latency_s)}"
                           f"  <- task {t.index} x{t.weight} {t.name}: {t.trials} trials, best "
                           f"{ms(t.best_cost)}\n")
-        self.stream.flush()
 
     def table(self, p: ModelProgress) -> None:
         """Each task's weight, trials and best, and its share of the estimated latency."""
@@ -66,3 +82,15 @@ class ProgressPrinter:
 
     def finish(self) -> None:
         self.stream.flush()
+
+
+def started(p: ModelProgress) -> str:
+    """The run's start in words: the budget, and the trials of earlier runs (of these
+    workloads on this target) that count against it, task by task."""
+    earlier = [t for t in p.tasks if t.trials]
+    if not earlier:
+        return f"model run {p.run_id}: a budget of {p.budget} trials for {len(p.tasks)} tasks"
+    left = max(p.budget - p.trials_done, 0)
+    each = ", ".join(f"task {t.index} {t.name}: {t.trials}" for t in earlier)
+    return (f"model run {p.run_id}: {p.trials_done} of its {p.budget} trials are already in "
+            f"the database and count against the budget ({each}); {left} remain")

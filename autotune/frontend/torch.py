@@ -119,11 +119,13 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
 
 
 def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
-            target: Any = None, layout: str = "nchw") -> ModelTasks:
+            target: Any = "llvm", layout: str = "nchw") -> ModelTasks:
     """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
     with how many times a forward pass runs it, largest FLOP share first, and the
     operators left to torch because autotune has no kernel for them. ``target`` (a spec
-    or `Target`): the workloads `compile_model` runs there (prepacked ones on llvm);
+    or `Target`; default this CPU, as `tune_model`'s): the workloads `compile_model` runs
+    and `tune_model` tunes there (on llvm the max-pools too, and the prepacked forms;
+    None: no target, every layer in its usual form and the pools left to torch);
     ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)

@@ -156,6 +156,7 @@ class _ModelRun:
         self._open_run()
         self.t0 = time.monotonic()
         state, error = "done", None
+        self._report(callbacks, None, 0, "start")
         try:
             rounds = 0
             while self.budget - self.spent >= self.batch:
@@ -166,8 +167,8 @@ class _ModelRun:
                 rounds += 1
                 self._report(callbacks, i, rounds)
             self._close_loops()
-            self._retime(executor)
-            self._report(callbacks, None, rounds)
+            self._retime(executor, lambda i: self._report(callbacks, i, rounds, "retime"))
+            self._report(callbacks, None, rounds, "end")
         except BaseException as exc:
             state = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
             error = None if state == "cancelled" else f"{type(exc).__name__}: {exc}"
@@ -285,21 +286,24 @@ class _ModelRun:
         for loop in self.loops.values():
             loop.session.close()
 
-    def _retime(self, executor: "Executor") -> None:
-        """Finish every task the scheduler left running (re-timing its top configs); the
-        bests follow."""
+    def _retime(self, executor: "Executor", announce: Callable[[int], None]) -> None:
+        """Finish every task the scheduler left running (re-timing its top configs, each
+        ``announce``d first); the bests follow."""
         for i in sorted(self.loops):
+            loop = self.loops[i]
+            if loop.result is None and loop.error is None:
+                announce(i)
             self._finish(i, executor)
 
     def _report(self, callbacks: Sequence[Callable[[ModelProgress], None]], task: Optional[int],
-                rounds: int) -> None:
+                rounds: int, phase: str = "round") -> None:
         latency = self.scheduler.estimated_latency()
         elapsed = time.monotonic() - self.t0
         if self.db is not None and self.run_id is not None:
             self.db.update_run(self.run_id, trials_done=self.spent,
                             estimated_latency_s=latency, elapsed_s=elapsed)
         snapshot = ModelProgress(self.run_id, rounds, task, self.spent, self.budget, latency,
-                                 self._task_progress(), elapsed)
+                                 self._task_progress(), elapsed, phase)
         for cb in callbacks:
             cb(snapshot)
 

@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from autotune.target import Target
 
 
+def measure_refusal(target: "Target", *, ray_address: Optional[str]) -> Optional[str]:
+    """Why a job for ``target`` must be refused before anything is recorded (one line naming
+    the target), or None: the one check of `autotune.tune`, the CLI and the service's submit.
+    On a Ray cluster (``ray_address``) the workers of the target's key measure, not this
+    host."""
+    if ray_address:
+        return None
+    reason = why_not_measurable(target)
+    return f"this host cannot measure {target.key}: {reason}" if reason else None
+
+
 def why_not_measurable(target: "Target") -> Optional[str]:
     """Why this host cannot measure ``target`` (one sentence), or None when it can."""
     if target.kind == "cuda":
@@ -37,8 +48,7 @@ def _cpu_reason(target: "Target") -> Optional[str]:
         return found.error
     missing = sorted(found.isa - probe_trusted(host_name, host_features).isa)
     if missing:
-        return (f"this host's CPU ({host_name}) lacks {', '.join(missing)}, which code for "
-                f"'{target.key}' uses")
+        return f"this host's CPU ({host_name}) lacks {', '.join(missing)}, which its code uses"
     if target.cores > host_cores():
         return f"-cores={target.cores}, but this host has {host_cores()} cores to time on"
     return None

@@ -225,11 +225,25 @@ class Workload:
         def show(value: ParamValue) -> str:
             return f"({value[0]},{value[1]})" if isinstance(value, tuple) else str(value)
 
-        body = ",".join(f"{name}={show(value)}" for name, value in self.param_items)
+        return self._label([f"{name}={show(value)}" for name, value in self.param_items])
+
+    def brief(self) -> str:
+        """`str` without the parameters at their defaults, and a pair of equal values as
+        one (``stride=2``): the dashboard's label (the full form on hover)."""
+        defaults = {p.name: p.default for p in self.spec.params if p.default is not None}
+        shown = []
+        for name, value in self.param_items:
+            one = value[0] if isinstance(value, tuple) and value[0] == value[1] else value
+            if defaults.get(name) != one:
+                shown.append(f"{name}=({one[0]},{one[1]})" if isinstance(one, tuple)
+                             else f"{name}={one}")
+        return self._label(shown)
+
+    def _label(self, params: Sequence[str]) -> str:
         # float32 goes unnamed, so that labels and logs from before dtypes read the same
         dtype = "" if self.dtype == "float32" else f":{self.dtype}"
-        return (f"{self.op}({body})" + "".join(f"+{stage}" for stage in self.epilogue) + dtype
-                + (" prepacked" if self.prepacked else "")
+        return (f"{self.op}({','.join(params)})" + "".join(f"+{stage}" for stage in self.epilogue)
+                + dtype + (" prepacked" if self.prepacked else "")
                 + (f" {self.layout}" if self.layout != NCHW else ""))
 
     # ---- serialisation -------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, TYPE_CHECKING, Any, Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from autotune.search import Progress
@@ -65,6 +65,12 @@ class ProgressDisplay:
             self._bar.stop()
             self._bar = None
 
+    def summary(self, lines: Sequence[str]) -> None:
+        """The result in words (`autotune.search.explain.lines`), under the bar."""
+        self.finish()
+        self.stream.write("".join(f"{line}\n" for line in lines))
+        self.stream.flush()
+
 
 class BatchLog:
     """An ``on_batch`` callback: one INFO line per batch on the ``autotune`` logger."""
@@ -77,6 +83,11 @@ class BatchLog:
 
     def finish(self) -> None:
         """Nothing to tidy (as `ProgressDisplay.finish`)."""
+
+    def summary(self, lines: Sequence[str]) -> None:
+        """The result in words, a line each."""
+        for line in lines:
+            log.info("tune %s: %s", self.label, line)
 
 
 def library_progress(progress: bool, label: str,

@@ -79,6 +79,10 @@ class TuneResult:
     measurement. ``trials``: measurements made by this call. ``history``: (trial number,
     GFLOP/s or 0 when failed, fastest first measurement so far in GFLOP/s) per trial.
     ``retimed``: the members of the re-timing window (empty when none ran).
+    ``best_retimed``: whether ``best_cost`` is a window's re-timed figure.
+    ``default_index``/``default_cost``: the template's default config and its figure on the
+    best's footing (re-timed in the window beside it, else its first measurement; None when
+    it has no valid record). `autotune.search.explain` words all of it for people.
     """
 
     best_config: Optional["Config"]
@@ -90,8 +94,39 @@ class TuneResult:
     stopped: str = "budget"
     job_id: Optional[int] = None
     retimed: tuple[Retimed, ...] = ()
+    default_index: Optional[int] = None
+    default_cost: Optional[float] = None
+    best_retimed: bool = False  # whether best_cost is a re-timed figure, not a first one
 
     @property
     def ok(self) -> bool:
         """Whether a valid config was found."""
         return self.best_config is not None
+
+    @property
+    def default_gflops(self) -> Optional[float]:
+        """The default config's GFLOP/s on the best's footing (None: no valid record)."""
+        if self.default_cost is None or not self.ok or self.best_gflops <= 0:
+            return None
+        return self.best_gflops * self.best_cost / self.default_cost
+
+    @property
+    def beat_default(self) -> Optional[bool]:
+        """Whether a tuned config ranks above the default (None: the default has no valid
+        record, or nothing is valid)."""
+        if self.best_config is None or self.default_cost is None:
+            return None
+        return int(self.best_config.index) != self.default_index
+
+    @property
+    def speedup(self) -> Optional[float]:
+        """How many times faster the best runs than the default (1.0 when it is the
+        default; None when either is unknown)."""
+        if self.default_cost is None or not self.ok or self.best_cost <= 0:
+            return None
+        return self.default_cost / self.best_cost
+
+    def __repr__(self) -> str:
+        from autotune.search.explain import short
+
+        return f"TuneResult({short(self)})"

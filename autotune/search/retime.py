@@ -8,8 +8,10 @@ serial one: a round caught by a busy moment must not decide). A re-timed figure 
 pooled with, nor ranked against, a first measurement.
 
 The members are the incumbent (the latest accepted window's winner, when an earlier run
-left one, so a new window's winner has beaten it on the same footing) and the ``k`` fastest
-other valid configs by first measurement.
+left one, so a new window's winner has beaten it on the same footing), the template's
+default config when it has a valid record (a first measurement slowed by a busy moment
+must not keep it out: a tuned kernel is never slower than the untuned one), and the ``k``
+fastest other valid configs by first measurement.
 
 A window whose median slowdown (re-timed / first cost over its members) exceeds
 ``NOISE_RATIO``, or in which one member ran ``OUTLIER_RATIO`` times slower than its first
@@ -81,11 +83,13 @@ class Standing:
 
 def run_window(workload: Any, target: Any, executor: Executor, candidates: Sequence[Candidate],
                incumbent: Optional[tuple[Candidate, float]], k: int,
-               record: Optional[Record] = None) -> tuple[tuple[Retimed, ...], Standing]:
+               record: Optional[Record] = None, default: Optional[Config] = None
+               ) -> tuple[tuple[Retimed, ...], Standing]:
     """Re-time (see the module docstring) ``incumbent`` ((candidate, re-timed cost) of the
-    latest accepted window's winner, if any) and the ``k`` fastest other ``candidates`` by
-    first measurement; ``record`` writes the window. Returns its members and the standing
-    after it (what the database's ranking says once ``record`` wrote it)."""
+    latest accepted window's winner, if any), the ``default`` config when it is one of the
+    ``candidates`` (last), and the ``k`` fastest other ``candidates`` by first measurement;
+    ``record`` writes the window. Returns its members and the standing after it (what the
+    database's ranking says once ``record`` wrote it)."""
     ranked = sorted(candidates, key=lambda c: c.first_cost)  # stable: ties keep their order
     standing = _initial(ranked, incumbent)
     held = None if incumbent is None else incumbent[0].config.index
@@ -93,6 +97,8 @@ def run_window(workload: Any, target: Any, executor: Executor, candidates: Seque
     if not challengers:
         return (), standing
     members = ([incumbent[0]] if incumbent is not None else []) + challengers
+    if default is not None and all(m.config.index != default.index for m in members):
+        members += [c for c in ranked if c.config.index == default.index][:1]
     found = _measure_window(workload, target, executor, members)
     accepted = found[0].status == "ok"
     if record is not None:

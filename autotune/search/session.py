@@ -249,9 +249,11 @@ class TuningSession:
             retimed = _retime(self.workload, self.target, self.space, executor, self.db, tally,
                               retime)
             _report(self.db, self.job_id, tally)
+        default = self.space.default()
         return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - self.start,
                           tuple(tally.history), MappingProxyType(dict(tally.errors)),
-                          self.stopped or "budget", self.job_id, retimed)
+                          self.stopped or "budget", self.job_id, retimed, int(default.index),
+                          _default_cost(default, tally, retimed), tally.retimed is not None)
 
     def close(self) -> None:
         """Let go of the tuner's worker processes (once, however often it is called)."""
@@ -369,7 +371,7 @@ def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor
 
     with executor.pinned() as one_device:
         out, standing = run_window(workload, target, one_device, tally.valid, incumbent,
-                                    k, write)
+                                    k, write, default=space.default())
     tally.set_standing(standing)
     if db is not None:
         found = db.best(workload, target)
@@ -378,6 +380,22 @@ def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor
             tally.set_standing(Standing(cfg, float(found.ranked_cost),
                                         found.retimed_cost is not None))
     return out
+
+
+def _default_cost(default: Config, tally: _Tally, window: Sequence[Retimed]
+                  ) -> Optional[float]:
+    """The default config's figure on the best's footing: re-timed when the window that
+    ranks the best holds it, else its first measurement (None: no valid record)."""
+    if tally.config is not None and tally.config.index == default.index:
+        return tally.cost
+    member = next((r for r in window if r.config_index == default.index), None)
+    if member is not None and member.disqualified:
+        return None  # a round crashed or answered wrong: its record is failed now
+    if (member is not None and member.status == "ok" and tally.retimed is not None
+            and member.retimed_cost is not None):
+        return member.retimed_cost
+    first = [c.first_cost for c in tally.valid if c.config.index == default.index]
+    return first[0] if first else None
 
 
 def _candidate(tally: _Tally, config: Config) -> Candidate:

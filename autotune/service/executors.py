@@ -56,6 +56,7 @@ class LockedExecutor(Executor):
 
     def __init__(self, inner: object, lock: threading.Lock, *, on_host: bool) -> None:
         self.inner, self.lock, self.on_host = inner, lock, on_host
+        self.job: Optional[int] = None  # the job holding the lock through it now, if any
 
     def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
         with self.lock:
@@ -65,8 +66,46 @@ class LockedExecutor(Executor):
         """Held by a job while it computes on the host: keeps other jobs' CPU timing out."""
         return self.lock if self.on_host else nullcontext()
 
+    def for_job(self, *, job_id: int, on_wait: Optional[Callable[[Optional[str]], None]] = None,
+                should_stop: Optional[Callable[[], bool]] = None) -> Executor:
+        """This executor as ``job_id`` uses it: while it holds the lock, `job` names it."""
+        return _JobUse(self, job_id)
+
+    @contextmanager
+    def held_by(self, job_id: int) -> Iterator[None]:
+        """The device lock, held for ``job_id`` (the Workers view shows it busy with it)."""
+        with self.lock:
+            self.job = job_id
+            try:
+                yield
+            finally:
+                self.job = None
+
     def close(self) -> None:
         """A no-op: the pool owns the inner executor (jobs must not close it)."""
+
+
+class _JobUse(Executor):
+    """A `LockedExecutor` as one job uses it."""
+
+    def __init__(self, shared: LockedExecutor, job_id: int) -> None:
+        self.shared, self.job_id = shared, job_id
+
+    @property
+    def inner(self) -> object:
+        """The executor the pool shares (`LockedExecutor.inner`)."""
+        return self.shared.inner
+
+    def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
+        with self.shared.held_by(self.job_id):
+            return list(self.shared.inner.submit(inputs))  # type: ignore[attr-defined]
+
+    def host_work(self) -> ContextManager[Any]:
+        return self.shared.held_by(self.job_id) if self.shared.on_host else nullcontext()
+
+    def close(self) -> None:
+        """A no-op, as `LockedExecutor.close`."""
+        return None
 
 
 class ExecutorPool:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from autotune.db import Database, JobRecord
 from autotune.db.schema import JobRow, TrialRow
+from autotune.service.schemas import DefaultStanding
 
 
 def best_curve(db: Database, *, job_id: int, points: int) -> list[tuple[int, float]]:
@@ -111,6 +112,27 @@ def spearman(x: Iterable[float], y: Iterable[float]) -> Optional[float]:
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return None
     return rank_correlation(a, b)
+
+
+def default_standing(db: Database, *, job: JobRecord) -> Optional[DefaultStanding]:
+    """The default config of the job's workload on its target and its record's figure, or
+    None when this version cannot read the workload or make its space."""
+    from autotune import driver
+    from autotune.ops import Workload
+    from autotune.target import Target
+
+    try:
+        index = driver.config_space(Workload.from_json(job.workload_key),
+                                    Target(job.target_key)).default().index
+    except ValueError:
+        return None
+    record = db.config_record(job.workload_key, job.target_key, index)
+    if record is None or not record.ok:
+        return DefaultStanding(config_index=str(index))
+    best = db.best(job.workload_key, job.target_key)
+    return DefaultStanding(config_index=str(index), gflops=record.ranked_gflops,
+                           retimed=record.retimed_cost is not None,
+                           is_best=best is not None and best.config_index == index)
 
 
 def sibling_jobs(db: Database, *, job: JobRecord, limit: int = 20) -> list[JobRecord]:

@@ -167,7 +167,9 @@ class JobPublic(JobSettings):
     id: int
     state: JobState
     workload: dict[str, Any]
-    label: str = Field(description="short human-readable workload name")
+    label: str = Field(description="human-readable workload name, every parameter")
+    short_label: str = Field(default="", description="the label without parameters at "
+                                                     "their defaults (the dashboard's)")
     target: str
     trials_done: int
     best_gflops: Optional[float]
@@ -181,6 +183,9 @@ class JobPublic(JobSettings):
                     "its target); null otherwise")
     owner: Optional[str] = Field(
         default=None, description="which process runs it (host:pid:token); null when none does")
+    model_run: Optional[int] = Field(
+        default=None, description="the model run whose task it tunes (its trials come from "
+                                  "the run's budget: `trials` is what was left of it)")
 
 
 class JobsPage(BaseModel):
@@ -291,8 +296,23 @@ class CurrentModel(BaseModel):
                                              "(null below 3 points or when one side is flat)")
 
 
+class DefaultStanding(BaseModel):
+    """The template's default config of a job's workload on its target, and where it
+    stands: what tuning is measured against (a tuned kernel never runs slower)."""
+
+    config_index: str = Field(description="its index in the space (decimal)")
+    gflops: Optional[float] = Field(
+        default=None, description="its figure by the ranking of /best (re-timed when the "
+                                  "latest window holds it); null when it has no valid record")
+    retimed: bool = Field(default=False, description="whether gflops is a re-timed figure")
+    is_best: bool = Field(default=False, description="nothing beat it: it is the best record")
+
+
 class CurvesPage(BaseModel):
     items: list[CurvePublic]
+    default: Optional[DefaultStanding] = Field(
+        default=None, description="of the requested job: its workload's default config "
+                                  "(null when this version has no space for the workload)")
     rank_correlation: list[BatchRankCorrelation] = Field(
         default_factory=list, description="of the requested job, per batch its cost model "
         "scored (empty for tuners without a model)")
@@ -329,25 +349,33 @@ class Health(BaseModel):
 
 
 @lru_cache(maxsize=4096)
-def _workload_view(key: str) -> tuple[str, str]:
-    """(wire JSON in the op table's order, short label) of a workload key; keys never change."""
+def _workload_view(key: str) -> tuple[str, str, str]:
+    """(wire JSON in the op table's order, label, short label) of a workload key; keys never
+    change."""
     from autotune.ops import Workload
 
     try:
         wl = Workload.from_json(key)
     except ValueError:  # a record of an op this version no longer knows
-        return key, json.loads(key).get("op", "?")
-    return json.dumps(wl.to_dict()), str(wl)
+        op = json.loads(key).get("op", "?")
+        return key, op, op
+    return json.dumps(wl.to_dict()), str(wl), wl.brief()
+
+
+def workload_labels(key: str) -> tuple[str, str]:
+    """(label, short label) of a workload key."""
+    return _workload_view(key)[1:]
 
 
 def job_public(job: JobRecord) -> JobPublic:
     """The API form of a job record."""
-    wire, label = _workload_view(job.workload_key)
+    wire, label, short = _workload_view(job.workload_key)
     return JobPublic(id=job.id, state=job.state, workload=json.loads(wire),  # type: ignore[arg-type]
-                     label=label, target=job.target_key, **job_settings(job),
+                     label=label, short_label=short, target=job.target_key, **job_settings(job),
                      trials_done=job.trials_done, best_gflops=job.best_gflops, error=job.error,
                      created_at=job.created_at, started_at=job.started_at,
-                     finished_at=job.finished_at, waiting=job.waiting, owner=job.owner)
+                     finished_at=job.finished_at, waiting=job.waiting, owner=job.owner,
+                     model_run=job.model_run_id)
 
 
 def _predicted(trial: TrialRecord) -> Optional[float]:

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
-from autotune.db.engine import masked_url
+from autotune.db.url import masked_url
 from autotune.service.demo import DEMO_NAME, DEMO_TRIALS, DemoRun, demo_done
 from autotune.service.main import create_app
 from autotune.settings import Settings

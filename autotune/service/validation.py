@@ -103,11 +103,11 @@ def check_target(spec: str, loc: Loc, *, measured_here: bool = False) -> Target:
     except ValueError as err:
         raise invalid(loc, str(err)) from None
     if measured_here:
-        from autotune.measure.capability import why_not_measurable
+        from autotune.measure.capability import measure_refusal
 
-        reason = why_not_measurable(target)
+        reason = measure_refusal(target, ray_address=None)
         if reason:
-            raise invalid(loc, f"target: this host cannot measure {target.key!r}: {reason}")
+            raise invalid(loc, f"target: {reason}")
     return target
 
 

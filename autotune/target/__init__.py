@@ -81,13 +81,33 @@ _CUDA_TABLE: Mapping[str, CudaLimits] = MappingProxyType(
 CUDA_ARCHS: tuple[str, ...] = tuple(_CUDA_TABLE)
 
 
-@functools.lru_cache(maxsize=1)
 def host_cpu() -> tuple[str, str]:
-    """(cpu name, LLVM feature string) of this machine, detected once per process."""
+    """(cpu name, LLVM feature string) that `llvm` targets take as this host's: the machine's,
+    or the CPU that ``AUTOTUNE_HOST_CPU`` names (`Settings.host_cpu`)."""
+    from autotune.settings import Settings
+
+    return _host_cpu(Settings().host_cpu or "")
+
+
+@functools.lru_cache(maxsize=4)
+def _host_cpu(forced: str) -> tuple[str, str]:
     import llvmlite.binding as llvm  # deferred: importing this module must stay cheap
 
     llvm.initialize_native_target()
-    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    name, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    if not forced:
+        return name, features
+    from autotune.target.isa import EXTENSIONS, probe, probe_trusted
+
+    found = probe(forced, "")  # a user's name: probed in a child (LLVM aborts on some)
+    if found.error:
+        raise ValueError(f"AUTOTUNE_HOST_CPU: {found.error}")
+    missing = sorted(found.isa - probe_trusted(name, features).isa)
+    if missing:
+        raise ValueError(f"AUTOTUNE_HOST_CPU={forced}: this machine's CPU ({name}) lacks "
+                         f"{', '.join(missing)}, which code for {forced} uses")
+    # The probed extensions spelled out, so the vector width and FMA read from the string.
+    return forced, ",".join(("+" if ext in found.isa else "-") + ext for ext in EXTENSIONS)
 
 
 def host_cores() -> int:

@@ -52,12 +52,16 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.serial  # the worker must win a share of the batch against the caller
 def test_pooled_rows_are_the_rows_of_one_process(pool):
     configs = _configs(120)
     alone = features_for(CONV, TARGET, configs, "ast", FeatureCache(200))
-    shared = features_for(CONV, TARGET, configs, "ast", FeatureCache(200), workers=pool)
     assert np.isnan(alone).all(axis=1).any()  # failing configs are in the batch too
-    assert np.array_equal(alone, shared, equal_nan=True)
+    for _ in range(5):  # a busy host may let the caller take every chunk before the worker
+        shared = features_for(CONV, TARGET, configs, "ast", FeatureCache(200), workers=pool)
+        assert np.array_equal(alone, shared, equal_nan=True)
+        if pool.stats["by_workers"]:
+            break
     assert pool.stats["by_workers"] > 0
 
 

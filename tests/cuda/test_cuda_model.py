@@ -46,7 +46,7 @@ def test_plan_model_lists_each_kernel_with_its_config():
     model, x = _net("mobilenet")
     with pytest.warns(NoTunedScheduleWarning):
         plan = plan_model(model, x, target=target(), db=None)
-    tasks = autotune.extract(model, x).tasks
+    tasks = autotune.extract(model, x, target=target()).tasks
     assert {k.workload for k in plan} == {t.workload for t in tasks}
     assert sum(len(k.places) for k in plan) == sum(t.weight for t in tasks)
     assert {k.workload.op for k in plan} == {"conv2d", "depthwise_conv2d", "matmul"}
@@ -75,7 +75,7 @@ def test_compile_model_builds_every_kernel_with_nvcc(name, nvcc):
     compiled = _compile(model, x)
     mods = kernel_modules(compiled)
     assert mods and all(isinstance(m, CudaKernelModule) for m in mods)
-    assert len(mods) == sum(t.weight for t in autotune.extract(model, x).tasks)
+    assert len(mods) == sum(t.weight for t in autotune.extract(model, x, target=target()).tasks)
     with pytest.warns(NoTunedScheduleWarning):
         plan = {k.workload: k.config for k in plan_model(model, x, target=target(), db=None)}
     for m in mods:

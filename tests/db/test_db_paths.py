@@ -8,7 +8,7 @@ import pytest
 import autotune
 from autotune.api import open_database
 from autotune.db import Database
-from autotune.db.engine import normalize_url
+from autotune.db.url import DatabaseUrlError, normalize_url
 
 
 @pytest.mark.parametrize("given", ["runs/tune.db", "tune.db", "C:\\tmp\\tune.db"])
@@ -25,7 +25,7 @@ def test_urls_stay_as_they_are(url):
 
 
 def test_a_path_opens_records_and_reads_back(tmp_path):
-    path = tmp_path / "sub" / "tune.db"
+    path = tmp_path / "tune.db"
     with open_database(str(path), create=False) as missing:
         assert missing is None  # looking up never creates the file
     assert not path.exists()
@@ -38,3 +38,15 @@ def test_a_path_opens_records_and_reads_back(tmp_path):
     assert path.exists()
     with open_database(str(path), create=False) as found:
         assert found is not None
+
+
+def test_a_missing_directory_is_refused_before_anything_is_made(tmp_path):
+    """Reading and writing alike: a lookup used to answer "no valid record", a tune made
+    the directory (relative to wherever it ran)."""
+    path = tmp_path / "sub" / "tune.db"
+    for url in (str(path), f"sqlite:///{path}"):
+        with pytest.raises(DatabaseUrlError, match=f"directory {tmp_path / 'sub'} does not exist"):
+            Database.open(url)
+        with pytest.raises(DatabaseUrlError, match="mkdir -p"):
+            autotune.best(autotune.workload("matmul", M=8, N=8, K=8), db=url)
+    assert not (tmp_path / "sub").exists()

@@ -144,6 +144,7 @@ def test_trial_records_are_frozen(db: Database, make) -> None:
         record.cost = 0.0  # type: ignore[misc, union-attr]
 
 
+@pytest.mark.serial
 def test_batch_of_64_inserts_quickly_on_sqlite(tmp_path, make) -> None:
     db = Database.open(f"sqlite:///{tmp_path / 'speed.db'}")
     w, t = make.workload(), make.target()

@@ -33,7 +33,7 @@ def counts(model_tasks):
 
 
 def test_resnet_tasks_and_counts():
-    found = autotune.extract(TinyResNet(), (torch.randn(X),))
+    found = autotune.extract(TinyResNet(), (torch.randn(X),), target=None)
     assert counts(found) == {
         conv(3, 32, 16, 7, 2, 3, ["bias", "relu"]): 1,       # stem: conv-bn-relu, 7x7 s2
         conv(16, 8, 16, 3, 1, 1, ["bias", "relu"]): 2,       # conv1 of layer1's blocks
@@ -125,7 +125,7 @@ def test_compiled_max_pools_match_torch():
 
 
 def test_mobilenet_tasks_and_counts():
-    found = autotune.extract(TinyMobileNet(), torch.randn(X))
+    found = autotune.extract(TinyMobileNet(), torch.randn(X), target=None)
     assert counts(found) == {
         conv(3, 32, 16, 3, 2, 1, ["bias", "relu"]): 1,
         conv(16, 16, 32, 1, 1, 0, ["bias", "relu6"]): 3,   # expansions, ReLU6 fused
@@ -152,7 +152,7 @@ class Clamps(nn.Module):
 
 
 def test_functional_relu6_and_hardtanh_fuse():
-    found = autotune.extract(Clamps(), torch.randn(2, 8))
+    found = autotune.extract(Clamps(), torch.randn(2, 8), target=None)
     epilogues = {t.nodes: t.workload.epilogue for t in found.tasks}
     assert epilogues == {("a", "b"): ("bias", "relu6"), ("c",): ("bias",)}
 
@@ -174,7 +174,7 @@ class Odd(nn.Module):
 
 
 def test_unsupported_operators_are_listed():
-    found = autotune.extract(Odd(), torch.randn(2, 8, 6, 6))
+    found = autotune.extract(Odd(), torch.randn(2, 8, 6, 6), target=None)
     listed = {u.node: u.reason for u in found.unsupported}
     assert set(listed) == {"grouped", "reflect", "dilated_dw", "conv1d", "matmul"}
     assert "groups=2" in listed["grouped"] and "reflect" in listed["reflect"]
@@ -190,7 +190,7 @@ class Attention(nn.Module):
 
 def test_bmm_is_batch_matmul():
     q, k = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
-    found = autotune.extract(Attention(), (q, k))
+    found = autotune.extract(Attention(), (q, k), target=None)
     assert counts(found) == {workload("batch_matmul", B=2, M=4, N=6, K=8): 1,
                              workload("batch_matmul", B=2, M=4, N=8, K=6): 1}
 
@@ -238,5 +238,5 @@ class _Refuse:
 
 def test_extract_leaves_the_model_in_training_mode():
     model = TinyResNet().train()
-    autotune.extract(model, torch.randn(X))
+    autotune.extract(model, torch.randn(X), target=None)
     assert model.training

@@ -50,7 +50,9 @@ def test_extract_for_llvm_gives_the_constant_weight_layers_prepacked() -> None:
     # matmul: the linear layer (a constant B) and the product of two activations (none)
     assert sorted((t.workload.op, t.workload.prepacked) for t in found.tasks) == [
         ("conv2d", True), ("depthwise_conv2d", False), ("matmul", False), ("matmul", True)]
-    assert not any(t.workload.prepacked for t in autotune.extract(model, inputs).tasks)
+    assert autotune.extract(model, inputs) == found  # this CPU is the default target
+    assert not any(t.workload.prepacked for t in autotune.extract(model, inputs,
+                                                                  target=None).tasks)
     assert not any(t.workload.prepacked for t in autotune.extract(
         model, inputs, target="cuda -arch=sm_90").tasks)
     with warnings.catch_warnings():

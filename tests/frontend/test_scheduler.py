@@ -1,6 +1,7 @@
 """The model run's task scheduler, alone and driving synthetic tasks (no hardware)."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -111,8 +112,20 @@ def test_a_rerun_spends_only_the_rest_of_the_budget(tmp_path: Path):
     first = tune_tasks(MODEL, trials=48, target=TARGET, db=url, tuner="ga",
                        executor=PerWorkload(bases))
     exe = PerWorkload(bases)
-    again = tune_tasks(MODEL, trials=96, target=TARGET, db=url, tuner="ga", executor=exe)
+    shown = io.StringIO()
+    again = tune_tasks(MODEL, trials=96, target=TARGET, db=url, tuner="ga", executor=exe,
+                       progress=shown)
     assert again.run_id == first.run_id
+    # the run names what earlier runs spent of the budget first, and says which task it
+    # re-times after its last round (before, it was silent for minutes there)
+    lines = shown.getvalue().splitlines()
+    spent = ", ".join(f"task {t.index} {t.name}: {t.trials}" for t in first.tasks if t.trials)
+    assert lines[0] == (f"model run {first.run_id}: 48 of its 96 trials are already in the "
+                        f"database and count against the budget ({spent}); 48 remain")
+    retimed = [line for line in lines if "re-timing task" in line]
+    assert retimed and all(line.startswith("[96/96] re-timing task ") for line in retimed)
+    assert lines.index(retimed[-1]) < lines.index(next(
+        line for line in lines if line.startswith(f"model run {first.run_id}: 96/96 trials")))
     assert (first.trials, again.trials, again.trials_done) == (48, 48, 96)
     assert sum({t.name: t.trials for t in again.tasks}.values()) == 96
     done = tune_tasks(MODEL, trials=96, target=TARGET, db=url, tuner="ga",

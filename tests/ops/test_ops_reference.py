@@ -238,6 +238,7 @@ def test_max_pool2d_refuses_what_torch_refuses_and_epilogues():
     assert pool.flops() == 2 * 4 * 4 * 9  # one per comparison
 
 
+@pytest.mark.serial
 def test_reference_is_fast_on_realistic_shapes():
     import time
 

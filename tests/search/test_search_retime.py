@@ -9,8 +9,10 @@ import pytest
 
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.search import retime, tune_loop
+from autotune.search.explain import lines
 from autotune.search.retime import RETIME_ATTEMPTS, RETIME_ROUNDS
-from tests.search.search_cases import SlowRetiming
+from autotune.search.synthetic import SyntheticObjective
+from tests.search.search_cases import SlowDefaultFirst, SlowRetiming, make_space
 
 TRIALS = 32
 
@@ -39,11 +41,12 @@ def test_a_window_times_its_members_interleaved_and_keeps_first_measurements(
     result = tune_loop(wl, target, space, executor, tuner="ga", trials=TRIALS, db=db)
     assert result.trials == TRIALS and len(result.history) == TRIALS  # re-runs are no trials
     members = [r.config_index for r in result.retimed]
-    assert len(members) == 3
-    assert executor.late_batches == [members * RETIME_ROUNDS]  # A B C A B C A B C, one batch
+    assert len(members) == 4
+    assert executor.late_batches == [members * RETIME_ROUNDS]  # A B C D A B C D ..., one batch
     records = _records(db, wl, target)
     valid = sorted((r for r in records.values() if r.ok), key=lambda r: (r.cost, r.id))
-    assert members == [r.config_index for r in valid[:3]]
+    # the 3 fastest by first measurement, and the default (measured first) after them
+    assert members == [r.config_index for r in valid[:3]] + [space.default().index]
     for member in result.retimed:
         record = records[member.config_index]
         assert record.costs == pytest.approx([objective.cost(space.get(member.config_index))
@@ -187,7 +190,8 @@ def test_a_later_window_puts_the_last_winner_against_the_new_top(wl, target, spa
     executor = SlowRetiming(objective, after=TRIALS, slow=0)
     second = tune_loop(wl, target, space, executor, tuner="ga", trials=TRIALS, db=db, seed=1)
     members = [r.config_index for r in second.retimed]
-    assert members[0] == first.best_config.index and len(members) == 4  # incumbent + 3
+    assert members[0] == first.best_config.index  # the incumbent, the top 3, the default
+    assert len(members) == 5 and members[-1] == space.default().index
     assert executor.late_batches == [members * RETIME_ROUNDS]
     # Only the latest window's members keep a re-timed figure: the earlier window's others
     # were never compared with the new ones.
@@ -203,3 +207,36 @@ def test_without_a_store_the_result_follows_the_same_rule(wl, target, space, obj
     assert result.best_config.index == winner.config_index
     assert result.best_cost == winner.retimed_cost
     assert winner.retimed_cost == pytest.approx(winner.first_cost)  # the quiet attempt's
+
+
+def test_the_window_always_holds_the_default_so_tuning_never_loses_to_it(wl, target, db):
+    """The default's first measurement ran 50x slow (a busy host): ranked by first
+    measurements it would miss the window, and the run would hand out a slower config."""
+    optimum = SyntheticObjective(make_space(), seed=3).optimum
+    space = make_space(default=optimum)  # the default is the fastest config there is
+    objective = SyntheticObjective(space, seed=3)
+    executor = SlowDefaultFirst(objective)
+    result = tune_loop(wl, target, space, executor, tuner="ga", trials=TRIALS, db=db)
+    default = space.default().index
+    assert executor.submitted[0] == default  # measured first, and slowed
+    members = [r.config_index for r in result.retimed]
+    assert len(members) == 4 and members[-1] == default  # the top 3, then the default
+    assert result.best_config.index == default and result.best_retimed
+    assert result.best_cost == pytest.approx(objective.best_cost)
+    assert result.beat_default is False and result.speedup == pytest.approx(1.0)
+    assert db.best(wl, target).config_index == default
+    said = "\n".join(lines(result))
+    assert "Nothing beat the template's default config in 32 trials" in said
+    assert f"config {default} (the default)'s first measurement took 50.00x as long" in said
+    assert repr(result).startswith("TuneResult(best ") and "the default" in repr(result)
+
+
+def test_a_window_that_beats_the_default_says_by_how_much(wl, target, space, objective, db):
+    result = tune_loop(wl, target, space, SlowRetiming(objective, after=TRIALS, slow=0),
+                       tuner="ga", trials=TRIALS, db=db)
+    default = space.default()
+    assert result.beat_default and result.default_index == default.index
+    assert result.default_cost == pytest.approx(objective.cost(default))  # in the window
+    assert result.speedup == pytest.approx(objective.cost(default) / result.best_cost)
+    assert f"The best runs {result.speedup:.2f}x as fast as the template's default" in \
+        "\n".join(lines(result))

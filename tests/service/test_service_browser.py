@@ -90,7 +90,7 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
         return done
 
     wait_for(lambda: trials_shown() >= 48 and
-             browser.find_element(By.ID, "live-text").text == "finished", 180,
+             browser.find_element(By.ID, "live-text").text == "done", 180,
              interval=0.3, what="the job to finish on its page")
     assert len(seen) >= 2, f"the trial count never changed live: {seen}"
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 48 or
@@ -243,7 +243,8 @@ def test_workers_view_and_who_measured_a_job(make_server, browser) -> None:
 
     state = wait_for(lambda: cell(f'#workers tr[data-worker="{local}"] .state'), 20,
                      what="this host's row")
-    assert state == "idle"
+    assert state == "idle"  # busy only while a job holds it
+    assert cell(f'#workers tr[data-worker="{local}"] .seen') == "just now"  # this very host
     # its counts are the trials table's, as on the job's page (they were "–" here)
     assert cell(f'#workers tr[data-worker="{local}"] .trials') == "8"
     assert cell(f'#workers tr[data-worker="{local}"] .failures') == str(by[0]["failed"])
@@ -338,5 +339,96 @@ def test_a_jobs_dtype_shows_in_the_list_and_on_its_page(make_server, browser) ->
     browser.get(f"{server.url}/jobs/{single['id']}")
     wait_for(lambda: browser.find_element(By.ID, "stat-dtype").text == "float32", 20,
              what="the float32 job's dtype")
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs
+
+
+class _Synthetic:
+    """Measures every workload on a synthetic objective of its own space (no kernel runs)."""
+
+    def __init__(self, target) -> None:
+        self.target, self.by = target, {}
+
+    def submit(self, inputs):
+        from autotune.driver import config_space
+        from autotune.search.synthetic import SyntheticExecutor, SyntheticObjective
+
+        wl = inputs[0].workload
+        if wl.key not in self.by:
+            self.by[wl.key] = SyntheticExecutor(SyntheticObjective(config_space(wl, self.target)))
+        return self.by[wl.key].submit(inputs)
+
+    def __getattr__(self, name):  # the Executor protocol's defaults
+        from autotune.measure.executor import Executor
+
+        return getattr(Executor, name).__get__(self)
+
+
+# Overflow of the page (px it scrolls sideways) and the tables wider than their cards.
+_OVERFLOW = """
+    const page = document.documentElement.scrollWidth - document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll(".card > table")].filter((t) =>
+      t.getBoundingClientRect().right > t.parentElement.getBoundingClientRect().right + 1)
+      .map((t) => t.id);
+    return [page, wide];"""
+
+
+def test_pages_fit_the_window_at_1280_and_1920_px(make_server, browser, tmp_path) -> None:
+    """Long labels (a fused, prepacked, strided conv's) once pushed the jobs list's last
+    columns out of their card and the page sideways, even at 1920 px: each page must fit,
+    its tables inside their cards. Model-run jobs show the trials they ran."""
+    from selenium.webdriver.common.by import By
+
+    from autotune.frontend import ModelTasks, Task, tune_tasks
+    from autotune.ops import workload
+    from autotune.target import Target
+
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    target = Target("llvm -mcpu=skylake -cores=2")
+    convs = [workload("conv2d", N=1, C=c, H=56, W=56, K=2 * c, R=3, S=3, stride=2, pad=1,
+                      epilogue=["scale_shift", "residual", "relu"], prepacked=True)
+             for c in (64, 128, 256)]
+    model = ModelTasks("ResNetLikeWithALongName", tuple(
+        Task(wl, 1, (f"layer{i}.0.conv1", f"layer{i}.0.conv2", f"layer{i}.1.conv1",
+                     f"layer{i}.1.conv2")) for i, wl in enumerate(convs)), ())
+    run_id = tune_tasks(model, trials=24, target=target, db=url, tuner="random",
+                        executor=_Synthetic(target)).run_id
+    server = make_server(url).start()
+    with server.client() as c:
+        jobs = c.get("/api/v1/jobs").json()["items"]
+    assert {j["model_run"] for j in jobs} == {run_id}
+    job = jobs[0]
+    assert job["label"].endswith("dilation=(1,1))+scale_shift+residual+relu prepacked")
+    assert "dilation" not in job["short_label"] and "stride=2,pad=1)" in job["short_label"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    pages = {"jobs": "/", "runs": "/model-runs", "run": f"/model-runs/{run_id}",
+             "job": f"/jobs/{job['id']}", "workers": "/workers"}
+    for width in (1280, 1920):
+        browser.set_window_size(width, 1000)
+        for name, path in pages.items():
+            browser.get(server.url + path)
+            wait_for(lambda: browser.find_element(By.ID, "live-text").text != "connecting"
+                     and (name == "workers" or browser.find_elements(
+                         By.CSS_SELECTOR, "tbody tr td")), 20, what=f"the {name} page")
+            page, wide = browser.execute_script(_OVERFLOW)
+            assert page <= 0 and not wide, (width, name, page, wide)
+            browser.save_screenshot(str(ARTIFACTS / f"dashboard-fit-{name}-{width}.png"))
+
+    # the jobs list: short labels (the full one on hover), a run's jobs with their trials
+    browser.get(server.url + "/")
+    row = wait_for(lambda: browser.find_elements(By.ID, f"job-{job['id']}"), 20,
+                   what="the job's row")[0]
+    cell = row.find_element(By.CSS_SELECTOR, ".wl")
+    assert cell.text == job["short_label"] and cell.get_attribute("title") == job["label"]
+    assert row.find_element(By.CSS_SELECTOR, ".trials").text == \
+        f"{job['trials_done']} trials run #{run_id}"
+    # a finished run says so in the words of its badge; trial axes count in whole numbers
+    browser.get(f"{server.url}/model-runs/{run_id}")
+    wait_for(lambda: browser.find_element(By.ID, "live-text").text == "done", 20,
+             what="the run's state")
+    x_ticks = browser.execute_script(  # (the y axis' labels are anchored at their end)
+        "return [...document.querySelectorAll('#chart-latency .axis text[text-anchor=middle]')]"
+        ".map((t) => t.textContent)")
+    assert x_ticks and all(t.isdigit() for t in x_ticks), x_ticks
     logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert not logs, logs

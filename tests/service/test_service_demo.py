@@ -91,6 +91,7 @@ def test_the_demo_tunes_a_model_run_to_watch(tmp_path: Path) -> None:
     assert "is done; see" in log.read_text()
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_the_demo_run_with_the_service(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "serve.log"

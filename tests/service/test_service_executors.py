@@ -97,3 +97,25 @@ def test_gpu_search_runs_beside_another_jobs_timing():
     # the GPU times with its own clock: serialising the host's search would only cost time
     timeline = run_two_jobs(Target("cuda"))
     assert timeline.overlaps() > 0
+
+
+def test_a_shared_executor_names_the_job_holding_it_and_none_else():
+    """The Workers view shows this host busy only with a job: the job whose batch or search
+    holds the device now, and idle when the lock is free."""
+    space = ConfigSpace([Choice("k", list(range(8)))], name="one")
+    seen: list[Any] = []
+
+    class Watching(SyntheticExecutor):
+        def submit(self, inputs: Sequence[Any]) -> list[Any]:
+            seen.append(shared.job)
+            return super().submit(inputs)
+
+    pool = ExecutorPool(lambda target, options: Watching(SyntheticObjective(space)))
+    with pool.use(Target("llvm")) as shared:
+        assert shared.job is None
+        mine = shared.for_job(job_id=7)
+        mine.submit([])
+        with mine.host_work():
+            assert shared.job == 7 and shared.lock.locked()
+        shared.submit([])  # the lock held for no job: nobody to name
+    assert seen == [7, None] and shared.job is None

@@ -53,6 +53,7 @@ def _cpu_the_host_cannot_run() -> str:
     pytest.skip("this host's CPU has every probed ISA extension")
 
 
+@pytest.mark.serial
 def test_generated_code_storm_targets_and_idle_executors(make_server) -> None:
     # Slow timing (each config >= 3 x 100 ms): a running job holds the device lock for
     # seconds at a time, as real jobs do.

@@ -181,7 +181,8 @@ async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: J
             responses=_NOT_FOUND)
 def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2000)] = 200,
                siblings: bool = False) -> CurvesPage:
-    """Fastest first measurement against trials, and the job's best; with ``siblings``,
+    """Fastest first measurement against trials, the job's best and its default config's
+    standing (``default``); with ``siblings``,
     also of the other jobs (other tuners, seeds) on the same workload and target.
     ``rank_correlation``: how well the job's cost model ranked each batch it scored;
     ``current_model``: its latest model's score of each of the job's valid trials against
@@ -189,7 +190,7 @@ def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2
     job = _job(db, job_id)
     jobs = queries.sibling_jobs(db, job=job) if siblings else [job]
     scatter = queries.model_scatter(db, job_id=job_id)
-    return CurvesPage(items=[
+    return CurvesPage(default=queries.default_standing(db, job=job), items=[
         CurvePublic(job_id=j.id, tuner=j.tuner, state=j.state, trials=j.trials,  # type: ignore[arg-type]
                     points=queries.best_curve(db, job_id=j.id, points=points),
                     best_gflops=j.best_gflops)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from autotune.db import model_runs as runs
 from autotune.service.deps import DbDep, ReadAccess
 from autotune.service.routes.dashboard import STATIC_DIR
-from autotune.service.schemas import JobPublic, job_public
+from autotune.service.schemas import JobPublic, job_public, workload_labels
 from autotune.service.validation import MAX_ID, MAX_OFFSET
 
 router = APIRouter(prefix="/model-runs", tags=["model runs"])
@@ -54,6 +54,8 @@ class TaskPublic(BaseModel):
     index: int
     workload: dict[str, Any]
     label: str
+    short_label: str = Field(default="", description="the label without parameters at their "
+                                                     "defaults")
     weight: int = Field(description="times one forward pass runs it")
     nodes: list[str]
     trials: int = Field(description="records of the workload on the run's target")
@@ -110,8 +112,10 @@ def get_model_run(db: DbDep, run_id: RunId) -> ModelRunDetail:
     tasks = []
     for i, (task, key) in enumerate(zip(run.tasks, keys)):
         best, weight = held[key].best_cost, int(task.get("weight", 1))
+        label, short = workload_labels(key)
         tasks.append(TaskPublic(
-            index=i, workload=dict(task.get("workload") or {}), label=_label(key), weight=weight,
+            index=i, workload=dict(task.get("workload") or {}), label=label,
+            short_label=short, weight=weight,
             nodes=[str(n) for n in task.get("nodes", ())], trials=held[key].trials,
             best_cost_s=best, share=None if best is None or not total else weight * best / total,
             jobs=[j.id for j in jobs if j.workload_key == key]))
@@ -126,12 +130,6 @@ def _key(task: Any) -> str:
     from autotune.ops import Workload
 
     return Workload.from_dict(task["workload"]).key
-
-
-def _label(key: str) -> str:
-    from autotune.ops import Workload
-
-    return str(Workload.from_json(key))
 
 
 @pages.get("/model-runs")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any, Literal, Optional
 
 from fastapi import APIRouter, Request
@@ -88,4 +89,6 @@ def _local(key: str, executor: Any) -> WorkerPublic:
     return WorkerPublic(worker=f"local:{host}", host=host,
                         target=target.key if target is not None else key,
                         device=device_name(target) if target is not None else "",
-                        state="busy" if executor.lock.locked() else "idle")
+                        state="busy" if executor.job is not None else "idle",
+                        job=executor.job,  # busy only with a job: a lock held for none is idle
+                        last_seen=time.time())  # this service's own host: seen as it answers

@@ -13,12 +13,15 @@ const Charts = (() => {
     return node;
   }
 
-  // "Nice" tick values covering [lo, hi] (about n of them).
-  function ticks(lo, hi, n) {
+  // "Nice" tick values covering [lo, hi] (about n of them); whole numbers when ``integer``
+  // (counts such as trials: no 2.5 steps, no step below 1).
+  function ticks(lo, hi, n, integer) {
     if (!(hi > lo)) hi = lo + 1;
     const raw = (hi - lo) / Math.max(n, 1);
     const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
+    const steps = (integer ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10]).map((m) => m * mag);
+    let step = steps.find((s) => s >= raw) || raw;
+    if (integer) step = Math.max(1, Math.round(step));
     const out = [];
     for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toPrecision(12));
     return out;
@@ -26,6 +29,7 @@ const Charts = (() => {
 
   function fmt(v) {
     const a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e4) return String(v);
     if (a >= 1e4) return (v / 1e3).toFixed(0) + "k";
     if (a >= 100 || v === 0) return v.toFixed(0);
     if (a >= 1) return v.toFixed(a >= 10 ? 0 : 1);
@@ -45,7 +49,7 @@ const Charts = (() => {
       el("line", { x1: m.l, x2: m.l + iw, y1: y(t), y2: y(t) }, grid);
       el("text", { x: m.l - 6, y: y(t) + 4, "text-anchor": "end" }, axis).textContent = fmt(t);
     }
-    for (const t of ticks(xmin, xmax, Math.max(2, Math.floor(iw / 80)))) {
+    for (const t of ticks(xmin, xmax, Math.max(2, Math.floor(iw / 80)), opts.xInteger)) {
       el("line", { x1: x(t), x2: x(t), y1: m.t + ih, y2: m.t + ih + 4 }, axis);
       el("text", { x: x(t), y: m.t + ih + 16, "text-anchor": "middle" }, axis).textContent = fmt(t);
     }
@@ -67,7 +71,8 @@ const Charts = (() => {
 
   // series: [{name, points: [[x, y], ...], color?, step?, width?}], dots: [[x, y], ...],
   // marks: [{x, y, color}] (large dots drawn last); the y axis spans opts.yMin (default 0)
-  // to opts.yMax (default: the data's top).
+  // to opts.yMax (default: the data's top); opts.xInteger: whole-number x ticks; opts.dotColor
+  // and opts.dotSize: the dots' (default: small, grey, translucent).
   function line(container, opts) {
     const series = opts.series || [], cloud = opts.dots || [], marks = opts.marks || [];
     const all = series.flatMap((s) => s.points).concat(cloud, marks.map((m) => [m.x, m.y]));
@@ -75,7 +80,7 @@ const Charts = (() => {
     const xmax = Math.max(opts.xMax || 0, ...all.map((p) => p[0]));
     const ymax = opts.yMax ?? (Math.max(...all.map((p) => p[1])) * 1.08 || 1);
     const { svg, x, y } = frame(container, opts, opts.xMin ?? 0, xmax, opts.yMin ?? 0, ymax);
-    dots(svg, cloud, x, y, opts.dotColor || "#94a3b8", 4, 0.55);
+    dots(svg, cloud, x, y, opts.dotColor || "#94a3b8", opts.dotSize || 4, opts.dotSize ? 1 : 0.55);
     series.forEach((s, i) => {
       if (!s.points.length) return;
       let d = "", prev = null;

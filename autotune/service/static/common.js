@@ -84,6 +84,14 @@ function progressBar(done, total) {
            h("span", { class: "bar-label" }, `${done} / ${total}`));
 }
 
+// A job's trials: against its budget, or, for a model run's task, the trials it ran (its
+// budget was what the run had left when it started, not a target of its own).
+function jobTrials(job) {
+  if (job.model_run === null || job.model_run === undefined) return progressBar(job.trials_done, job.trials);
+  return h("span", {}, `${job.trials_done} trials `,
+           h("a", { class: "muted", href: `/model-runs/${job.model_run}`, onclick: (e) => e.stopPropagation() }, `run #${job.model_run}`));
+}
+
 function showKeyBox(status) {
   const box = $("#keybox");
   if (!box) return;
@@ -100,11 +108,13 @@ function setupKeyBox() {
   });
 }
 
-function setLive(on) {
+// The live indicator: "live" while answers come, else ``ended`` (a job's or a run's final
+// state, the word its badge shows) or "reconnecting".
+function setLive(on, ended) {
   const dot = $("#live-dot");
   if (dot) dot.classList.toggle("on", !!on);
   const text = $("#live-text");
-  if (text) text.textContent = on ? "live" : "paused";
+  if (text) text.textContent = on ? "live" : ended || "reconnecting";
 }
 
 function showNotice(text, isError) {

@@ -5,7 +5,7 @@
   const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
   const TRIALS_PAGE = 50;
   const S = {
-    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], currentModel: null,
+    job: null, trials: [], best: null, top: null, siblings: [], rankCorrelation: [], currentModel: null, standing: null,
     es: null, ended: false,
     sort: "id", desc: false, offset: 0, error: "", total: 0,
     drawQueued: false, timers: {},
@@ -20,8 +20,9 @@
   function renderHeader() {
     const job = S.job;
     if (!job) return;
-    document.title = `autotune · #${job.id} ${job.label}`;
-    $("#title").textContent = `#${job.id} ${job.label}`;
+    document.title = `autotune · #${job.id} ${job.short_label || job.label}`;
+    $("#title").textContent = `#${job.id} ${job.short_label || job.label}`;
+    $("#title").title = job.label;
     $("#state-badge").replaceChildren(badge(job.state));
     $("#subtitle").textContent = [`${job.tuner} tuner`, Fmt.target(job.target), `seed ${job.seed ?? 0}`,
       job.early_stopping ? `early stopping ${job.early_stopping}` : null,
@@ -31,7 +32,9 @@
     $("#waiting").hidden = !job.waiting;
     $("#waiting").textContent = job.waiting || "";
     $("#stat-best").innerHTML = job.best_gflops ? `${Fmt.gflops(job.best_gflops)} <small>GFLOP/s</small>` : "–";
-    $("#stat-trials").innerHTML = `${job.trials_done} <small>/ ${job.trials}</small>`;
+    $("#stat-trials").replaceChildren(job.model_run === null || job.model_run === undefined
+      ? h("span", {}, `${job.trials_done} `, h("small", {}, `/ ${job.trials}`))
+      : h("span", {}, `${job.trials_done} `, h("small", {}, h("a", { href: `/model-runs/${job.model_run}` }, `run #${job.model_run}`))));
     const valid = S.trials.filter((t) => t.gflops !== null).length;
     $("#stat-valid").innerHTML = S.trials.length ? `${valid} <small>of ${S.trials.length}</small>` : "–";
     // The top record is the best (GET /best's): ranked by its re-timed figure when a
@@ -39,10 +42,29 @@
     const best = S.top || S.best;
     const cost = best ? (best.retimed_cost ?? best.cost) : null;
     $("#stat-cost").innerHTML = best ? `${Fmt.ms(cost)} <small>ms</small>` : "–";
+    renderDefault();
     $("#stat-elapsed").textContent = Fmt.duration(job.started_at, job.finished_at);
     // every argument's element type; products are accumulated in float32 whatever it is
     $("#stat-dtype").textContent = job.workload.dtype || "float32";
     if (job.error) showNotice(`Job failed: ${job.error}`, true);
+  }
+
+  // The template's default config is what tuning is measured against: say when nothing
+  // beat it, else by how much the best did (both by the ranking of /best).
+  function renderDefault() {
+    const d = S.standing, el = $("#stat-default");
+    const best = S.top || S.best;
+    const bestGflops = best ? (best.retimed_gflops ?? best.gflops) : null;
+    if (!d || !d.gflops) {
+      el.textContent = "–";
+      el.title = d ? `the default config (${d.config_index}) has no valid record` : "";
+      return;
+    }
+    const figure = d.retimed ? "re-timed" : "first measurement";
+    el.title = `the template's default config (${d.config_index}): ${Fmt.gflops(d.gflops)} GFLOP/s (${figure})`;
+    if (d.is_best) el.innerHTML = "1.00× <small>nothing beat the default</small>";
+    else if (bestGflops) el.innerHTML = `${(bestGflops / d.gflops).toFixed(2)}× <small>faster than the default</small>`;
+    else el.textContent = "–";
   }
 
   // --- charts -------------------------------------------------------------------------------
@@ -85,7 +107,7 @@
       legend.push(h("span", { class: "job-best" }, h("i", { style: `background:${Charts.PALETTE[3]};height:8px;width:8px;border-radius:50%` }),
         `the job's best: ${Fmt.gflops(S.job.best_gflops)} GFLOP/s`));
     }
-    Charts.line($("#chart-best"), { series, dots: cloud, marks, xLabel: "trials", yLabel: "GFLOP/s",
+    Charts.line($("#chart-best"), { series, dots: cloud, marks, xLabel: "trials", yLabel: "GFLOP/s", xInteger: true,
       xMax: S.job ? S.job.trials : 0,
       empty: S.job && S.job.state === "queued" ? `queued: ${S.job.waiting || "waiting for a free job slot"}` : "waiting for the first batch" });
     $("#legend-best").replaceChildren(...legend);
@@ -99,7 +121,7 @@
     const tuner = S.job ? S.job.tuner : "";
     const xMax = Math.max(S.job ? S.job.trials : 0, ...pts.map((p) => p[0]));
     const series = pts.length ? [{ points: [[0, 0], [xMax, 0]], color: "#94a3b8", width: 1 }, { points: pts, color: Charts.PALETTE[0] }] : [];
-    Charts.line($("#chart-rank"), { series, dots: pts, xLabel: "trials before the batch", yLabel: "Spearman ρ",
+    Charts.line($("#chart-rank"), { series, dots: pts, xLabel: "trials before the batch", yLabel: "Spearman ρ", xInteger: true,
       xMax, yMin: -1, yMax: 1,
       empty: tuner === "xgb" ? "no scored batch yet" : `the ${tuner || "selected"} tuner has no cost model; the xgb tuner has one` });
     const last = rows[rows.length - 1];
@@ -208,6 +230,7 @@
       S.siblings = page.items;
       S.rankCorrelation = page.rank_correlation || [];
       S.currentModel = page.current_model || null;
+      S.standing = page.default || null;
       draw();
     } catch (err) { /* optional */ }
   }
@@ -217,7 +240,7 @@
     const es = new EventSource(`${API}/jobs/${jobId}/events`);
     S.es = es;
     es.onopen = () => { setLive(true); showNotice(S.job && S.job.error ? `Job failed: ${S.job.error}` : ""); };
-    es.onerror = () => { if (!S.ended) { setLive(false); } };
+    es.onerror = () => { if (!S.ended) { setLive(false); } };  // the browser reconnects
     es.addEventListener("batch", (e) => {
       const msg = JSON.parse(e.data);
       for (const t of msg.trials) S.trials.push(t);
@@ -237,9 +260,8 @@
     es.addEventListener("end", async () => {
       S.ended = true;
       es.close();
-      setLive(false);
-      $("#live-text").textContent = "finished";
       S.job = await Api.get(`/jobs/${jobId}`);
+      setLive(false, S.job.state);
       draw(); loadTop(); loadTrials(); loadSiblings(); loadWorkers();
     });
   }

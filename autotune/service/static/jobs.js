@@ -11,7 +11,7 @@
                          onclick: () => { location.href = `/jobs/${job.id}`; } },
       h("td", {}, h("a", { href: `/jobs/${job.id}` }, `#${job.id}`)),
       h("td", { class: "state" }),
-      h("td", { class: "wl" }, job.label),
+      h("td", { class: "wl", title: job.label }, job.short_label || job.label),
       h("td", { title: job.target }, Fmt.target(job.target)),
       h("td", {}, job.tuner),
       h("td", { class: "trials" }),
@@ -23,7 +23,7 @@
 
   function update(tr, job) {
     tr.querySelector(".state").replaceChildren(badge(job.state));
-    tr.querySelector(".trials").replaceChildren(progressBar(job.trials_done, job.trials));
+    tr.querySelector(".trials").replaceChildren(jobTrials(job));
     tr.querySelector(".best").textContent = Fmt.gflops(job.best_gflops);
     tr.querySelector(".created").textContent = Fmt.when(job.created_at);
     tr.querySelector(".created").title = job.created_at;

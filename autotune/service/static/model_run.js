@@ -10,13 +10,13 @@
     const where = t.nodes.length > 3 ? `${t.nodes.slice(0, 3).join(", ")} +${t.nodes.length - 3}` : t.nodes.join(", ");
     return h("tr", { "data-task": t.index },
       h("td", { class: "num" }, t.index),
-      h("td", { class: "wl" }, t.label),
+      h("td", { class: "wl", title: t.label }, t.short_label || t.label),
       h("td", { class: "num" }, `×${t.weight}`),
       h("td", { class: "num trials" }, t.trials),
       h("td", { class: "num best" }, Fmt.ms(t.best_cost_s)),
       h("td", { class: "num share" }, t.share === null ? "–" : `${(100 * t.share).toFixed(1)}%`),
-      h("td", { class: "muted", title: t.nodes.join(", ") }, where),
-      h("td", {}, ...t.jobs.map((j) => h("a", { href: `/jobs/${j}` }, `#${j} `))));
+      h("td", { class: "muted where", title: t.nodes.join(", ") }, where),
+      h("td", { class: "jobs" }, ...t.jobs.map((j) => h("a", { href: `/jobs/${j}` }, `#${j} `))));
   }
 
   function draw(run) {
@@ -24,8 +24,11 @@
     $("#summary").textContent = `${Fmt.target(run.target)} · ${run.trials_done} / ${run.budget} trials spent · ` +
       `${run.tasks} tasks · estimated latency ${Fmt.ms(run.estimated_latency_s)} ms` + (run.error ? ` · ${run.error}` : "");
     const points = run.history.filter((p) => p.estimated_latency_s !== null).map((p) => [p.trials_done, p.estimated_latency_s * 1e3]);
-    Charts.line($("#chart-latency"), { series: [{ name: "estimated latency", points, step: true }],
-      xLabel: "trials spent", yLabel: "ms", xMax: run.budget, empty: "no estimate yet: every task needs a valid config" });
+    // each round's estimate is a dot too: a run of one round (or of rounds that spent no
+    // trials, as a resumed run's first) still reads as a point, not a vertical line
+    Charts.line($("#chart-latency"), { series: [{ name: "estimated latency", points, step: true }], dots: points,
+      dotColor: Charts.PALETTE[0], dotSize: 7, xLabel: "trials spent", yLabel: "ms", xMax: run.budget, xInteger: true,
+      empty: "no estimate yet: every task needs a valid config" });
     $("#tasks tbody").replaceChildren(...run.task_list.map(taskRow));
     $("#unsupported-card").hidden = run.unsupported.length === 0;
     $("#unsupported tbody").replaceChildren(...run.unsupported.map((u) =>
@@ -38,7 +41,7 @@
       if (!run) return;
       last = run;
       draw(run);
-      setLive(run.state === "running");
+      setLive(run.state === "running", run.state);
       showNotice("", false);
     } catch (err) {
       setLive(false);

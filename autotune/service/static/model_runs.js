@@ -9,7 +9,7 @@
     return h("tr", { class: "clickable", "data-id": r.id, onclick: () => { location.href = `/model-runs/${r.id}`; } },
       h("td", {}, h("a", { href: `/model-runs/${r.id}` }, `#${r.id}`)),
       h("td", { class: "state" }, badge(r.state)),
-      h("td", { class: "wl" }, r.name),
+      h("td", { class: "wl", title: r.name }, r.name),
       h("td", { title: r.target }, Fmt.target(r.target)),
       h("td", { class: "num" }, r.tasks),
       h("td", { class: "trials" }, progressBar(r.trials_done, r.budget)),

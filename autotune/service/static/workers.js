@@ -19,7 +19,7 @@
       h("td", { class: "job" }, w.job === null || w.job === undefined ? "–" : h("a", { href: `/jobs/${w.job}` }, `#${w.job}`)),
       h("td", { class: "num trials" }, w.trials ?? "–"),
       h("td", { class: "num failures" }, w.failures ?? "–"),
-      h("td", { class: "muted" }, seen(w.last_seen)));
+      h("td", { class: "muted seen" }, seen(w.last_seen)));
   }
 
   function targetRow(t) {
