@@ -255,8 +255,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
         # torch runs the layer in NCHW: a blocked layer's inputs are unblocked once, untimed
-        block = getattr(wl, "block", 1)
-        plain = args if block == 1 else tuple(LayoutTransform(block, False)(x) for x in args)
+        blocks = getattr(mods[0], "in_blocks", [1] * len(args))
+        plain = tuple(LayoutTransform(b, 1)(x) for x, b in zip(args, blocks))
         calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*plain)}
         kernel_only = bare_kernel(mods[0], args)
         if kernel_only is not None:

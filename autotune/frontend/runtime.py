@@ -63,9 +63,12 @@ class KernelModule(KernelGroup):
     def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
                  in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
                  conv_args: dict[str, Any]) -> None:
-        block = match.workload.block  # a blocked conv reads and writes NCHW[block]c
-        super().__init__(match, [blocked_shape(tuple(s), block) for s in in_shapes],
-                         blocked_shape(tuple(out_shape), block), conv_args)
+        # a blocked layer reads its data in NCHW[in_block]c, a residual and its output in
+        # NCHW[block]c
+        self.in_blocks = [match.workload.in_block] + [match.workload.block] * (len(in_shapes) - 1)
+        super().__init__(match, [blocked_shape(tuple(s), b) for s, b in zip(in_shapes,
+                                                                              self.in_blocks)],
+                         blocked_shape(tuple(out_shape), match.workload.block), conv_args)
         self.kernel = kernel
         self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
         self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
@@ -83,8 +86,8 @@ class KernelModule(KernelGroup):
             block = self.workload.block
             if block == 1:
                 return self.forward_torch(*xs)
-            plain = [LayoutTransform(block, False)(x) for x in xs]
-            return LayoutTransform(block, True)(self.forward_torch(*plain))
+            plain = [LayoutTransform(b, 1)(x) for x, b in zip(xs, self.in_blocks)]
+            return LayoutTransform(1, block)(self.forward_torch(*plain))
         out = torch.empty(self.out_shape, dtype=torch.float32)
         if self._call is not None:
             ptrs = [x.data_ptr() for x in xs]
@@ -145,8 +148,9 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
     autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
     for when a call runs eagerly). ``layout``: "nchw" runs every layer in NCHW;
-    "auto" (llvm) runs convs in NCHW[lanes]c where `layouts.choose_layouts` says so, with
-    `LayoutTransform` modules where a blocked chain starts and ends."""
+    "auto" (llvm) runs convs, depthwise convs and max-pools in NCHW[x]c where
+    `layouts.choose_layouts` says so, with `LayoutTransform` modules where a torch op or
+    a layer in another layout reads a blocked tensor."""
     tgt = _supported(as_target(target))
     if cuda_graphs and tgt.kind != "cuda":
         raise ValueError(f"compile_model: cuda_graphs is for cuda targets, not {tgt.kind}")
@@ -180,11 +184,15 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
     if layout == "auto":
         modules = dict(gm.named_modules())
 
-        def block_of(node: fx.Node) -> int:
+        def out_block(node: fx.Node) -> int:
             module = modules.get(str(node.target))
             return module.workload.block if isinstance(module, KernelModule) else 1
 
-        insert_transforms(gm, block_of)
+        def in_block(node: fx.Node, pos: int) -> int:
+            module = modules.get(str(node.target))
+            return module.in_blocks[pos] if isinstance(module, KernelModule) else 1
+
+        insert_transforms(gm, out_block, in_block)
     if all(isinstance(x, torch.Tensor) for x in inputs):
         plan_model_run(gm, inputs, tgt)
     return gm

@@ -1,4 +1,5 @@
-"""CPU template for depthwise_conv2d (NCHW, channel multiplier m).
+"""CPU template for depthwise_conv2d (NCHW, channel multiplier m; a blocked layout goes to
+`cpu_window_blocked`).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
 register reuse from a (rows x columns) accumulator tile vectorised along output columns, with
@@ -14,6 +15,7 @@ from autotune.schedule.definitions import OpGraph, depthwise_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
+    WINDOW_ORDERS,
     all_of,
     fit_count,
     innermost_factors,
@@ -27,13 +29,13 @@ from autotune.schedule.templates.common import (
     vector_registers,
     vector_width,
 )
+from autotune.schedule.templates import cpu_window_blocked
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 from autotune.target.cpu_facts import CpuFacts, facts_of
 
-ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
-          ("c0", "y0", "c1", "x0", "y1", "x1"), ("y0", "c0", "x0", "c1", "y1", "x1")]
+ORDERS = WINDOW_ORDERS
 MAX_REG_TILE = 256
 # Register tile rows at a stride along y: consecutive output rows share few input rows (one
 # of three taps at stride 2), so a tall tile reuses little and gathers more. MobileNet-V2's
@@ -42,6 +44,8 @@ MAX_STRIDED_ROWS = 2
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
+    if wl.block > 1:  # channel-blocked data and output: a template of its own
+        return cpu_window_blocked.space(wl, target)
     knobs = window_knobs(wl, wl.output_shape[1], target.vector_lanes)
     facts = facts_of(target)
     default = default_values(wl, facts, knobs)
@@ -127,6 +131,8 @@ def strided_columns(factors: list[int], lanes: int, stride: int) -> list[int]:
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
+    if wl.block > 1:
+        return cpu_window_blocked.schedule(wl, target, cfg)
     return schedule_window(depthwise_graph(wl), target, cfg)
 
 
