@@ -94,6 +94,9 @@ def layout_refusal(op: str, layout: str, params: Mapping[str, Any]
     if blocks[0] != blocks[1] and op not in MIXED_OPS:
         return "", (f"{op}: reads and writes one layout; only {', '.join(MIXED_OPS)} takes "
                     f"two ({layout})")
+    if blocks[1] == 1:
+        return "", (f"{op}: {layout}: blocked data is written blocked (its kernels store "
+                    f"vectors of output channels); NCHW output comes from NCHW data")
     if op == "depthwise_conv2d" and int(params["multiplier"]) != 1:
         return "multiplier", (f"{op}: layout {layout} needs multiplier=1 (an output channel "
                               f"reads its own input channel's lane)")

@@ -57,10 +57,13 @@ _OP_EPILOGUES: Any = {"not": {
     "properties": {"op": {"enum": [op for op, spec in OPS.items() if not spec.epilogue]},
                    "epilogue": {"minItems": 1}},
     "required": ["op", "epilogue"]}}
-# NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block`
-# takes them (a test holds the two together).
-_LAYOUT_PATTERN = r"^(NHWC|NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?)$"
-# Only conv2d has a blocked layout (`autotune.ops.layout`); the others are NCHW or nothing.
+# NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), or two of those as IN>OUT, as
+# `autotune.ops.layout.layout_blocks` takes them (a test holds the two together).
+_BLOCKED_PATTERN = r"NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?"
+_LAYOUT_PATTERN = rf"^(NHWC|{_BLOCKED_PATTERN}(>{_BLOCKED_PATTERN})?)$"
+# Only the conv and pool ops have blocked layouts (`autotune.ops.layout`); the others are
+# NCHW or nothing. Which of them takes NHWC or two layouts, and on which target, the job's
+# check says (a 422 at the layout).
 _OP_LAYOUTS: Any = {"if": {"properties": {"op": {"not": {"enum": sorted(LAYOUT_OPS)}}},
                            "required": ["op"]},
                     "then": {"properties": {"layout": {"const": NCHW}}}}
@@ -86,14 +89,18 @@ class WorkloadIn(BaseModel):
         default=False,
         description="tune the form whose constant operand (a conv's weight, matmul's B) is "
                     "packed once beforehand, as a compiled model runs it, instead of inside "
-                    "every call: its own records; conv2d and matmul on llvm targets only")
+                    "every call: its own records; conv2d, matmul and blocked "
+                    "depthwise_conv2d on llvm targets only")
     layout: str = Field(
-        default=NCHW, pattern=_LAYOUT_PATTERN, max_length=7,
-        description="conv2d's data and output layout: NCHW, NCHW<x>c with channels "
-                    "blocked by x (2 to 64; C and K multiples of x): data [N, C/x, H, W, x], "
-                    "output and residual [N, K/x, OH, OW, x] (llvm targets), or NHWC: data "
-                    "[N, H, W, C], weight [K, R, S, C], output and residual [N, OH, OW, K] "
-                    "(cuda -arch=sm_90a, half dtypes); its own records")
+        default=NCHW, pattern=_LAYOUT_PATTERN, max_length=15,
+        description="the data and output layout of conv2d, depthwise_conv2d (multiplier "
+                    "1) and max_pool2d: NCHW, NCHW<x>c with channels blocked by x (2 to "
+                    "64; C and K multiples of x): data [N, C/x, H, W, x], output and "
+                    "residual [N, K/x, OH, OW, x] (llvm targets); conv2d's data and output "
+                    "in two of those as IN>OUT (NCHW>NCHW16c: NCHW data, blocked output); "
+                    "or conv2d's NHWC: data [N, H, W, C], weight [K, R, S, C], output and "
+                    "residual [N, OH, OW, K] (cuda -arch=sm_90a, half dtypes); its own "
+                    "records")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -121,13 +121,15 @@ def check_dtype(wl: Workload, target: Target, loc: Loc) -> None:
 
 
 def check_space(wl: Workload, target: Target, loc: Loc) -> None:
-    """422 when no schedule template covers the op on this kind of target."""
+    """422 when no schedule template covers the op on this kind of target (at the
+    workload's field a `WorkloadError` names, such as its layout, else at ``loc``)."""
     from autotune import driver
 
     try:
         driver.config_space(wl, target)
     except (ValueError, KeyError, NotImplementedError) as err:
-        raise invalid(loc, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
+        at = (*loc[:-1], *err.loc) if isinstance(err, WorkloadError) and err.loc else loc
+        raise invalid(at, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
 
 
 def check_tuner(name: str, options: Mapping[str, Any]) -> None:

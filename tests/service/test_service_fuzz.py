@@ -32,8 +32,10 @@ EXAMPLES = 30  # per operation
 # Where a schema-valid request may get a 422: fields checked against tables a JSON schema
 # does not hold (see the module docstring). Anything else refused is a schema that lies.
 # (A job's dtype is refused by its target: a half dtype on a CPU target; so is its op:
-# max_pool2d on a cuda target.)
+# max_pool2d on a cuda target; and its layout: NHWC on sm_90a's half convs only, blocked
+# layouts on llvm only, two layouts for conv2d only.)
 SEMANTIC = (("body", "workload", "params"), ("body", "workload", "dtype"),
+            ("body", "workload", "layout"),
             ("body", "workload", "op"), ("body", "target"),
             ("body", "tuner_options"), ("body", "measure_options"),
             ("query", "workload", "params"), ("query", "target"))
