@@ -25,6 +25,8 @@ from autotune.ops.layout import LAYOUT_OPS, NCHW, mixed
 from autotune.target import Target
 
 LAYOUTS = ("nchw", "auto")
+# ops whose output has 1 x 1 pixels: its NCHW[x]c form is its NCHW one, which users read
+POOLED_OPS = ("global_avg_pool2d",)
 # the best record's cost (s) of a workload, None when it has none
 CostOf = Callable[[Workload], Optional[float]]
 
@@ -74,9 +76,10 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     """``matches`` in the layouts a blocked model runs without records, which
     `tune_model(layout="auto")` tunes. In graph order, each tensor a conv writes is blocked
     by `channel_block` of its channels, and a depthwise conv or max-pool keeps the block of
-    the tensor it reads; a conv reads its data in the block its producer wrote (NCHW from a
-    torch op or the model's input: the first conv reads the image as it is), as
-    ``IN>OUT`` when the two differ. A blocked depthwise conv takes its prepacked form (its
+    the tensor it reads (a global average pool too, whose 1 x 1 output is then NCHW as
+    well; a channel gate keeps its data's); a conv reads its data in the block its
+    producer wrote (NCHW from a torch op or the model's input: the first conv reads the
+    image as it is), as ``IN>OUT`` when the two differ. A blocked depthwise conv takes its prepacked form (its
     weight packed once into vectors of channels). What cannot be blocked (a conv whose
     output channels no block divides, a depthwise conv with a multiplier, a layer reading
     NCHW but a conv) stays NCHW."""
@@ -95,7 +98,8 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
         if bo == 1:
             chosen.append(m)
             continue
-        block[m.nodes[-1]] = bo
+        if wl.op not in POOLED_OPS:
+            block[m.nodes[-1]] = bo
         layout = mixed(bi, bo) if wl.op == "conv2d" else mixed(bo, bo)
         chosen.append(replace(m, workload=replace(
             wl, layout=layout, prepacked=wl.prepacked or prepackable(wl.op, layout))))

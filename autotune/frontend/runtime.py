@@ -35,6 +35,7 @@ from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.layouts import (
+    POOLED_OPS,
     LayoutTransform,
     check_layout_mode,
     choose_layouts,
@@ -66,9 +67,11 @@ class KernelModule(KernelGroup):
         # a blocked layer reads its data in NCHW[in_block]c, a residual and its output in
         # NCHW[block]c
         self.in_blocks = [match.workload.in_block] + [match.workload.block] * (len(in_shapes) - 1)
+        # a pooled 1 x 1 output is alike in both layouts: the node's own shape
+        self.out_block = 1 if match.workload.op in POOLED_OPS else match.workload.block
         super().__init__(match, [blocked_shape(tuple(s), b) for s, b in zip(in_shapes,
                                                                               self.in_blocks)],
-                         blocked_shape(tuple(out_shape), match.workload.block), conv_args)
+                         blocked_shape(tuple(out_shape), self.out_block), conv_args)
         self.kernel = kernel
         self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
         self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
@@ -83,11 +86,10 @@ class KernelModule(KernelGroup):
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
-            block = self.workload.block
-            if block == 1:
+            if self.workload.block == 1:
                 return self.forward_torch(*xs)
             plain = [LayoutTransform(b, 1)(x) for x, b in zip(xs, self.in_blocks)]
-            return LayoutTransform(1, block)(self.forward_torch(*plain))
+            return LayoutTransform(1, self.out_block)(self.forward_torch(*plain))
         out = torch.empty(self.out_shape, dtype=torch.float32)
         if self._call is not None:
             ptrs = [x.data_ptr() for x in xs]
@@ -186,7 +188,7 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
 
         def out_block(node: fx.Node) -> int:
             module = modules.get(str(node.target))
-            return module.workload.block if isinstance(module, KernelModule) else 1
+            return module.out_block if isinstance(module, KernelModule) else 1
 
         def in_block(node: fx.Node, pos: int) -> int:
             module = modules.get(str(node.target))

@@ -4,7 +4,8 @@ conv2d's data and output in two of those, or NHWC.
 In NCHW[x]c (oneDNN's nChw16c for x = 16) data is [N, C/x, H, W, x] and the output
 [N, K/x, OH, OW, x]: a vector of x channels is contiguous, so a kernel vectorised along
 channels reads and writes whole vectors, and consecutive blocked layers need no transform.
-conv2d, depthwise_conv2d (multiplier 1) and max_pool2d take it. The weight stays KCRS (a
+conv2d, depthwise_conv2d (multiplier 1), max_pool2d and the channelwise ops
+(`autotune.ops.channelwise`: a gate's scale is blocked too) take it. The weight stays KCRS (a
 kernel packs it); per-channel epilogue vectors stay (K,). A conv2d may read one and write
 another, ``IN>OUT`` (TVM's conv2d_NCHWc with its ``out_layout``): ``NCHW>NCHW16c`` is a
 model's first conv reading the image as given and writing blocked channels, and
@@ -26,7 +27,9 @@ NCHW = "NCHW"
 NHWC = "NHWC"
 # op -> the channel counts a block must divide (data's, output's)
 LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "depthwise_conv2d": ("C", "C"),
-                                          "max_pool2d": ("C", "C")}
+                                          "max_pool2d": ("C", "C"),
+                                          "global_avg_pool2d": ("C", "C"),
+                                          "channel_mul": ("C", "C")}
 NHWC_OPS = ("conv2d",)
 MIXED_OPS = ("conv2d",)  # ops whose data and output may be in different layouts
 MAX_BLOCK = 64  # channels per block: a few AVX-512 vectors at most
@@ -130,8 +133,9 @@ def from_blocked(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array.transpose(0, 1, 4, 2, 3).reshape(n, co * ci, h, w))
 
 
-# NHWC: which arguments are activations ([N, C, H, W] in NCHW) and which the weight
-_ACTIVATIONS = ("data", "residual", "out")
+# which arguments are activations ([N, C, H, W] in NCHW; all but the data in the output's
+# block); NHWC moves these and the weight
+_ACTIVATIONS = ("data", "residual", "scale", "out")
 
 
 def arg_block(name: str, layout: str) -> int:

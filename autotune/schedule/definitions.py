@@ -299,6 +299,30 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
     return OpGraph([data], out, [pad] if pad else [], pad=pad)
 
 
+@lru_cache(maxsize=GRAPHS)
+def channelwise_graph(wl: Workload) -> OpGraph:
+    """global_avg_pool2d: out[n, c, 0, 0(, ci)] = sum over h, w of data[n, c, h, w(, ci)],
+    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * scale[n, c, 0, 0(, ci)]
+    (NCHW, or NCHW[x]c with the block's lane last)."""
+    N, C, H, W = (wl.dim(x) for x in "NCHW")
+    b = wl.block
+    blocked = b > 1
+    data = placeholder("data", (N, C // b, H, W, b) if blocked else (N, C, H, W))
+    names = ["n", "c", "y", "x", *(["ci"] if blocked else [])]
+    if wl.op == "global_avg_pool2d":
+        rh, rw = reduce_axis(H, "rh"), reduce_axis(W, "rw")
+        inv = Const(1.0 / (H * W), FLOAT)
+        out = compute("out", wl.output_shape,
+                      lambda n, c, i, j, *ci: data[(n, c, rh.var, rw.var, *ci)], [rh, rw],
+                      post=lambda acc, *axes: acc * inv, axis_names=names)
+        return OpGraph([data], out)
+    scale = placeholder("scale", (N, C // b, 1, 1, b) if blocked else (N, C, 1, 1))
+    out = compute("out", wl.output_shape,
+                  lambda n, c, y, x, *ci: data[(n, c, y, x, *ci)] * scale[(n, c, 0, 0, *ci)],
+                  axis_names=names)
+    return OpGraph([data, scale], out)
+
+
 def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False,
              fill: Const = ZERO) -> Expr:
     """``t[idx]`` where every (expr, n) in ``bounds`` has 0 <= expr < n, else ``fill``."""

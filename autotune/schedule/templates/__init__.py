@@ -27,6 +27,8 @@ _TEMPLATES: dict[tuple[str, str], str] = {
     ("conv2d", "llvm"): "cpu_conv2d",
     ("depthwise_conv2d", "llvm"): "cpu_depthwise",
     ("max_pool2d", "llvm"): "cpu_pool",
+    ("global_avg_pool2d", "llvm"): "cpu_channelwise",
+    ("channel_mul", "llvm"): "cpu_channelwise",
     ("matmul", "cuda"): "cuda_matmul",
     ("batch_matmul", "cuda"): "cuda_matmul",
     ("conv2d", "cuda"): "cuda_conv2d",
