@@ -15,7 +15,7 @@ from autotune.driver import config_space
 from autotune.frontend.layouts import LayoutTransform, transforms
 from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
 from autotune.measure import MeasureResult
-from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn
+from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, TinySENet, randomize_bn
 
 LLVM = autotune.Target("llvm")
 LANES = LLVM.vector_lanes
@@ -41,20 +41,16 @@ def _check(compiled: torch.nn.Module) -> None:
 
 
 @pytest.mark.skipif(16 % LANES != 0, reason="TinyResNet's 16-channel layers need lanes | 16")
-def test_blocked_model_matches_torch_with_one_transform() -> None:
+def test_blocked_model_matches_torch_without_transforms() -> None:
     compiled = _compiled()
     layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
     # the stem reads the image (3 channels) in NCHW and writes blocked channels; the
-    # max-pool and every other conv run blocked; the classifier reads NCHW
+    # max-pool, every other conv and the average pool run blocked; the classifier reads
+    # the pool's 1x1 output, alike in NCHW
     assert layouts.pop("stem.0") == f"NCHW>NCHW{LANES}c"
     assert layouts.pop("fc") == "NCHW"
-    assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 8
-    # one transform, out of the blocked layout before the average pool (a torch op)
-    (step,) = transforms(compiled)
-    assert (step.source, step.target) == (LANES, 1)
-    modules = dict(compiled.named_modules())
-    out = next(n for n in compiled.graph.nodes if modules.get(str(n.target)) is step)
-    assert modules[str(out.args[0].target)].place == "layer2.conv2"
+    assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 9
+    assert transforms(compiled) == [] and compiled.forward.runs == 1
     _check(compiled)
     # other shapes fall back to torch, the blocked layers unblocking and reblocking
     model, _ = _model()
@@ -92,9 +88,9 @@ def test_records_choose_nchw_where_it_is_faster(tmp_path: Path) -> None:
     # its neighbours keep theirs: layer2.conv2 reads its NCHW output blocked (a transform)
     assert layouts["layer2.conv2"] == layouts["layer2.down.0"] == f"NCHW{LANES}c"
     # one out of the blocked layout into layer2.conv1 (layer1's output, which layer2.down
-    # reads blocked), one into it from layer2.conv1, one out before the average pool
-    assert sorted((t.source, t.target) for t in transforms(compiled)) == [
-        (1, LANES), (LANES, 1), (LANES, 1)]
+    # reads blocked), one into it from layer2.conv1
+    assert sorted((t.source, t.target) for t in transforms(compiled)) == [(1, LANES),
+                                                                          (LANES, 1)]
     _check(compiled)
 
 
@@ -112,7 +108,8 @@ def test_extract_auto_gives_the_blocked_forms() -> None:
         layouts[t.workload.op].add(t.workload.layout)
     if 16 % LANES == 0:
         assert layouts == {"conv2d": {f"NCHW>NCHW{LANES}c", f"NCHW{LANES}c"},
-                           "max_pool2d": {f"NCHW{LANES}c"}, "matmul": {"NCHW"}}
+                           "max_pool2d": {f"NCHW{LANES}c"},
+                           "global_avg_pool2d": {f"NCHW{LANES}c"}, "matmul": {"NCHW"}}
 
 
 def _mobilenet_target() -> autotune.Target:
@@ -124,8 +121,8 @@ def test_mobilenet_runs_blocked_throughout() -> None:
     """TinyMobileNet's layers, worked out by hand for 16 lanes: blocked by 16 where 16
     divides the channels, by 8 for its 24-channel projection (written by a conv reading
     16-blocks, read by one writing them), the depthwise convs blocked and prepacked, and
-    one transform, out of the blocked layout before the mean; on a host of other lanes,
-    compiled for an AVX-512 CPU and not run."""
+    no transform (the mean is a blocked kernel whose 1x1 output the classifier reads); on a
+    host of other lanes, compiled for an AVX-512 CPU and not run."""
     torch.manual_seed(0)
     model, inputs = randomize_bn(TinyMobileNet()), (torch.randn(1, 3, 32, 32),)
     target = _mobilenet_target()
@@ -137,10 +134,10 @@ def test_mobilenet_runs_blocked_throughout() -> None:
     assert layouts.pop("blocks.2.block.6") == "NCHW16c>NCHW8c"
     assert layouts.pop("head.0") == "NCHW8c>NCHW16c"
     assert layouts.pop("fc.1") == "NCHW"
-    assert set(layouts.values()) == {"NCHW16c"} and len(layouts) == 8
+    assert set(layouts.values()) == {"NCHW16c"} and len(layouts) == 9
     assert all(m.workload.prepacked for m in kernel_modules(compiled)
                if m.workload.op == "depthwise_conv2d")
-    assert [(t.source, t.target) for t in transforms(compiled)] == [(16, 1)]
+    assert transforms(compiled) == []
     if target != LLVM:
         return
     with torch.no_grad():
@@ -159,3 +156,33 @@ def test_layout_transforms_between_blocks() -> None:
     to8 = LayoutTransform(16, 8)(to16)
     assert to8.shape == (2, 6, 3, 5, 8) and to8.is_contiguous()
     assert torch.equal(LayoutTransform(8, 1)(to8), x)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "auto"])
+def test_squeeze_and_excitation_runs_as_generated_code(layout: str) -> None:
+    """The pools (a module and a function) and the gate are kernels: the whole model is one
+    native run, blocked without a single copying transform."""
+    torch.manual_seed(0)
+    model, inputs = randomize_bn(TinySENet()), (torch.randn(1, 3, 20, 20),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(model, inputs, target=LLVM, db=None, layout=layout)
+    ops = {m.place: m.workload.op for m in kernel_modules(compiled)}
+    assert ops["se.avgpool"] == ops["adaptive_avg_pool2d"] == "global_avg_pool2d"
+    assert ops["mul"] == "channel_mul"
+    plan = compiled.forward
+    assert (plan.kernels, plan.runs) == (len(ops), 1)
+    if layout == "auto" and LANES == 16:
+        # the squeeze's convs read and write 1x1 pixels: the pool's output as NCHW, the
+        # squeezed 8 channels blocked by 8
+        assert {m.place: m.workload.layout for m in kernel_modules(compiled)} == {
+            "stem.0": "NCHW>NCHW16c", "dw.0": "NCHW16c", "se.avgpool": "NCHW16c",
+            "se.fc1": "NCHW>NCHW8c", "se.fc2": "NCHW8c>NCHW16c", "mul": "NCHW16c",
+            "project.0": "NCHW16c", "adaptive_avg_pool2d": "NCHW16c", "fc": "NCHW"}
+    assert transforms(compiled) == []
+    with torch.no_grad():
+        want, got = model(*inputs), compiled(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    x = torch.randn(2, 3, 12, 12)  # other shapes: torch, each layer unblocked
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)
