@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import fx, nn
 
+from autotune.frontend.channels_last import channels_last
 from autotune.frontend.torch import Match
 from autotune.ops import Workload
 from autotune.ops.layout import NCHW, blocked
@@ -46,14 +47,14 @@ class LayoutTransform(nn.Module):
 
 
 def check_layout_mode(layout: str, target: Target) -> None:
-    """ValueError unless ``layout`` is one of `LAYOUTS` and, when blocked layouts may be
-    used, the target is llvm."""
+    """ValueError unless ``layout`` is one of `LAYOUTS` ("auto": blocked convs on llvm,
+    channels-last convs on cuda, `autotune.frontend.channels_last`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"compile_model: layout={layout!r}; expected one of "
                          f"{', '.join(LAYOUTS)}")
-    if layout == "auto" and target.kind != "llvm":
-        raise ValueError(f"compile_model: layout='auto' (blocked convs) is for llvm targets, "
-                         f"not {target.kind}")
+    if layout == "auto" and target.kind not in ("llvm", "cuda"):
+        raise ValueError(f"compile_model: layout='auto' is for llvm (blocked convs) and cuda "
+                         f"(channels-last convs) targets, not {target.kind}")
 
 
 # a blocked chain needs this many convs per layout transform at its edges
@@ -73,6 +74,8 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     runs blocked when it has at least `CONVS_PER_TRANSFORM` convs for each transform at its
     edges (a lone conv would pay one on each side; MobileNet-V2's pairs of 1x1 convs,
     split by depthwise convs, ran its model 1.4x slower blocked than in NCHW)."""
+    if target.kind == "cuda":
+        return channels_last(matches, target)
     block = target.vector_lanes
     can = {m.nodes[-1]: m for m in matches if blockable(m.workload, block)}
     chain = {name: name for name in can}
