@@ -31,10 +31,10 @@ from autotune.api import (
 )
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
+from autotune.frontend.channels_last import channels_last
 from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
-from autotune.frontend.channels_last import channels_last
 from autotune.frontend.layouts import (
     LayoutTransform,
     check_layout_mode,
