@@ -327,9 +327,13 @@ def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
 def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
                     space: "ConfigSpace", prior: Sequence[Any], job_id: Optional[int]) -> None:
     """Tell the tuner what earlier runs measured, and start the tally from their best (and
-    its list of the job's valid trials from the job's own records)."""
+    its list of the job's valid trials and its error counts from the job's own records, so
+    that a resumed job reports the errors recorded before its restart)."""
     inputs, results = [], []
     for record in prior:
+        own = job_id is not None and record.job_id == job_id
+        if own and str(record.error) != ErrorKind.NONE.value:
+            tally.errors[str(record.error)] += 1
         if _is_transient(record):  # says nothing about the config
             continue
         cfg = _config_of(space, record)
@@ -341,7 +345,7 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         if res.ok:
             tally.offer(cfg, res.cost)
             tally.valid.append(Candidate(cfg, tuple(res.costs)))
-            if job_id is not None and record.job_id == job_id:
+            if own:
                 tally.own.append((cfg, res.cost))
             retimed = record.retimed_cost
             if retimed is not None and (tally.retimed is None or retimed < tally.retimed[1]):
