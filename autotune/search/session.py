@@ -37,25 +37,20 @@ from typing import (
     Union,
 )
 
+from autotune.job_options import DEFAULT_BATCH_SIZE
 from autotune.measure.executor import Executor
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureStopped
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.registry import DEFAULT_TUNER, make_tuner
 from autotune.search.result import Progress, Retimed, TuneResult
 from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
-from autotune.search.store import TrialStore
+from autotune.search.store import JobStopped, TrialStore
 from autotune.space import Config
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
 
 log = logging.getLogger(__name__)
-
-# Small batches mean frequent model updates: in replay over 30 seeds (benchmarks/tuning.py
-# pools), xgb needed 33/25.5/44.5 median trials to 90% on matmul/conv2d/depthwise with
-# batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
-# host with many build workers pass a larger batch_size.
-DEFAULT_BATCH_SIZE = 8
 
 # Most of a job's valid trials the current model scores after each refit: half of them the
 # fastest, the rest the most recent. Scoring cached feature rows is milliseconds per
@@ -241,14 +236,19 @@ class TuningSession:
 
     def finish(self, executor: Executor, retime: int = DEFAULT_RETIME) -> TuneResult:
         """Close the tuner, re-time the top candidates on ``executor`` (unless stopped by a
-        callback or ``retime`` is 0) and return the result."""
+        callback or ``retime`` is 0) and return the result. A job that must stop during its
+        window (`MeasureStopped`, or `JobStopped` from the store) ends it unwritten, as
+        stopped by a callback."""
         self.close()
         tally = self.tally
         retimed: tuple[Retimed, ...] = ()
         if self.stopped != "callback" and retime > 0:
-            retimed = _retime(self.workload, self.target, self.space, executor, self.db, tally,
-                              retime)
-            _report(self.db, self.job_id, tally)
+            try:
+                retimed = _retime(self.workload, self.target, self.space, executor, self.db,
+                                  tally, retime)
+                _report(self.db, self.job_id, tally)
+            except (MeasureStopped, JobStopped):  # the job ended during its window
+                self.stopped = "callback"
         return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - self.start,
                           tuple(tally.history), MappingProxyType(dict(tally.errors)),
                           self.stopped or "budget", self.job_id, retimed)
