@@ -16,6 +16,7 @@ from autotune.job_options import MAX_SEED, MAX_TRIALS, MEASURE_BOUNDS
 from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, PREPACKABLE_OPS, op_dtypes
 from autotune.ops.layout import LAYOUT_OPS, NCHW
 from autotune.ops.spec import OpSpec, ParamSpec
+from autotune.search.registry import TUNERS
 from autotune.target import MAX_SPEC_CHARS
 
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     OpName = str
     StageName = str
     DtypeName = str
+    TunerName = str
 else:
     OpName = Literal[tuple(OPS)]
     StageName = Literal[EPILOGUE_STAGES]
     DtypeName = Literal[DTYPES]
+    TunerName = Literal[tuple(TUNERS)]
 # A chain holds each stage once, and at most one of bias/scale_shift and of relu/relu6
 # (so at most three: affine, residual, activation).
 _EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 3, "not": {"anyOf": [
@@ -141,7 +144,7 @@ class JobSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    tuner: Optional[str] = Field(
+    tuner: Optional[TunerName] = Field(
         default=None,
         description="tuner name (see GET /api/v1/tuners); default: the model-guided one")
     trials: int = Field(default=64, ge=1, le=MAX_TRIALS, description="trial budget")
@@ -197,6 +200,8 @@ class JobPublic(JobSettings):
     measure_options: dict[str, Any] = Field(  # type: ignore[assignment]
         default_factory=dict, description="the measurement options the job was given (the "
                                           "service's settings measure the others)")
+    tuner: str = Field(  # a row may name a tuner of another version
+        description="tuner name (see GET /api/v1/tuners)")
 
     id: int
     state: JobState

@@ -190,7 +190,7 @@ def test_job_workflows_follow_the_published_links(live: tuple[Server, str]) -> N
 
     links = OPENAPI["paths"]["/api/v1/jobs"]["post"]["responses"]["201"].get("links", {})
     assert sorted(links) == ["cancel_job", "get_job", "job_trials", "job_workers"]
-    Workflow.run(settings=settings(max_examples=15, stateful_step_count=4, deadline=None,
+    Workflow.run(settings=settings(max_examples=25, stateful_step_count=4, deadline=None,
                                    derandomize=True, suppress_health_check=list(HealthCheck)))
     # It ran scenarios that used a job it had created (a step after a 201 from POST /jobs).
     created = [i for i, call in enumerate(calls) if call == "POST /api/v1/jobs 201"]
