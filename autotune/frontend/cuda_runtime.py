@@ -5,8 +5,9 @@ The model's kernels are compiled by one nvcc call. Folded weights are module buf
 workload's dtype, put on the device once (they follow ``.to()``); the CUDA templates read
 weights in their given layout (staged through shared memory), so there is nothing to
 prepack, but for an NHWC conv's (``layout="auto"`` on Hopper,
-`autotune.frontend.channels_last`): KRSC, its activations torch's channels_last tensors. The kernels are launched through the CUDA driver
-(`autotune.codegen.cuda.launcher`), not pycuda. A half group extracted under autocast
+`autotune.frontend.channels_last`): KRSC, its activations torch's channels_last tensors.
+The kernels are launched through the CUDA driver (`autotune.codegen.cuda.launcher`), not
+pycuda. A half group extracted under autocast
 casts its float32 activations to its dtype, as autocast does, when autocast is on for
 CUDA with that dtype at the call; otherwise such a call runs on torch.
 """
