@@ -12,7 +12,7 @@ import math
 import threading
 import warnings
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import (
@@ -29,6 +29,7 @@ from typing import (
 
 from autotune.db import Database, TrialRecord
 from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
+from autotune.job_options import JobOptions, MeasureOverrides
 from autotune.ops import Workload
 from autotune.records import record_from_json
 from autotune.search import (
@@ -176,19 +177,19 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     if executor is None:
         check_measurable(tgt)
         measure_options = measure_options or MeasureOptions.from_settings(Settings())
+    # The job's contract, checked before anything runs (a ValueError names the field).
+    job = JobOptions(tuner=name, trials=trials, batch_size=batch_size, seed=seed,
+                     early_stopping=early_stopping, transfer=transfer, tuner_options=opts,
+                     measure=measure_options.overrides() if measure_options is not None
+                     else MeasureOverrides())
     with open_database(db) as database:
         keeper: Optional[LeaseKeeper] = None
         if database is not None and job_id is None:
             lease_s = Settings().job_lease_s  # read now: the environment may change
             owner = new_owner()
-            # The job row's options column, as the service keeps it (`JobSettings`).
-            job_id = database.create_job(
-                workload=wl, target=tgt, tuner=name, trials=trials, owner=owner,
-                lease_s=lease_s, options={
-                    "seed": seed, "batch_size": batch_size, "early_stopping": early_stopping,
-                    "transfer": transfer, "tuner_options": opts,
-                    "measure_options": {} if measure_options is None else
-                    asdict(measure_options)}).id
+            job_id = database.create_job(workload=wl, target=tgt, tuner=name, trials=trials,
+                                         owner=owner, lease_s=lease_s,
+                                         options=job.to_json()).id
             keeper = LeaseKeeper(database, owner, lease_s).start()
         try:
             with held_job(keeper, job_id) if keeper is not None and job_id is not None \
@@ -199,13 +200,16 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                 elif database is not None and owner is not None and job_id is not None:
                     store = OwnedStore(database, job_id, owner)  # a job its caller holds
                 exe = executor if executor is not None else default_executor(tgt, measure_options)
+                # A job held here stops its batch in flight once cancelled (from anywhere).
+                measured = exe if held is None else exe.for_job(
+                    job_id=held.job_id, should_stop=lambda: held.stopping() is not None)
                 shown = library_progress(progress, str(wl))
                 try:
-                    with tuning_session(wl, tgt, exe, trials=trials, tuner=name,
+                    with tuning_session(wl, tgt, measured, trials=trials, tuner=name,
                                         tuner_options=opts, seed=seed, db=store,
                                         batch_size=batch_size, early_stopping=early_stopping,
                                         job_id=job_id) as session:
-                        result = drive(session, exe, (*callbacks, shown))
+                        result = drive(session, measured, (*callbacks, shown))
                     shown.summary(explain.lines(result))
                 finally:
                     shown.finish()
@@ -280,27 +284,61 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
 
 def best(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETTINGS_DB,
          url: Optional[str] = None, timeout: float = 10.0) -> Optional[BestRecord]:
-    """The best valid record of ``workload`` on ``target``, or None when there is none (or
-    when it is a config of another version of the template's space: a warning says so).
+    """The best valid record of ``workload`` on ``target``, or None when there is none.
 
-    With ``url``, asks the REST service (GET {url}/api/v1/best; 404 means none) instead of ``db``.
+    Records whose config is not one of the template's space (of another version of it, as
+    one-row matmuls' were) are skipped, with a warning that counts them: the best of the
+    others is the answer. With ``url``, asks the REST service (GET {url}/api/v1/best; 404
+    means none) instead of ``db``.
     """
     wl, tgt = as_workload(workload), as_target(target)
+    skipped: list[str] = []
+    found: Optional[tuple[TrialRecord, Config]] = None
     if url is not None:
         record = _remote_best(url, wl, tgt, timeout)
+        found = None if record is None else _valid(record, wl, tgt, skipped)
     else:
         with open_database(db, create=False) as database:
-            record = None if database is None else database.best(wl, tgt)
-    cost = None if record is None else record.ranked_cost
-    if record is None or cost is None:
+            if database is not None:
+                found = first_valid(database, wl, tgt, skipped)
+    if skipped:
+        warnings.warn(f"autotune.best: skipped {len(skipped)} record(s) of {wl} on {tgt.key} "
+                      f"that are not configs of its template's space (first: {skipped[0]})"
+                      + ("" if found is None else f"; the best of the others is config "
+                                                  f"{found[1].index}"), stacklevel=2)
+    if found is None:
+        return None
+    record, config = found
+    cost = float(record.ranked_cost)  # type: ignore[arg-type]  # valid: it has one
+    return BestRecord(config, cost, wl.flops() / cost / 1e9, record)
+
+
+def first_valid(database: Database, workload: Workload, target: Target,
+                skipped: list[str]) -> Optional[tuple[TrialRecord, Config]]:
+    """The first record of the ranking (`Database.top`) whose config is one of the
+    space's, and that config, reading the ranking a page at a time (each 8x the last); why
+    each record before it is not goes to ``skipped`` (what `best` and GET /best answer)."""
+    seen, k = 0, 8
+    while True:
+        ranked = database.top(workload, target, k)
+        for record in ranked[seen:]:
+            found = _valid(record, workload, target, skipped)
+            if found is not None:
+                return found
+        if len(ranked) < k:
+            return None
+        seen, k = len(ranked), k * 8
+
+
+def _valid(record: TrialRecord, workload: Workload, target: Target,
+           skipped: list[str]) -> Optional[tuple[TrialRecord, Config]]:
+    if record.ranked_cost is None:
         return None
     try:
-        config = _config_of(record, wl, tgt)
-    except ValueError as exc:  # the space changed since (as one-row matmuls' did): tune again
-        warnings.warn(f"autotune.best: the best record of {wl} on {tgt.key} is not a config "
-                      f"of its template's space any more ({exc}); ignored", stacklevel=2)
+        return record, _config_of(record, workload, target)
+    except ValueError as exc:  # the space changed since: tune again
+        skipped.append(f"config {record.config_index}: {exc}")
         return None
-    return BestRecord(config, float(cost), wl.flops() / cost / 1e9, record)
 
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:

@@ -10,7 +10,15 @@ from typing import Annotated, Any, Optional
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from autotune.job_options import MEASURE_BOUNDS
+
 DEFAULT_DB_URL = "sqlite:///autotune.db"
+
+
+def _measure_field(name: str, default: float) -> Any:
+    bound = MEASURE_BOUNDS[name]
+    return Field(default=default, ge=bound.minimum, le=bound.maximum,
+                 description=bound.description)
 
 
 class Settings(BaseSettings):
@@ -93,16 +101,13 @@ class Settings(BaseSettings):
         description="seconds an event stream stays open; then it closes and the client "
                     "reconnects with Last-Event-ID (browsers do so by themselves)")
 
-    # Measurement (the timing protocol, docs/architecture.md); defaults: MeasureOptions.
-    repeat: int = Field(default=5, ge=1,
-                        description="timed repeats per config; the cost is their median")
-    number: int = Field(default=1, ge=1,
-                        description="calls per repeat to start from (grown as needed)")
-    min_repeat_ms: float = Field(default=20.0, ge=0,
-                                 description="grow `number` until one repeat lasts this long")
-    build_timeout: float = Field(default=10.0, gt=0, description="seconds one build may take")
-    run_timeout: float = Field(default=10.0, gt=0,
-                               description="seconds one config's timing may take")
+    # Measurement (the timing protocol, docs/architecture.md): defaults as MeasureOptions',
+    # bounds as every job's (`autotune.job_options.MEASURE_BOUNDS`).
+    repeat: int = _measure_field("repeat", 5)
+    number: int = _measure_field("number", 1)
+    min_repeat_ms: float = _measure_field("min_repeat_ms", 20.0)
+    build_timeout: float = _measure_field("build_timeout", 10.0)
+    run_timeout: float = _measure_field("run_timeout", 10.0)
 
     @field_validator("host_cpu")
     @classmethod
@@ -133,8 +138,3 @@ class Settings(BaseSettings):
         wildcard = bind in ("0.0.0.0", "[::]", "")
         return list(dict.fromkeys([*self.allowed_hosts, *([] if wildcard else [bind.lower()])]))
 
-
-
-# Settings fields that are MeasureOptions fields of the same name
-# (``MeasureOptions.from_settings`` reads them).
-MEASURE_FIELDS = ("repeat", "number", "min_repeat_ms", "build_timeout", "run_timeout")

@@ -334,8 +334,8 @@ def main() -> None:
                         help="interleaved rounds of eager, torch.compile, the engines and "
                              "autotune")
     parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
-                        help="conv layouts on llvm: nchw, or auto (channel-blocked between "
-                             "consecutive convs; see compile_model)")
+                        help="layouts on llvm: nchw, or auto (channel-blocked from the "
+                             "first conv to the global pool; see compile_model)")
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"engines beside torch on llvm targets, comma-separated "
                              f"({', '.join(ENGINES)}; empty for none)")

@@ -40,14 +40,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen, str, str]:
-    """`autotune serve` on a fresh database; returns (process, url, api key)."""
-    db_url = f"sqlite:///{workdir / 'bench.db'}"
+def start_server(workdir: Path, db_url: Optional[str] = None,
+                 env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, str, str]:
+    """`autotune serve` on ``db_url`` (default: a fresh SQLite file in ``workdir``) with
+    ``env`` added to the environment; returns (process, url, api key)."""
+    db_url = db_url or f"sqlite:///{workdir / 'bench.db'}"
     key = subprocess.run([sys.executable, "-m", "autotune.cli", "apikey", "create", "--db",
                           db_url, "--name", "bench"], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
     port = free_port()
-    env = {**os.environ, "AUTOTUNE_MAX_CONCURRENT_JOBS": "1"}
+    env = {**os.environ, "AUTOTUNE_MAX_CONCURRENT_JOBS": "1", **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "serve", "--db", db_url,
                              "--port", str(port)], cwd=workdir, env=env,
                             stdout=open(workdir / "server.log", "w"), stderr=subprocess.STDOUT,
@@ -89,6 +91,31 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     return status
 
 
+class KeepAlive:
+    """One keep-alive HTTP/1.1 connection that times GETs, connecting anew after a failure."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    async def open(self) -> "KeepAlive":
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        return self
+
+    async def get(self, request: bytes) -> tuple[float, bool]:
+        """(seconds, whether it answered 200) of one GET ``request``."""
+        t0 = time.perf_counter()
+        try:
+            ok = await _get(self.reader, self.writer, request) == 200
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            ok = False
+            self.writer.close()
+            await self.open()
+        return time.perf_counter() - t0, ok
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 async def hammer(url: str, path: str, params: dict, clients: int,
                  duration: float) -> tuple[list[float], int, float]:
     """``clients`` loops of GET ``path`` for ``duration`` s: (latencies in s, errors, elapsed).
@@ -106,20 +133,14 @@ async def hammer(url: str, path: str, params: dict, clients: int,
 
     async def one() -> None:
         nonlocal errors
-        reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+        conn = await KeepAlive(parsed.host, parsed.port).open()
         try:
             while time.perf_counter() < stop:
-                t0 = time.perf_counter()
-                try:
-                    ok = await _get(reader, writer, request) == 200
-                except (OSError, asyncio.IncompleteReadError, ValueError):
-                    ok = False
-                    writer.close()
-                    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
-                latencies.append(time.perf_counter() - t0)
+                seconds, ok = await conn.get(request)
+                latencies.append(seconds)
                 errors += not ok
         finally:
-            writer.close()
+            conn.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(clients)))

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from autotune.job_options import MEASURE_FIELDS, MeasureOverrides
 from autotune.measure import MeasureOptions
-from autotune.settings import MEASURE_FIELDS, Settings
+from autotune.settings import Settings
 
 
 def test_defaults(monkeypatch, tmp_path):
@@ -28,7 +29,7 @@ def test_environment_and_env_file(monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOTUNE_REQUIRE_KEY_FOR_READS", "true")
     s = Settings()
     assert s.db_url == "postgresql://db/autotune" and s.port == 9100 and s.require_key_for_reads
-    opts = MeasureOptions.from_settings(s, run_timeout=3.0)
+    opts = MeasureOptions.from_settings(s, MeasureOverrides(run_timeout=3.0))
     assert isinstance(opts, MeasureOptions) and opts.repeat == 7 and opts.run_timeout == 3.0
 
 
@@ -36,3 +37,15 @@ def test_bad_values_are_rejected(monkeypatch):
     monkeypatch.setenv("AUTOTUNE_PORT", "0")
     with pytest.raises(ValidationError, match="port"):
         Settings()
+
+
+def test_a_measurement_setting_past_its_bound_is_one_line_naming_it(monkeypatch, capsys,
+                                                                     tmp_path):
+    from autotune.cli import main
+
+    monkeypatch.setenv("AUTOTUNE_RUN_TIMEOUT", "1e9")  # was accepted, then overflowed poll()
+    code = main(["tune", "matmul", "-p", "M=64", "-p", "N=64", "-p", "K=64", "--trials", "1",
+                 "--db", f"sqlite:///{tmp_path / 'cli.db'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "AUTOTUNE_RUN_TIMEOUT" in err[0] and "600" in err[0]

@@ -62,10 +62,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _environment_error(exc: Exception) -> Optional[tuple[str, int]]:
     """(one-line message, status) for a database, network or file failure; None otherwise."""
+    from pydantic import ValidationError
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     from autotune.api import ServiceError
 
+    if isinstance(exc, ValidationError) and exc.title == "Settings":
+        error = exc.errors()[0]
+        name = "_".join(str(part) for part in error["loc"]).upper()
+        return f"bad setting AUTOTUNE_{name}: {error['msg']}", 2
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, ArgumentError):
         return f"bad database URL: {first}", 2

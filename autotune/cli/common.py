@@ -75,9 +75,11 @@ def add_task(p: argparse.ArgumentParser) -> None:
                         "packed once beforehand, as a compiled model runs it: its own "
                         "records; llvm targets only")
     p.add_argument("--layout", default="NCHW", metavar="LAYOUT",
-                   help="conv2d's data and output layout: NCHW (default), NCHW<x>c with "
-                        "channels blocked by x, as in NCHW16c (llvm targets), or NHWC "
-                        "(cuda -arch=sm_90a, half dtypes): its own records")
+                   help="data and output layout: NCHW (default), NCHW<x>c with channels "
+                        "blocked by x, as in NCHW16c (conv2d, depthwise_conv2d, max_pool2d "
+                        "and the channelwise ops; llvm targets), conv2d's IN>OUT, as in "
+                        "NCHW>NCHW16c, or conv2d's NHWC (cuda -arch=sm_90a, half dtypes): "
+                        "its own records")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 
@@ -113,6 +115,8 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     """The workload and target the arguments name (usage errors for bad ones, and for a
     dtype the target refuses)."""
+    from pydantic import ValidationError
+
     from autotune.ops import workload
     from autotune.target import Target
 
@@ -120,8 +124,10 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     try:
         wl = workload(args.op, epilogue=stages, dtype=args.dtype, prepacked=args.prepacked,
                       layout=args.layout, **parse_params(args.param))
-        target = Target(args.target)
+        target = Target(args.target)  # reads the settings (AUTOTUNE_HOST_CPU)
         wl.check_target(target)
+    except ValidationError:  # a bad AUTOTUNE_* setting: one line, from main's handler
+        raise
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     return wl, target

@@ -49,8 +49,9 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                         "benchmarks.models:resnet18")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     p.add_argument("--layout", default="nchw", choices=["nchw", "auto"],
-                   help="conv layouts: nchw (default), or auto: channel-blocked NCHW<lanes>c "
-                        "where the channels allow, transformed at the chains' edges (llvm)")
+                   help="layouts: nchw (default), or auto: channel-blocked NCHW<x>c from "
+                        "the first conv to the global pool where the channels allow (llvm), "
+                        "channels-last half convs on Hopper (cuda)")
     p.add_argument("--db", metavar="URL", default=None,
                    help="database URL or SQLite file path (default: $AUTOTUNE_DB_URL or "
                         "sqlite:///autotune.db)")

@@ -120,6 +120,12 @@ class JobStore(ModelRunStore):
                               now=jobs.as_utc(now))
             return jobs.jobs_by_id(s, job_ids=job_ids)
 
+    def job_holders(self, job_ids: Sequence[int]) -> dict[int, tuple[str, Optional[str]]]:
+        """(state, owner) of each asked job that exists (read only: a cancel shows here
+        between lease renewals)."""
+        with self.session() as s:
+            return jobs.holders(s, job_ids=job_ids)
+
     def release_job(self, job_id: int, owner: str, *, state: Optional[str] = None,
                     error: Optional[str] = None) -> Optional[JobRecord]:
         """Give up ``owner``'s hold on a job, moving it to ``state`` unless it has ended.

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 from sqlalchemy import ColumnElement, CursorResult, Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from autotune.db.lease import LeaseLost, is_dead_local
+from autotune.db.lease import JobEnded, LeaseLost, is_dead_local
 from autotune.db.records import JobRecord, job_record
 from autotune.db.schema import JOB_STATES, TERMINAL_STATES, JobRow, TargetRow, WorkloadRow, utcnow
 
@@ -112,10 +112,11 @@ def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[
 
 
 def check_held(session: Session, lease: Optional[tuple[int, str]]) -> None:
-    """With ``lease`` = (job id, owner): raise `LeaseLost` unless that owner holds the job.
+    """With ``lease`` = (job id, owner): raise `LeaseLost` unless that owner holds the job,
+    and `JobEnded` once the job has ended (a cancel: nothing is written after it).
 
-    Called inside a write transaction, with the row locked, so that no claim can slip in
-    between the check and the write.
+    Called inside a write transaction, with the row locked, so that no claim or cancel can
+    slip in between the check and the write.
     """
     if lease is None:
         return
@@ -124,6 +125,8 @@ def check_held(session: Session, lease: Optional[tuple[int, str]]) -> None:
     if row is None or row.owner != owner:
         holder = "nobody" if row is None or row.owner is None else row.owner
         raise LeaseLost(f"job {job_id} is held by {holder} now, not by {owner}")
+    if row.state in TERMINAL_STATES:
+        raise JobEnded(f"job {job_id} is {row.state}: nothing more is written for it")
 
 
 def _locked(session: Session, job_id: int) -> Optional[JobRow]:
@@ -207,6 +210,12 @@ def renew_leases(session: Session, *, owner: str, job_ids: Sequence[int], lease_
 def jobs_by_id(session: Session, *, job_ids: Sequence[int]) -> dict[int, JobRecord]:
     """The jobs among ``job_ids`` that exist, by id."""
     return {job.id: job for job in _run(session, _records().where(JobRow.id.in_(job_ids)))}
+
+
+def holders(session: Session, *, job_ids: Sequence[int]) -> dict[int, tuple[str, Optional[str]]]:
+    """(state, owner) of the jobs among ``job_ids`` that exist: one narrow read."""
+    stmt = select(JobRow.id, JobRow.state, JobRow.owner).where(JobRow.id.in_(job_ids))
+    return {job_id: (state, owner) for job_id, state, owner in session.execute(stmt)}
 
 
 def _release(row: JobRow, now: datetime) -> None:

@@ -1,7 +1,8 @@
 """Owners of jobs and `LeaseKeeper`, which keeps an owner's leases on its running jobs alive.
 
 A process that runs jobs (the service's job manager, the library's `tune`) holds each under
-an owner id and renews the lease from a daemon thread. After each batch the runner asks
+an owner id and renews the lease from a daemon thread, which also reads every second whether
+a held job was cancelled. While it measures and after each batch the runner asks
 `LeaseKeeper.stopping`: the job may have been cancelled (by any process, since cancelling
 only writes the database), taken over by another owner, or left unrenewed past its lease.
 """
@@ -18,16 +19,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from autotune.db.schema import TERMINAL_STATES
-from autotune.search.store import TrialStore
+from autotune.search.store import JobStopped, TrialStore
 
 if TYPE_CHECKING:
     from autotune.db.database import Database
 
 log = logging.getLogger("autotune.db")
 
+# How often a keeper reads whether its jobs were cancelled, between renewals (seconds).
+STATE_POLL_S = 1.0
+
 
 class LeaseLost(RuntimeError):
     """Another process holds the job now: what this one measured for it is not written."""
+
+
+class JobEnded(LeaseLost, JobStopped):
+    """The job has ended (cancelled) under its owner: nothing more is written for it."""
 
 
 def new_owner() -> str:
@@ -108,8 +116,36 @@ class LeaseKeeper:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            self.renew()
+        # Renew every third of the lease; between renewals, read whether a held job was
+        # cancelled (or taken over), so that it stops within a second of it.
+        renew_s = self.lease_s / 3
+        due = time.monotonic() + renew_s
+        while not self._stop.wait(min(STATE_POLL_S, max(due - time.monotonic(), 0.0))):
+            if time.monotonic() >= due:
+                self.renew()
+                due = time.monotonic() + renew_s
+            else:
+                self.check()
+
+    def check(self) -> None:
+        """One read: note the held jobs that ended or went to another owner."""
+        with self._lock:
+            job_ids = [i for i, held in self._held.items() if held.reason is None]
+        if not job_ids:
+            return
+        try:
+            found = self.db.job_holders(job_ids)
+        except Exception:  # the renewals report an unreachable database
+            return
+        with self._lock:
+            for job_id in job_ids:
+                held, (state, owner) = self._held.get(job_id), found.get(job_id, ("", None))
+                if held is None or held.reason is not None:
+                    continue
+                if owner != self.owner:
+                    held.reason = "lost"
+                elif state in TERMINAL_STATES:
+                    held.reason = state
 
     def renew(self) -> None:
         """One round: extend every held lease and note which jobs must stop."""
@@ -192,7 +228,7 @@ class HeldJob:
         self.outcome: tuple[Optional[str], Optional[str]] = (None, None)
 
     def stopping(self) -> Optional[str]:
-        """Why the job must stop after its batch (`LeaseKeeper.stopping`); None to go on."""
+        """Why the job must stop (`LeaseKeeper.stopping`); None to go on."""
         return self.keeper.stopping(self.job_id)
 
     def callback(self, progress: Any) -> Optional[bool]:

@@ -2,7 +2,7 @@
 narrow as the search needs them (`autotune.search.store.RecordStore`)."""
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Iterable, Optional, Sequence
 
 from autotune.db import export_import, jobs, trials
 from autotune.db.records import (
@@ -117,7 +117,7 @@ class RecordStore(Store):
                 s, fp, workload_key=None if workload is None else key_of(workload),
                 target_key=None if target is None else key_of(target))
 
-    def import_jsonl(self, fp: IO[str]) -> int:
+    def import_jsonl(self, fp: Iterable[str]) -> int:
         """Insert JSON-line records from ``fp`` in one transaction, skipping duplicates."""
         with self.session(write=True) as s:
             return export_import.import_jsonl(s, fp)
@@ -126,10 +126,10 @@ class RecordStore(Store):
                           workload: Optional[KeyOrObject] = None,
                           target: Optional[KeyOrObject] = None) -> int:
         """``export_jsonl`` to a file; gzip-compressed when the name ends in ``.gz``."""
-        with jsonl_files.open_text(path, "w") as fp:
+        with jsonl_files.write_text(path) as fp:
             return self.export_jsonl(fp, workload=workload, target=target)
 
     def import_jsonl_path(self, path: jsonl_files.PathLike) -> int:
         """``import_jsonl`` from a file, plain or gzip-compressed."""
-        with jsonl_files.open_text(path, "r") as fp:
+        with jsonl_files.read_lines(path) as fp:
             return self.import_jsonl(fp)

@@ -4,8 +4,10 @@ tensors, in place (device pointers; no host copies), on torch's current stream.
 The model's kernels are compiled by one nvcc call. Folded weights are module buffers in the
 workload's dtype, put on the device once (they follow ``.to()``); the CUDA templates read
 weights in their given layout (staged through shared memory), so there is nothing to
-prepack. The kernels are launched through the CUDA driver
-(`autotune.codegen.cuda.launcher`), not pycuda. A half group extracted under autocast
+prepack, but for an NHWC conv's (``layout="auto"`` on Hopper,
+`autotune.frontend.channels_last`): KRSC, its activations torch's channels_last tensors.
+The kernels are launched through the CUDA driver (`autotune.codegen.cuda.launcher`), not
+pycuda. A half group extracted under autocast
 casts its float32 activations to its dtype, as autocast does, when autocast is on for
 CUDA with that dtype at the call; otherwise such a call runs on torch.
 """
@@ -23,6 +25,7 @@ from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.precision import as_torch, autocast_dtype, torch_dtype
 from autotune.frontend.torch import Match
 from autotune.ops import Workload
+from autotune.ops.layout import NHWC
 from autotune.space import Config
 from autotune.target import Target
 
@@ -39,21 +42,34 @@ class CudaKernelModule(KernelGroup):
         self.dtype = torch_dtype(match.workload.dtype)
         self.cast = match.cast
         self.n_params = len(match.params)
+        # an NHWC conv: its weight KRSC, its activations channels_last tensors
+        self.channels_last = match.workload.layout == NHWC
         for i, p in enumerate(match.params):
-            self.register_buffer(f"param{i}", as_torch(p, match.workload.dtype).to(device))
+            param = as_torch(p, match.workload.dtype)
+            if i == 0 and self.channels_last:
+                param = param.permute(0, 2, 3, 1).contiguous()
+            self.register_buffer(f"param{i}", param.to(device))
         self._launchers = launchers  # by device ordinal, shared by the kernel's modules
 
-    def torch_params(self) -> list[torch.Tensor]:
+    def kernel_params(self) -> list[torch.Tensor]:
+        """The folded weight (then the per-channel vectors) as the kernel reads them."""
         return [getattr(self, f"param{i}") for i in range(self.n_params)]
 
+    def torch_params(self) -> list[torch.Tensor]:
+        params = self.kernel_params()
+        if self.channels_last:  # KRSC back to KCRS (a view) for torch's conv
+            params[0] = params[0].permute(0, 3, 1, 2)
+        return params
+
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        params = self.torch_params()
+        params = self.kernel_params()
         if not self._fits(xs, params):
             return self.forward_torch(*xs)
         device = xs[0].device
-        # x itself when it is contiguous in the kernel's dtype (else a device copy)
-        xs = tuple(x.to(self.dtype).contiguous() for x in xs)
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=device)
+        # x itself when it is contiguous in the kernel's dtype and layout (else a copy)
+        form = torch.channels_last if self.channels_last else torch.contiguous_format
+        xs = tuple(x.to(self.dtype).contiguous(memory_format=form) for x in xs)
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=device, memory_format=form)
         # the kernel takes the main input, the weights, the other inputs (B, a residual), out
         pointers = [xs[0].data_ptr(), *(p.data_ptr() for p in params),
                     *(x.data_ptr() for x in xs[1:]), out.data_ptr()]

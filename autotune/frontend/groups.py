@@ -24,8 +24,8 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 class KernelGroup(nn.Module):
     """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul,
-    max-pool, global average pool, channel gate) of a compiled model: what its kernel computes, and the same on torch
-    (``forward_torch``)."""
+    max-pool, global average pool, channel gate) of a compiled model: what its kernel
+    computes, and the same on torch (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:

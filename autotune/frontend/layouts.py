@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import fx, nn
 
+from autotune.frontend.channels_last import channels_last
 from autotune.frontend.torch import Match
 from autotune.ops import Workload, prepackable
 from autotune.ops.layout import LAYOUT_OPS, NCHW, mixed
@@ -56,14 +57,14 @@ class LayoutTransform(nn.Module):
 
 
 def check_layout_mode(layout: str, target: Target) -> None:
-    """ValueError unless ``layout`` is one of `LAYOUTS` and, when blocked layouts may be
-    used, the target is llvm."""
+    """ValueError unless ``layout`` is one of `LAYOUTS` ("auto": blocked convs on llvm,
+    channels-last convs on cuda, `autotune.frontend.channels_last`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"compile_model: layout={layout!r}; expected one of "
                          f"{', '.join(LAYOUTS)}")
-    if layout == "auto" and target.kind != "llvm":
-        raise ValueError(f"compile_model: layout='auto' (blocked convs) is for llvm targets, "
-                         f"not {target.kind}")
+    if layout == "auto" and target.kind not in ("llvm", "cuda"):
+        raise ValueError(f"compile_model: layout='auto' is for llvm (blocked convs) and cuda "
+                         f"(channels-last convs) targets, not {target.kind}")
 
 
 def channel_block(channels: int, lanes: int) -> int:
@@ -79,10 +80,13 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     the tensor it reads (a global average pool too, whose 1 x 1 output is then NCHW as
     well; a channel gate keeps its data's); a conv reads its data in the block its
     producer wrote (NCHW from a torch op or the model's input: the first conv reads the
-    image as it is), as ``IN>OUT`` when the two differ. A blocked depthwise conv takes its prepacked form (its
-    weight packed once into vectors of channels). What cannot be blocked (a conv whose
-    output channels no block divides, a depthwise conv with a multiplier, a layer reading
-    NCHW but a conv) stays NCHW."""
+    image as it is), as ``IN>OUT`` when the two differ. A blocked depthwise conv takes its
+    prepacked form (its weight packed once into vectors of channels). What cannot be
+    blocked (a conv whose output channels no block divides, a depthwise conv with a
+    multiplier, a layer reading NCHW but a conv) stays NCHW. On cuda: channels-last convs
+    (`autotune.frontend.channels_last`)."""
+    if target.kind == "cuda":
+        return channels_last(matches, target)
     lanes = target.vector_lanes
     block: dict[str, int] = {}  # a kernel's output node -> its block
     chosen = []

@@ -31,6 +31,7 @@ from autotune.api import (
 )
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
 from autotune.driver import compile as compile_kernel
+from autotune.frontend.channels_last import channels_last
 from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
@@ -150,9 +151,11 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
     autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
     for when a call runs eagerly). ``layout``: "nchw" runs every layer in NCHW;
-    "auto" (llvm) runs convs, depthwise convs and max-pools in NCHW[x]c where
-    `layouts.choose_layouts` says so, with `LayoutTransform` modules where a torch op or
-    a layer in another layout reads a blocked tensor."""
+    "auto" runs convs, depthwise convs, max-pools and the channelwise ops in NCHW[x]c on
+    llvm where `layouts.choose_layouts` says so, with `LayoutTransform` modules where a
+    torch op or a layer in another layout reads a blocked tensor, and convs on cuda in NHWC
+    where the Hopper wgmma kernels take them (`autotune.frontend.channels_last`: their
+    activations are channels_last tensors)."""
     tgt = _supported(as_target(target))
     if cuda_graphs and tgt.kind != "cuda":
         raise ValueError(f"compile_model: cuda_graphs is for cuda targets, not {tgt.kind}")
@@ -208,6 +211,8 @@ def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
     matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt), target=tgt)
     if layout == "nchw":
         return matches, matches
+    if tgt.kind == "cuda":  # no transforms to weigh: each conv that can runs channels-last
+        return matches, channels_last(matches, tgt)
     with open_database(db, create=False) as database:
         def cost_of(wl: Workload) -> float | None:
             found = best(wl, tgt, db=database)

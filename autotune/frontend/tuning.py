@@ -31,9 +31,11 @@ from autotune.db.lease import HeldJob, LeaseKeeper, held_job, new_owner
 from autotune.frontend.progress import ModelProgress, ProgressPrinter, TaskProgress
 from autotune.frontend.scheduler import TaskScheduler
 from autotune.frontend.tasks import ModelTasks, Task
+from autotune.job_options import JobOptions
 from autotune.measure.result import MeasureUnavailable
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
 from autotune.search.registry import tuner_options as options_table
+from autotune.search.store import JobStopped
 from autotune.target import Target
 
 if TYPE_CHECKING:
@@ -211,6 +213,8 @@ class _ModelRun:
                     return
         except (MeasureUnavailable, KeyboardInterrupt):
             raise
+        except JobStopped:  # its job was cancelled: the task ends, nothing more written
+            loop.session.stop("callback")
         except Exception as exc:
             self._fail(i, exc)
             return
@@ -244,9 +248,10 @@ class _ModelRun:
             return None
         return self.db.create_task_job(
             self.run_id, workload=task.workload, target=self.target, tuner=self.tuner,
-            trials=self.budget - self.spent, options={
-                "seed": self.seed, "batch_size": self.batch, "tuner_options": self.tuner_options,
-                "model_run": self.run_id, "weight": task.weight},
+            trials=self.budget - self.spent, options=JobOptions(
+                tuner=self.tuner, trials=self.budget - self.spent, batch_size=self.batch,
+                seed=self.seed, transfer=self.transfer, tuner_options=self.tuner_options,
+                model_run=self.run_id, weight=task.weight).to_json(),
             owner=self.owner, lease_s=self.keeper.lease_s)
 
     def _best_cost(self, i: int, progress: Any) -> Optional[float]:

@@ -6,7 +6,13 @@ processes and times in one device-owning process (docs/architecture.md, "Measure
 from autotune.measure.builder import LocalBuilder
 from autotune.measure.executor import BatchStats, Executor, LocalExecutor
 from autotune.measure.options import MeasureOptions
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
+from autotune.measure.result import (
+    ErrorKind,
+    MeasureInput,
+    MeasureResult,
+    MeasureStopped,
+    MeasureUnavailable,
+)
 from autotune.measure.runner import LocalRunner
 
 __all__ = [
@@ -19,5 +25,6 @@ __all__ = [
     "MeasureInput",
     "MeasureOptions",
     "MeasureResult",
+    "MeasureStopped",
     "MeasureUnavailable",
 ]

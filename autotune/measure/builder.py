@@ -15,7 +15,15 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 from autotune.measure import build_worker
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
+from autotune.measure.result import (
+    STOP_POLL_S,
+    ErrorKind,
+    MeasureInput,
+    MeasureResult,
+    MeasureUnavailable,
+    ShouldStop,
+    check_stop,
+)
 from autotune.process.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess
 
 if TYPE_CHECKING:
@@ -71,19 +79,23 @@ class LocalBuilder:
     def n_workers(self) -> int:
         return len(self._slots)
 
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildOutcome]:
-        """An Artifact or a failed MeasureResult per input, in input order."""
+    def build(self, inputs: Sequence[MeasureInput],
+              should_stop: ShouldStop = None) -> list[BuildOutcome]:
+        """An Artifact or a failed MeasureResult per input, in input order; `MeasureStopped`
+        (the busy workers killed) once ``should_stop`` says so."""
         out: list[BuildOutcome | None] = [None] * len(inputs)
-        for i, outcome in self.build_iter(inputs):
+        for i, outcome in self.build_iter(inputs, should_stop):
             out[i] = outcome
         return out  # type: ignore[return-value]  # every index is filled exactly once
 
-    def build_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, BuildOutcome]]:
-        """(input index, outcome) pairs in completion order; holds the pool until exhausted."""
+    def build_iter(self, inputs: Sequence[MeasureInput], should_stop: ShouldStop = None
+                   ) -> Iterator[tuple[int, BuildOutcome]]:
+        """(input index, outcome) pairs in completion order; holds the pool until exhausted
+        (``should_stop`` as in `build`)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalBuilder is closed")
-            batch = _Batch(self, inputs)
+            batch = _Batch(self, inputs, should_stop)
             try:
                 yield from batch.run()
             finally:
@@ -118,8 +130,9 @@ class LocalBuilder:
 class _Batch:
     """One batch's dispatch loop over the builder's slots."""
 
-    def __init__(self, builder: LocalBuilder, inputs: Sequence[MeasureInput]) -> None:
-        self.b, self.inputs = builder, inputs
+    def __init__(self, builder: LocalBuilder, inputs: Sequence[MeasureInput],
+                 should_stop: ShouldStop = None) -> None:
+        self.b, self.inputs, self.should_stop = builder, inputs, should_stop
         self.pending = deque(range(len(inputs)))
         self.left = len(inputs)
         self.lost: dict[int, str] = {}  # inputs whose worker was killed from outside once
@@ -132,6 +145,7 @@ class _Batch:
             if slot.state == "dead" and (self.left or wait_ready):
                 slot.spawn()
         while self.left or (wait_ready and any(s.state == "starting" for s in slots)):
+            check_stop(self.should_stop, "building the batch")
             for slot in slots:
                 if slot.state == "idle" and self.pending:
                     self._dispatch(slot)
@@ -139,6 +153,8 @@ class _Batch:
             if not live:
                 self._give_up()
             wait_s = max(0.0, min(s.deadline for s in live) - time.monotonic())
+            if self.should_stop is not None:
+                wait_s = min(wait_s, STOP_POLL_S)
             ready = set(wait([s.child.conn for s in live], wait_s))  # type: ignore[misc]
             for slot in live:
                 if slot.child.conn in ready:
@@ -147,11 +163,13 @@ class _Batch:
                     yield from self._overdue(slot)
 
     def abandon(self) -> None:
-        """The consumer stopped early: replace workers still busy with this batch's inputs,
-        so that their late answers cannot be taken for the next batch's."""
+        """The consumer stopped early (or the job must stop): kill the workers still busy
+        with this batch's inputs, so that their late answers cannot be taken for the next
+        batch's; the next batch starts their successors."""
         for slot in self.b._slots:
             if slot.state == "busy":
-                slot.spawn()
+                slot.child.kill()
+                slot.state, slot.task = "dead", -1
 
     def _dispatch(self, slot: _Slot) -> None:
         i = self.pending.popleft()

@@ -14,7 +14,7 @@ import dataclasses
 import queue
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -31,7 +31,13 @@ from autotune.measure.builder import BuildOutcome, LocalBuilder
 from autotune.measure.host_lock import HostLock
 from autotune.measure.options import MeasureOptions
 from autotune.measure.provenance import Provenance, local_provenance, stamped
-from autotune.measure.result import MeasureInput, MeasureResult
+from autotune.measure.result import (
+    STOP_POLL_S,
+    MeasureInput,
+    MeasureResult,
+    ShouldStop,
+    check_stop,
+)
 from autotune.measure.runner import LocalRunner
 
 if TYPE_CHECKING:
@@ -108,6 +114,17 @@ class LocalExecutor(Executor):
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         """Build and time ``inputs``; failed builds are not run. Thread-safe."""
+        return self._submit(inputs, None)
+
+    def for_job(self, *, job_id: int, on_wait: Optional[Callable[[Optional[str]], None]] = None,
+                should_stop: ShouldStop = None) -> Executor:
+        """With ``should_stop``, one whose batches (the final re-timing's included) are given
+        up within STOP_POLL_S of it saying so: `MeasureStopped`, and the build workers and
+        runner busy with the batch killed (the next batch starts fresh ones)."""
+        return self if should_stop is None else _JobExecutor(self, should_stop)
+
+    def _submit(self, inputs: Sequence[MeasureInput],
+                should_stop: ShouldStop) -> list[MeasureResult]:
         for inp in inputs:
             if inp.target != self.target:
                 raise ValueError(f"LocalExecutor: input target {inp.target} differs from the "
@@ -115,22 +132,24 @@ class LocalExecutor(Executor):
         if not inputs:
             return []
         if self.pipelined:
-            return stamped(self._submit_pipelined(inputs), self.provenance)
+            return stamped(self._submit_pipelined(inputs, should_stop), self.provenance)
         # CPU: nothing else of ours, in this process or another, runs while a kernel is timed
-        with self._device_lock, HostLock():
+        with holding(self._device_lock, should_stop), _host_lock(should_stop):
             t0 = time.perf_counter()
-            built = _build_once(self.builder, inputs)
+            built = _build_once(self.builder, inputs, should_stop)
             t1 = time.perf_counter()
             results = [None if _is_artifact(b) else b for b in built]
             todo = [(i, b) for i, b in enumerate(built) if _is_artifact(b)]
-            runs = self.runner.run([(inputs[i], art) for i, art in todo])  # type: ignore[misc]
+            runs = self.runner.run([(inputs[i], art) for i, art in todo],  # type: ignore[misc]
+                                   should_stop)
             for (i, art), res in zip(todo, runs):
                 results[i] = _with_build_s(res, art)  # type: ignore[arg-type]
             t2 = time.perf_counter()
         self._record(results, len(todo), t1 - t0, t2 - t1, t2 - t0)  # type: ignore[arg-type]
         return stamped(results, self.provenance)  # type: ignore[arg-type]  # all slots filled
 
-    def _submit_pipelined(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def _submit_pipelined(self, inputs: Sequence[MeasureInput],
+                          should_stop: ShouldStop) -> list[MeasureResult]:
         """Time each artifact as soon as it is built, while the pool builds the rest."""
         t0 = time.perf_counter()
         done: queue.Queue = queue.Queue()
@@ -138,7 +157,7 @@ class LocalExecutor(Executor):
 
         def build_all() -> None:
             try:
-                for pair in self.builder.build_iter(inputs):
+                for pair in self.builder.build_iter(inputs, should_stop):
                     done.put(pair)
             except BaseException as err:  # surfaced in the submitting thread
                 done.put(err)
@@ -162,7 +181,7 @@ class LocalExecutor(Executor):
                     results[i] = outcome  # type: ignore[assignment]
 
         run_start: Optional[float] = None
-        for k, res in enumerate(self.runner.run_iter(artifacts())):
+        for k, res in enumerate(self.runner.run_iter(artifacts(), should_stop)):
             run_start = run_start or time.perf_counter() - res.run_s
             i, art = order[k]
             results[i] = _with_build_s(res, art)
@@ -195,7 +214,50 @@ class LocalExecutor(Executor):
         self.close()
 
 
-def _build_once(builder: LocalBuilder, inputs: Sequence[MeasureInput]) -> list[BuildOutcome]:
+class _JobExecutor(Executor):
+    """One job's view of a `LocalExecutor`: its batches stop with the job (`for_job`)."""
+
+    def __init__(self, inner: LocalExecutor, should_stop: Callable[[], bool]) -> None:
+        self.inner, self.should_stop = inner, should_stop
+
+    def submit(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        return self.inner._submit(inputs, self.should_stop)
+
+    def close(self) -> None:
+        """Nothing: the view owns no process (its executor's owner closes that)."""
+        return None
+
+    def host_work(self) -> ContextManager[Any]:
+        return self.inner.host_work()
+
+    def preferred_batch(self) -> int:
+        return self.inner.preferred_batch()
+
+
+@contextmanager
+def holding(lock: threading.Lock, should_stop: ShouldStop) -> Iterator[None]:
+    """``lock`` held for the block; with ``should_stop``, the wait for it is given up
+    (`MeasureStopped`) once that says so."""
+    while not lock.acquire(timeout=-1 if should_stop is None else STOP_POLL_S):
+        check_stop(should_stop, "waiting for the device")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def _host_lock(should_stop: ShouldStop) -> Iterator[None]:
+    lock = HostLock()
+    lock.acquire(should_stop)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _build_once(builder: LocalBuilder, inputs: Sequence[MeasureInput],
+                should_stop: ShouldStop = None) -> list[BuildOutcome]:
     """``builder.build(inputs)``, building a config that comes more than once in the batch
     (the re-timing's interleaved rounds, A B C A B C) once; its artifact is timed each time."""
     first: dict[object, int] = {}  # build key -> its place in `unique`
@@ -208,7 +270,7 @@ def _build_once(builder: LocalBuilder, inputs: Sequence[MeasureInput]) -> list[B
             first[key] = len(unique)
             unique.append(inp)
         where.append(first[key])
-    built = builder.build(unique)
+    built = builder.build(unique, should_stop)
     return [built[i] for i in where]
 
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Optional
 
-from autotune.settings import MEASURE_FIELDS, Settings
+from autotune.job_options import MEASURE_BOUNDS, MEASURE_FIELDS, MeasureOverrides
+from autotune.settings import Settings
 
 
 def _cpu_count() -> int:
-    return os.cpu_count() or 1
+    return min(os.cpu_count() or 1, int(MEASURE_BOUNDS["n_build_workers"].maximum))
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,19 @@ class MeasureOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("number", "repeat", "n_build_workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MeasureOptions.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "min_repeat_ms", "rtol", "atol"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"MeasureOptions.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("build_timeout", "run_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"MeasureOptions.{name} must be > 0, got {getattr(self, name)}")
+        # The one table of bounds, shared with the settings and every job's options.
+        for name, bound in MEASURE_BOUNDS.items():
+            object.__setattr__(self, name, bound.check(f"MeasureOptions.{name}",
+                                                       getattr(self, name)))
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> "MeasureOptions":
-        """The options that ``settings`` name (``MEASURE_FIELDS``), then ``overrides``."""
+    def from_settings(cls, settings: Settings,
+                      overrides: Optional[MeasureOverrides] = None) -> "MeasureOptions":
+        """The options that ``settings`` name (``MEASURE_FIELDS``), then a job's
+        ``overrides`` of them."""
         values = {name: getattr(settings, name) for name in MEASURE_FIELDS}
-        return cls(**{**values, **overrides})
+        return cls(**{**values, **(overrides.given() if overrides is not None else {})})
+
+    def overrides(self) -> MeasureOverrides:
+        """The job-level options (`MEASURE_FIELDS`) of these, as a job row keeps them."""
+        return MeasureOverrides(**{name: getattr(self, name) for name in MEASURE_FIELDS})

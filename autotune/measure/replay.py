@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import canonical_workload_key, record_from_json
-from autotune.records.files import open_text, parse_lines
+from autotune.records.files import parse_lines, read_lines
 
 NOT_IN_POOL = "not in replay pool"
 
@@ -54,7 +54,7 @@ class ReplayExecutor(Executor):
         """Replay an exported JSON-lines file (gzip detected), optionally one workload/target."""
         wkey = None if workload is None else canonical_workload_key(workload)
         tkey = None if target is None else (target if isinstance(target, str) else target.key)
-        with open_text(path, "r") as fp:
+        with read_lines(path) as fp:
             records = [obj for _, obj in parse_lines(fp)
                        if (wkey is None or canonical_workload_key(obj["workload"]) == wkey)
                        and (tkey is None or obj.get("target") == tkey)]

@@ -5,7 +5,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 if TYPE_CHECKING:  # imported for annotations only; keeps this module dependency-free
     from autotune.ops import Workload
@@ -16,6 +16,24 @@ if TYPE_CHECKING:  # imported for annotations only; keeps this module dependency
 class MeasureUnavailable(RuntimeError):
     """The measuring processes themselves cannot run (a worker never starts): no config's
     fault, so it stops the job instead of being recorded as every candidate's failure."""
+
+
+class MeasureStopped(RuntimeError):
+    """A batch given up because its job must stop (cancelled, its lease lost, the service
+    shutting down): its candidates have no results, and the processes busy with them were
+    killed (the next batch starts fresh ones)."""
+
+
+# A job's "must I stop now?" (`Executor.for_job`'s ``should_stop``); None: never.
+ShouldStop = Optional[Callable[[], bool]]
+# How often a stoppable wait asks it: a cancel stops the measuring within this.
+STOP_POLL_S = 0.2
+
+
+def check_stop(should_stop: ShouldStop, what: str) -> None:
+    """Raise `MeasureStopped` (saying ``what`` was given up) once ``should_stop`` says so."""
+    if should_stop is not None and should_stop():
+        raise MeasureStopped(f"the job must stop: {what} given up")
 
 
 class ErrorKind(str, Enum):

@@ -12,11 +12,20 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from autotune.measure import run_worker
 from autotune.measure.options import MeasureOptions
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureUnavailable
+from autotune.measure.result import (
+    STOP_POLL_S,
+    ErrorKind,
+    MeasureInput,
+    MeasureResult,
+    MeasureStopped,
+    MeasureUnavailable,
+    ShouldStop,
+    check_stop,
+)
 from autotune.measure.run_worker import LoadFn
 from autotune.process.child import EXTERNAL_SIGNALS, ChildDied, ChildProcess, ChildTimeout
 
@@ -57,20 +66,23 @@ class LocalRunner:
         """The runner process's id (None before the first run)."""
         return self._child.pid
 
-    def run(self, items: Sequence[tuple[MeasureInput, "Artifact"]]) -> list[MeasureResult]:
-        """Measure each (input, artifact) in order; failures are results, never exceptions."""
-        return list(self.run_iter(items))
+    def run(self, items: Sequence[tuple[MeasureInput, "Artifact"]],
+            should_stop: ShouldStop = None) -> list[MeasureResult]:
+        """Measure each (input, artifact) in order; failures are results, never exceptions.
+        Once ``should_stop`` says so, the runner process is killed (`MeasureStopped`)."""
+        return list(self.run_iter(items, should_stop))
 
-    def run_iter(self, items: Iterable[tuple[MeasureInput, "Artifact"]]
-                 ) -> Iterator[MeasureResult]:
+    def run_iter(self, items: Iterable[tuple[MeasureInput, "Artifact"]],
+                 should_stop: ShouldStop = None) -> Iterator[MeasureResult]:
         """Like ``run`` but lazy: ``items`` may still be arriving (builds in flight). The
         device stays locked until the iterator is exhausted or closed."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalRunner is closed")
             for inp, artifact in items:
+                check_stop(should_stop, "timing the batch")
                 t0 = time.perf_counter()
-                result = self._run_one(inp, artifact)
+                result = self._run_one(inp, artifact, should_stop)
                 yield dataclasses.replace(result, run_s=time.perf_counter() - t0)
 
     def warm_up(self) -> None:
@@ -97,18 +109,20 @@ class LocalRunner:
 
     # -- one candidate -------------------------------------------------------------------
 
-    def _run_one(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult:
+    def _run_one(self, inp: MeasureInput, artifact: "Artifact",
+                 should_stop: ShouldStop = None) -> MeasureResult:
         """One candidate, tried a second time when the first attempt was lost (`_Lost`)."""
-        first = self._attempt(inp, artifact)
+        first = self._attempt(inp, artifact, should_stop)
         if not isinstance(first, _Lost):
             return first
-        second = self._attempt(inp, artifact)
+        second = self._attempt(inp, artifact, should_stop)
         if not isinstance(second, _Lost):
             return dataclasses.replace(second, extra={**second.extra, "retried": first.reason})
         return MeasureResult.failure(ErrorKind.TRANSIENT, f"{second.reason} (and on the first "
                                      f"attempt: {first.reason})")
 
-    def _attempt(self, inp: MeasureInput, artifact: "Artifact") -> MeasureResult | _Lost:
+    def _attempt(self, inp: MeasureInput, artifact: "Artifact",
+                 should_stop: ShouldStop = None) -> MeasureResult | _Lost:
         """One try: the candidate's result, or `_Lost` when the runner was lost to
         something outside the candidate (it has been replaced then)."""
         self._ensure_ready()
@@ -116,10 +130,10 @@ class LocalRunner:
             return self._lose(f"runner process died before the task ({self._exit()})")
         started = False
         try:
-            msg = self._child.recv(PREPARE_TIMEOUT)
+            msg = self._recv(PREPARE_TIMEOUT, should_stop)
             if msg[0] == "started":
                 started = True
-                msg = self._child.recv(self.options.run_timeout)
+                msg = self._recv(self.options.run_timeout, should_stop)
         except ChildTimeout:
             if started:
                 return self._replace(ErrorKind.RUN_TIMEOUT, f"run exceeded "
@@ -134,6 +148,24 @@ class LocalRunner:
                 return self._lose(f"runner process killed from outside while timing ({died})")
             return self._replace(ErrorKind.RUNTIME, f"runner process died ({died})")
         return msg[1]
+
+    def _recv(self, timeout: float, should_stop: ShouldStop) -> Any:
+        """The runner's next message within ``timeout``; the process is killed and
+        `MeasureStopped` raised once ``should_stop`` says so (asked every STOP_POLL_S)."""
+        if should_stop is None:
+            return self._child.recv(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._child.recv(min(STOP_POLL_S, max(deadline - time.monotonic(), 0)))
+            except ChildTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                if should_stop():
+                    self._child.kill()  # started again by the next batch's first candidate
+                    self._ready = False
+                    raise MeasureStopped("the job must stop: its timing was given up, "
+                                         "the runner killed") from None
 
     def _ensure_ready(self) -> None:
         """Start the process if needed and wait for its hello; MeasureUnavailable if it can't."""

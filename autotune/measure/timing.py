@@ -31,13 +31,17 @@ def time_repeats(timer: RepeatTimer, *, number: int, repeat: int, min_repeat_s: 
                  warmup: int, deadline: float, flush: Optional[Callable[[], None]] = None
                  ) -> Timing:
     """Run the protocol; stop early (keeping >= 1 repeat) when ``deadline`` (perf_counter)
-    would be passed, so a slow but valid kernel still gets a cost."""
+    would be passed, so a slow but valid kernel still gets a cost. Growing ``number`` stops
+    short of ``min_repeat_s`` too when the grown repeat, and one more, would pass the
+    deadline (a busy host makes a kernel's speed swing between tries)."""
     if warmup:
         timer(warmup)
     t = timer(number)
     while t < min_repeat_s and number < MAX_NUMBER:
-        number = grow_number(number, t, min_repeat_s)
-        t = timer(number)
+        grown = grow_number(number, t, min_repeat_s)
+        if time.perf_counter() + 2 * t * grown / number > deadline:
+            break
+        number, t = grown, timer(grown)
     costs: list[float] = []
     for _ in range(repeat):
         if costs and time.perf_counter() + t > deadline:

@@ -3,7 +3,7 @@ channel of every image by a value of its own (squeeze-and-excitation's two ends)
 
 ``global_avg_pool2d``: out[N, C, 1, 1] = the mean of data[N, C, H, W] over H and W (torch's
 ``adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3))``). ``channel_mul``: out[N, C, H, W] =
-data[N, C, H, W] * scale[N, C, 1, 1] (``scale * x`` with broadcasting). Both take blocked
+data[N, C, H, W] * gate[N, C, 1, 1] (``gate * x`` with broadcasting). Both take blocked
 layouts (`autotune.ops.layout`): a pooled tensor of 1 x 1 pixels is laid out alike in NCHW
 and NCHW[x]c, so a blocked pool's output is also its NCHW one.
 """
@@ -32,8 +32,8 @@ def _mean(params: Params, data: np.ndarray) -> np.ndarray:
     return data.mean(axis=(2, 3), keepdims=True)
 
 
-def _gate(params: Params, data: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    return data * scale
+def _gate(params: Params, data: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    return data * gate
 
 
 GLOBAL_AVG_POOL2D = OpSpec(
@@ -52,11 +52,11 @@ GLOBAL_AVG_POOL2D = OpSpec(
 
 CHANNEL_MUL = OpSpec(
     name="channel_mul",
-    doc="out[N,C,H,W] = data[N,C,H,W] * scale[N,C,1,1] (a gate per image and channel); "
+    doc="out[N,C,H,W] = data[N,C,H,W] * gate[N,C,1,1] (a gate per image and channel); "
         "1 flop per output element",
     params=(BATCH, CHANNELS, HEIGHT, WIDTH),
     channel_axis=1,
-    inputs=lambda params: (("data", _data(params)), ("scale", _pooled(params))),
+    inputs=lambda params: (("data", _data(params)), ("gate", _pooled(params))),
     output_shape=_data,
     macs=_elements,
     compute=_gate,

@@ -5,7 +5,7 @@ In NCHW[x]c (oneDNN's nChw16c for x = 16) data is [N, C/x, H, W, x] and the outp
 [N, K/x, OH, OW, x]: a vector of x channels is contiguous, so a kernel vectorised along
 channels reads and writes whole vectors, and consecutive blocked layers need no transform.
 conv2d, depthwise_conv2d (multiplier 1), max_pool2d and the channelwise ops
-(`autotune.ops.channelwise`: a gate's scale is blocked too) take it. The weight stays KCRS (a
+(`autotune.ops.channelwise`: a channel_mul's gate is blocked too) take it. The weight stays KCRS (a
 kernel packs it); per-channel epilogue vectors stay (K,). A conv2d may read one and write
 another, ``IN>OUT`` (TVM's conv2d_NCHWc with its ``out_layout``): ``NCHW>NCHW16c`` is a
 model's first conv reading the image as given and writing blocked channels, and
@@ -135,7 +135,7 @@ def from_blocked(array: np.ndarray) -> np.ndarray:
 
 # which arguments are activations ([N, C, H, W] in NCHW; all but the data in the output's
 # block); NHWC moves these and the weight
-_ACTIVATIONS = ("data", "residual", "scale", "out")
+_ACTIVATIONS = ("data", "residual", "gate", "out")
 
 
 def arg_block(name: str, layout: str) -> int:

@@ -302,7 +302,7 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
 @lru_cache(maxsize=GRAPHS)
 def channelwise_graph(wl: Workload) -> OpGraph:
     """global_avg_pool2d: out[n, c, 0, 0(, ci)] = sum over h, w of data[n, c, h, w(, ci)],
-    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * scale[n, c, 0, 0(, ci)]
+    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * gate[n, c, 0, 0(, ci)]
     (NCHW, or NCHW[x]c with the block's lane last)."""
     N, C, H, W = (wl.dim(x) for x in "NCHW")
     b = wl.block
@@ -316,11 +316,11 @@ def channelwise_graph(wl: Workload) -> OpGraph:
                       lambda n, c, i, j, *ci: data[(n, c, rh.var, rw.var, *ci)], [rh, rw],
                       post=lambda acc, *axes: acc * inv, axis_names=names)
         return OpGraph([data], out)
-    scale = placeholder("scale", (N, C // b, 1, 1, b) if blocked else (N, C, 1, 1))
+    gate = placeholder("gate", (N, C // b, 1, 1, b) if blocked else (N, C, 1, 1))
     out = compute("out", wl.output_shape,
-                  lambda n, c, y, x, *ci: data[(n, c, y, x, *ci)] * scale[(n, c, 0, 0, *ci)],
+                  lambda n, c, y, x, *ci: data[(n, c, y, x, *ci)] * gate[(n, c, 0, 0, *ci)],
                   axis_names=names)
-    return OpGraph([data, scale], out)
+    return OpGraph([data, gate], out)
 
 
 def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Optional
 
 from autotune.measure.executor import Executor
+from autotune.measure.result import MeasureStopped
 from autotune.search.registry import DEFAULT_TUNER
 from autotune.search.result import Progress, TuneResult
 from autotune.search.retime import DEFAULT_RETIME
 from autotune.search.session import DEFAULT_BATCH_SIZE, TunerSpec, TuningSession
-from autotune.search.store import TrialStore
+from autotune.search.store import JobStopped, TrialStore
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
@@ -42,9 +43,12 @@ def drive(session: TuningSession, executor: Executor, callbacks: Iterable[Callba
     callback after each batch (one returning False stops it, without re-timing); then
     finish it (re-timing)."""
     callbacks = tuple(callbacks)
-    while inputs := session.next_batch(executor.preferred_batch()):
-        progress = session.record(executor.submit(inputs))
-        if any([cb(progress) is False for cb in callbacks]):  # a list: every one runs
-            session.stop("callback")
-            break
+    try:
+        while inputs := session.next_batch(executor.preferred_batch()):
+            progress = session.record(executor.submit(inputs))
+            if any([cb(progress) is False for cb in callbacks]):  # a list: every one runs
+                session.stop("callback")
+                break
+    except (MeasureStopped, JobStopped):  # the job ended, its batch given up or refused
+        session.stop("callback")
     return session.finish(executor, retime)

@@ -37,25 +37,20 @@ from typing import (
     Union,
 )
 
+from autotune.job_options import DEFAULT_BATCH_SIZE
 from autotune.measure.executor import Executor
-from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureStopped
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.registry import DEFAULT_TUNER, make_tuner
 from autotune.search.result import Progress, Retimed, TuneResult
 from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
-from autotune.search.store import TrialStore
+from autotune.search.store import JobStopped, TrialStore
 from autotune.space import Config
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
 
 log = logging.getLogger(__name__)
-
-# Small batches mean frequent model updates: in replay over 30 seeds (benchmarks/tuning.py
-# pools), xgb needed 33/25.5/44.5 median trials to 90% on matmul/conv2d/depthwise with
-# batches of 8, against 39/30.5/54.5 with 16. Eight still keeps 2 build workers busy; on a
-# host with many build workers pass a larger batch_size.
-DEFAULT_BATCH_SIZE = 8
 
 # Most of a job's valid trials the current model scores after each refit: half of them the
 # fastest, the rest the most recent. Scoring cached feature rows is milliseconds per
@@ -241,14 +236,19 @@ class TuningSession:
 
     def finish(self, executor: Executor, retime: int = DEFAULT_RETIME) -> TuneResult:
         """Close the tuner, re-time the top candidates on ``executor`` (unless stopped by a
-        callback or ``retime`` is 0) and return the result."""
+        callback or ``retime`` is 0) and return the result. A job that must stop during its
+        window (`MeasureStopped`, or `JobStopped` from the store) ends it unwritten, as
+        stopped by a callback."""
         self.close()
         tally = self.tally
         retimed: tuple[Retimed, ...] = ()
         if self.stopped != "callback" and retime > 0:
-            retimed = _retime(self.workload, self.target, self.space, executor, self.db, tally,
-                              retime)
-            _report(self.db, self.job_id, tally)
+            try:
+                retimed = _retime(self.workload, self.target, self.space, executor, self.db,
+                                  tally, retime)
+                _report(self.db, self.job_id, tally)
+            except (MeasureStopped, JobStopped):  # the job ended during its window
+                self.stopped = "callback"
         default = self.space.default()
         return TuneResult(tally.config, tally.cost, tally.gflops, tally.done - self.start,
                           tuple(tally.history), MappingProxyType(dict(tally.errors)),
@@ -329,9 +329,13 @@ def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
 def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
                     space: "ConfigSpace", prior: Sequence[Any], job_id: Optional[int]) -> None:
     """Tell the tuner what earlier runs measured, and start the tally from their best (and
-    its list of the job's valid trials from the job's own records)."""
+    its list of the job's valid trials and its error counts from the job's own records, so
+    that a resumed job reports the errors recorded before its restart)."""
     inputs, results = [], []
     for record in prior:
+        own = job_id is not None and record.job_id == job_id
+        if own and str(record.error) != ErrorKind.NONE.value:
+            tally.errors[str(record.error)] += 1
         if _is_transient(record):  # says nothing about the config
             continue
         cfg = _config_of(space, record)
@@ -343,7 +347,7 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         if res.ok:
             tally.offer(cfg, res.cost)
             tally.valid.append(Candidate(cfg, tuple(res.costs)))
-            if job_id is not None and record.job_id == job_id:
+            if own:
                 tally.own.append((cfg, res.cost))
             retimed = record.retimed_cost
             if retimed is not None and (tally.retimed is None or retimed < tally.retimed[1]):

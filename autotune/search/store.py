@@ -10,6 +10,11 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 from autotune.measure.result import MeasureResult
 
 
+class JobStopped(RuntimeError):
+    """The store refused a job's write because the job has ended (cancelled): nothing more
+    is written for it, and its search stops as if a callback had stopped it."""
+
+
 class RecordStore(Protocol):
     """Trials of a workload on a target, written by the loop and read back by it, its tuners
     and the cost model's transfer."""

@@ -15,6 +15,12 @@ Event ``id`` is the id of the newest trial sent, so a client reconnecting with
 A stream closes after ``lifetime_s`` whatever the job does (a comment line says so); clients
 reconnect with ``Last-Event-ID`` (browsers' EventSource does). `StreamLimits` caps the streams
 open at once, in all and per client address.
+
+Streams of one job read through the service's `ResponseCache`: the job row, and the trials
+after a given id, are read once per change however many streams follow the job (each wakes
+on the same notice, and all but the first find the read made or in flight). Before a stream
+ends it reads the last trials itself, so that a row cached before the last batch never hides
+it.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import Any, AsyncIterator, Optional
 from anyio import to_thread
 
 from autotune.db import TERMINAL_STATES, Database, JobRecord, TrialRecord
+from autotune.service.cache import ResponseCache
 from autotune.service.manager import JobManager
 from autotune.service.schemas import trial_fields
 
@@ -109,13 +116,16 @@ class _Best:
                           "config": trial.config}
 
 
-async def job_events(db: Database, manager: JobManager, job_id: int, after: int = 0, *,
-                     lifetime_s: float = math.inf) -> AsyncIterator[str]:
+async def job_events(db: Database, manager: JobManager, cache: ResponseCache, job_id: int,
+                     after: int = 0, *, lifetime_s: float = math.inf) -> AsyncIterator[str]:
     """The event stream of ``job_id``, starting after trial row ``after``, for at most
     ``lifetime_s`` seconds."""
     deadline = time.monotonic() + lifetime_s
     def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    def shared(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:  # one read for all streams
+        return cache.fetch(("events", job_id, *key), lambda: fn(*args))
 
     best = _Best()
     if after > 0:  # resuming: the best so far is among the trials already sent
@@ -128,19 +138,21 @@ async def job_events(db: Database, manager: JobManager, job_id: int, after: int 
     with manager.notifier.subscribe(job_id) as sub:
         while True:
             sub.clear()
-            job: Optional[JobRecord] = await run(db.get_job, job_id)
+            job: Optional[JobRecord] = await shared(("job",), db.get_job, job_id)
             if job is None:
                 return
             # Whether the job is done must be read before the trials: then no trial of its
             # last batch can be missed when we end the stream below. The process running it
-            # (this one or another) clears the owner only after its last batch is recorded.
+            # (this one or another) clears the owner only after its last batch is recorded,
+            # and the trials are then read afresh (a shared read may predate the job's).
             finished = job.state in TERMINAL_STATES and job.owner is None
-            trials = await run(db.job_trials_since, job_id, after, CHUNK)
+            trials = await (run(db.job_trials_since, job_id, after, CHUNK) if finished else
+                            shared(("since", after), db.job_trials_since, job_id, after, CHUNK))
             if trials:
                 for trial in trials:
                     best.offer(trial)
                 after = trials[-1].id
-                done = await run(db.job_trial_count, job_id)
+                done = await shared(("count", after), db.job_trial_count, job_id)
                 yield format_event("batch", {"trials": [_slim(t) for t in trials],
                                              "trials_done": max(done, job.trials_done),
                                              "budget": job.trials, "best": best.value}, after)

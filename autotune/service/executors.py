@@ -20,29 +20,29 @@ from typing import (
     Callable,
     ContextManager,
     Iterator,
-    Mapping,
     Optional,
     Sequence,
 )
 
-from autotune.measure.executor import Executor
+from autotune.job_options import MeasureOverrides
+from autotune.measure.executor import Executor, holding
 
 if TYPE_CHECKING:
-    from autotune.measure.result import MeasureInput, MeasureResult
+    from autotune.measure.result import MeasureInput, MeasureResult, ShouldStop
     from autotune.target import Target
 
-# Makes a target's executor, measuring with the settings' options overridden by the mapping
-# (a job's `measure_options`).
-ExecutorFactory = Callable[["Target", Mapping[str, Any]], object]
+# Makes a target's executor, measuring with the settings' options overridden by a job's.
+ExecutorFactory = Callable[["Target", MeasureOverrides], object]
 
 log = logging.getLogger("autotune.service")
 
 
-def pool_key(target: "Target", measure_options: Optional[Mapping[str, Any]] = None) -> str:
+def pool_key(target: "Target", measure_options: Optional[MeasureOverrides] = None) -> str:
     """The key of ``target``'s executor measuring with ``measure_options``."""
-    if not measure_options:
+    given = measure_options.given() if measure_options is not None else {}
+    if not given:
         return target.key
-    return f"{target.key} {json.dumps(measure_options, sort_keys=True)}"
+    return f"{target.key} {json.dumps(given, sort_keys=True)}"
 
 
 def device_of(target: "Target") -> str:
@@ -50,62 +50,61 @@ def device_of(target: "Target") -> str:
     return "host" if target.kind == "llvm" else target.key
 
 
+class _Holder:
+    """Which job holds a device lock now (None: none), shared by an executor and the views
+    jobs take of it, for the Workers page."""
+
+    job: Optional[int] = None
+
+
 class LockedExecutor(Executor):
     """An executor whose ``submit`` holds its device's lock (shared between executors);
-    ``host_work`` too when that device is the host (see `autotune.search.loop`)."""
+    ``host_work`` too when that device is the host (see `autotune.search.loop`). A job
+    uses it through `for_job`: its batches stop with the job (``should_stop``, waiting
+    for the lock included), and while it holds the lock, `job` names it."""
 
-    def __init__(self, inner: object, lock: threading.Lock, *, on_host: bool) -> None:
+    def __init__(self, inner: object, lock: threading.Lock, *, on_host: bool,
+                 should_stop: "ShouldStop" = None, job_id: Optional[int] = None,
+                 holder: Optional[_Holder] = None) -> None:
         self.inner, self.lock, self.on_host = inner, lock, on_host
-        self.job: Optional[int] = None  # the job holding the lock through it now, if any
+        self.should_stop, self.job_id = should_stop, job_id
+        self._holder = holder if holder is not None else _Holder()
 
-    def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
-        with self.lock:
-            return list(self.inner.submit(inputs))  # type: ignore[attr-defined]
-
-    def host_work(self) -> ContextManager[Any]:
-        """Held by a job while it computes on the host: keeps other jobs' CPU timing out."""
-        return self.lock if self.on_host else nullcontext()
-
-    def for_job(self, *, job_id: int, on_wait: Optional[Callable[[Optional[str]], None]] = None,
-                should_stop: Optional[Callable[[], bool]] = None) -> Executor:
-        """This executor as ``job_id`` uses it: while it holds the lock, `job` names it."""
-        return _JobUse(self, job_id)
+    @property
+    def job(self) -> Optional[int]:
+        """The job holding the lock through this executor or a view of it now, if any."""
+        return self._holder.job
 
     @contextmanager
-    def held_by(self, job_id: int) -> Iterator[None]:
-        """The device lock, held for ``job_id`` (the Workers view shows it busy with it)."""
-        with self.lock:
-            self.job = job_id
+    def _held(self) -> Iterator[None]:
+        with holding(self.lock, self.should_stop):
+            self._holder.job = self.job_id
             try:
                 yield
             finally:
-                self.job = None
+                self._holder.job = None
+
+    def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
+        with self._held():
+            return list(self.inner.submit(inputs))  # type: ignore[attr-defined]
+
+    def for_job(self, *, job_id: int, on_wait: Optional[Callable[[Optional[str]], None]] = None,
+                should_stop: "ShouldStop" = None) -> Executor:
+        """The job's view of the inner executor (whose batches stop with the job), behind
+        the same lock."""
+        # The factory may make any object that submits (tests' stand-ins have no for_job).
+        view = getattr(self.inner, "for_job", None)
+        inner = self.inner if view is None else view(job_id=job_id, on_wait=on_wait,
+                                                     should_stop=should_stop)
+        return LockedExecutor(inner, self.lock, on_host=self.on_host, should_stop=should_stop,
+                              job_id=job_id, holder=self._holder)
+
+    def host_work(self) -> ContextManager[Any]:
+        """Held by a job while it computes on the host: keeps other jobs' CPU timing out."""
+        return self._held() if self.on_host else nullcontext()
 
     def close(self) -> None:
         """A no-op: the pool owns the inner executor (jobs must not close it)."""
-
-
-class _JobUse(Executor):
-    """A `LockedExecutor` as one job uses it."""
-
-    def __init__(self, shared: LockedExecutor, job_id: int) -> None:
-        self.shared, self.job_id = shared, job_id
-
-    @property
-    def inner(self) -> object:
-        """The executor the pool shares (`LockedExecutor.inner`)."""
-        return self.shared.inner
-
-    def submit(self, inputs: Sequence["MeasureInput"]) -> list["MeasureResult"]:
-        with self.shared.held_by(self.job_id):
-            return list(self.shared.inner.submit(inputs))  # type: ignore[attr-defined]
-
-    def host_work(self) -> ContextManager[Any]:
-        return self.shared.held_by(self.job_id) if self.shared.on_host else nullcontext()
-
-    def close(self) -> None:
-        """A no-op, as `LockedExecutor.close`."""
-        return None
 
 
 class ExecutorPool:
@@ -132,18 +131,18 @@ class ExecutorPool:
         with self._lock:
             return self._device_locks.setdefault(device_of(target), threading.Lock())
 
-    def get(self, target: "Target", measure_options: Optional[Mapping[str, Any]] = None) -> Any:
+    def get(self, target: "Target", measure_options: Optional[MeasureOverrides] = None) -> Any:
         """The shared executor of ``target`` and ``measure_options`` (made on first use)."""
         return self._get(target, measure_options, hold=False)
 
-    def _get(self, target: "Target", measure_options: Optional[Mapping[str, Any]], *,
+    def _get(self, target: "Target", measure_options: Optional[MeasureOverrides], *,
              hold: bool) -> Any:
         lock = self.device_lock(target)  # one per device, whatever the options
         key = pool_key(target, measure_options)
         with self._lock:
             found = self._executors.get(key)
             if found is None:
-                made = self._factory(target, measure_options or {})
+                made = self._factory(target, measure_options or MeasureOverrides())
                 found = LockedExecutor(made, lock, on_host=device_of(target) == "host") \
                     if self.locked else made
                 self._executors[key] = found
@@ -154,7 +153,7 @@ class ExecutorPool:
 
     @contextmanager
     def use(self, target: "Target",
-            measure_options: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+            measure_options: Optional[MeasureOverrides] = None) -> Iterator[Any]:
         """The executor of ``target`` and ``measure_options``, never evicted while in use (a
         job holds it)."""
         key = pool_key(target, measure_options)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -12,6 +12,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 import autotune
 from autotune.cluster.factory import make_executor
 from autotune.db import Database
+from autotune.job_options import MeasureOverrides
 from autotune.measure.options import MeasureOptions
 from autotune.service import http
 from autotune.service.cache import ResponseCache
@@ -34,8 +35,8 @@ def executor_factory_of(settings: Settings, registry: Any = None) -> ExecutorFac
     the settings' options overridden by the job's: on the cluster's workers through the
     shared ``registry`` when there is one (they time with their own settings; the options
     set the dispatcher's deadlines), else on this host."""
-    def make(target: "Target", measure_options: Mapping[str, Any]) -> object:
-        options = MeasureOptions.from_settings(settings, **measure_options)
+    def make(target: "Target", measure_options: MeasureOverrides) -> object:
+        options = MeasureOptions.from_settings(settings, measure_options)
         return make_executor(target, options, registry=registry)
     return make
 

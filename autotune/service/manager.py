@@ -6,7 +6,8 @@ trials (``tune`` with the job's id), while a `LeaseKeeper` renews the leases of 
 running here. So several services (and `autotune tune` runs) can share one database: each job
 runs in one process at a time, and the job of a process that died is taken over once its
 lease runs out, or at once when that process was on this host. Cancelling only writes the
-database; the process running the job stops it after its current batch. Threads suffice:
+database; the process running the job gives up its batch in flight within a second or so
+(fenced: nothing is written for it after the cancel). Threads suffice:
 building and timing happen in the executors' child processes.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sqlalchemy.exc as sa_exc
 
 from autotune.db import Database, JobRecord
 from autotune.db.lease import LeaseKeeper, LeaseLost, held_job, new_owner
+from autotune.job_options import JobOptions
 from autotune.service.executors import ExecutorPool
 from autotune.service.notifier import Notifier
 
@@ -176,15 +178,17 @@ class JobManager:
             if queued >= max_queued:
                 raise QueueFull(f"the job queue is full: {queued} jobs are queued, the limit "
                                 "(AUTOTUNE_MAX_QUEUED_JOBS); retry when some have started")
-        job = self.db.create_job(workload=spec.workload, target=spec.target, tuner=spec.tuner,
-                                 trials=spec.trials, options=spec.options)
+        job = self.db.create_job(workload=spec.workload, target=spec.target,
+                                 tuner=spec.options.tuner, trials=spec.options.trials,
+                                 options=spec.options.to_json())
         self._wake.set()
         self.notifier.publish(job.id)
         return job
 
     def cancel(self, job_id: int) -> Optional[JobRecord]:
-        """Cancel a queued or running job; a running one stops after its current batch, here
-        or, when another process runs it, once that process renews its lease.
+        """Cancel a queued or running job; a running one gives up its batch in flight here
+        at once or, when another process runs it, once that process reads the cancel (within
+        a second), and nothing more is written for it.
 
         Returns the job (unchanged when it had already ended), or None when there is none.
         """
@@ -273,7 +277,7 @@ class JobManager:
                             job_id, attempt, type(err).__name__, err)
 
     def _stop_reason(self, job_id: int) -> Optional[str]:
-        """Why the job must stop after its batch ("shutdown", "cancelled", "lost", "expired")."""
+        """Why the job must stop now ("shutdown", "cancelled", "lost", "expired")."""
         if self.closing:
             return "shutdown"
         with self._lock:
@@ -302,22 +306,22 @@ class JobManager:
             self.notifier.publish(job.id)
             return False if self._stop_reason(job.id) else None
 
-        opts = job.options
         while True:  # again after a database error: the job resumes from its recorded trials
             try:
                 workload = Workload.from_json(job.workload_key)
                 target = Target(job.target_key)
-                with self.executors.use(target, opts.get("measure_options")) as executor:
-                    # one that can say why the job waits (a Ray executor), else itself
+                opts = JobOptions.from_row(job.tuner, job.trials, job.options)
+                with self.executors.use(target, opts.measure) as executor:
+                    # the job's view: it says why the job waits (a Ray executor), and gives
+                    # the batch in flight up once the job must stop
                     executor = executor.for_job(
                         job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
                         should_stop=lambda: self._stop_reason(job.id) is not None)
-                    self._tune(workload, target, trials=job.trials, tuner=job.tuner,
-                               db=self.db, early_stopping=opts.get("early_stopping"),
-                               seed=int(opts.get("seed", 0)), callbacks=[on_batch],
-                               job_id=job.id, owner=self.owner,
-                               transfer=bool(opts.get("transfer", True)), executor=executor,
-                               tuner_options=dict(opts.get("tuner_options") or {}))
+                    self._tune(workload, target, trials=opts.trials, tuner=opts.tuner,
+                               db=self.db, early_stopping=opts.early_stopping, seed=opts.seed,
+                               batch_size=opts.batch_size, callbacks=[on_batch],
+                               job_id=job.id, owner=self.owner, transfer=opts.transfer,
+                               executor=executor, tuner_options=dict(opts.tuner_options))
             except LeaseLost as err:  # another process runs it now: leave it alone
                 log.warning("job %d: %s; stopped here", job.id, err)
                 return None, None

@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
-from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, op_dtypes
+from autotune.job_options import MAX_SEED, MAX_TRIALS, MEASURE_BOUNDS
+from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, PREPACKABLE_OPS, op_dtypes
 from autotune.ops.epilogue import ACTIVATIONS
-from autotune.ops.layout import LAYOUT_OPS, NCHW
+from autotune.ops.layout import LAYOUT_OPS, MIXED_OPS, NCHW, NHWC_OPS
+from autotune.ops.spec import OpSpec, ParamSpec
+from autotune.ops.workload import BLOCKED_PREPACKABLE_OPS
+from autotune.search.registry import TUNERS
+from autotune.target import MAX_SPEC_CHARS
 
-MAX_TRIALS = 100_000
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 TrialSort = Literal["id", "-id", "gflops", "-gflops", "cost", "-cost"]
 ErrorKindName = Literal["none", "instantiation", "compile", "runtime", "wrong_answer",
@@ -28,45 +32,82 @@ if TYPE_CHECKING:
     OpName = str
     StageName = str
     DtypeName = str
+    TunerName = str
 else:
     OpName = Literal[tuple(OPS)]
     StageName = Literal[EPILOGUE_STAGES]
     DtypeName = Literal[DTYPES]
+    TunerName = Literal[tuple(TUNERS)]
 # A chain holds each stage once, and at most one of bias/scale_shift and one activation
 # (so at most three: affine, residual, activation).
 _EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 3, "not": {"anyOf": [
     {"allOf": [{"contains": {"const": a}}, {"contains": {"const": b}}]}
     for a, b in (("bias", "scale_shift"), *combinations(ACTIVATIONS, 2))]}}
-# Every op's parameters are named like identifiers, fewer than 16, each an extent (at most
-# 2**20, `validation.MAX_EXTENT`) or an (h, w) pair; which names and values an op takes,
-# and how large its arrays may grow, is checked against the op table (a 422 at the param).
-_EXTENT: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2**20}
-_PARAMS_SHAPE: dict[str, Any] = {
-    "maxProperties": 16, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,15}$"},
-    "additionalProperties": {"anyOf": [_EXTENT, {"type": "array", "items": _EXTENT,
-                                                  "minItems": 2, "maxItems": 2}]}}
-
-
-# Ops without a half kernel take float32 only (`autotune.ops.dtypes.op_dtypes`).
-_OP_DTYPES: Any = [  # JSON Schema (to pydantic, a JsonValue)
-    {"if": {"properties": {"op": {"const": op}}, "required": ["op"]},
-     "then": {"properties": {"dtype": {"enum": list(op_dtypes(op))}}}}
-    for op in OPS if op_dtypes(op) != DTYPES]
-# Ops without a fused epilogue (max_pool2d) take an empty chain (`OpSpec.epilogue`).
-_OP_EPILOGUES: Any = {"not": {
-    "properties": {"op": {"enum": [op for op, spec in OPS.items() if not spec.epilogue]},
-                   "epilogue": {"minItems": 1}},
-    "required": ["op", "epilogue"]}}
+# A target spec or key as `autotune.target.Target` parses it: a kind, then -name=value
+# options of that kind, separated by spaces or tabs (validation holds specs to this too).
+TARGET_PATTERN = (r"^[ \t]*(llvm([ \t]+-+(mcpu|cores|vector-bits)=[A-Za-z0-9_.-]+"
+                  r"|[ \t]+-+mattr=[+-][A-Za-z0-9_.-]+(,[+-][A-Za-z0-9_.-]+)*)*"
+                  r"|cuda([ \t]+-+arch=[A-Za-z0-9_.-]+)*)[ \t]*$")
 # NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), or two of those as IN>OUT, as
 # `autotune.ops.layout.layout_blocks` takes them (a test holds the two together).
 _BLOCKED_PATTERN = r"NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?"
 _LAYOUT_PATTERN = rf"^(NHWC|{_BLOCKED_PATTERN}(>{_BLOCKED_PATTERN})?)$"
-# Only the conv and pool ops have blocked layouts (`autotune.ops.layout`); the others are
-# NCHW or nothing. Which of them takes NHWC or two layouts, and on which target, the job's
-# check says (a 422 at the layout).
-_OP_LAYOUTS: Any = {"if": {"properties": {"op": {"not": {"enum": sorted(LAYOUT_OPS)}}},
-                           "required": ["op"]},
-                    "then": {"properties": {"layout": {"const": NCHW}}}}
+
+
+def _layout_schema(op: str) -> dict[str, Any]:
+    """The layouts ``op`` takes (`autotune.ops.layout`): NCHW alone for an op without
+    blocked ones; NCHW<x>c for those in LAYOUT_OPS, NHWC and IN>OUT only for conv2d.
+    Which target runs which the job's check says (a 422 at the layout)."""
+    if op not in LAYOUT_OPS:
+        return {"const": NCHW}
+    if op in NHWC_OPS and op in MIXED_OPS:
+        return {}
+    nhwc = "NHWC|" if op in NHWC_OPS else ""
+    two = f"(>{_BLOCKED_PATTERN})?" if op in MIXED_OPS else ""
+    return {"pattern": f"^({nhwc}{_BLOCKED_PATTERN}{two})$"}
+
+
+def _blocked_prepacked() -> dict[str, Any]:
+    """A depthwise conv's prepacked form is blocked (`BLOCKED_PREPACKABLE_OPS`): unpacked,
+    or in a layout other than NCHW."""
+    return {"anyOf": [{"properties": {"prepacked": {"const": False}}},
+                      {"properties": {"layout": {"not": {"const": NCHW}}},
+                       "required": ["layout"]}]}
+
+
+def _param_schema(param: ParamSpec) -> dict[str, Any]:
+    """An op parameter: an extent from its minimum to 2**20 (`validation.MAX_EXTENT`), or
+    for a pair parameter also an [h, w] array of them."""
+    extent = {"type": "integer", "minimum": param.minimum, "maximum": 2**20}
+    if not param.pair:
+        return extent
+    return {"anyOf": [extent, {"type": "array", "items": extent, "minItems": 2,
+                               "maxItems": 2}]}
+
+
+def _op_schema(op: str, spec: OpSpec) -> dict[str, Any]:
+    """What a workload of ``op`` takes (one branch of WorkloadIn's ``oneOf`` on ``op``):
+    its parameters by name, the required ones required, no others; its dtypes
+    (`autotune.ops.dtypes.op_dtypes`); no epilogue for an op without one (max_pool2d); its
+    layouts (`_layout_schema`); the prepacked form only for conv2d and matmul, and for a
+    blocked depthwise conv (`_blocked_prepacked`)."""
+    params = {"type": "object", "properties": {p.name: _param_schema(p) for p in spec.params},
+              "required": [p.name for p in spec.params if p.required],
+              "additionalProperties": False}
+    properties: dict[str, Any] = {"op": {"const": op}, "params": params,
+                                  "dtype": {"enum": list(op_dtypes(op))}}
+    if not spec.epilogue:
+        properties["epilogue"] = {"maxItems": 0}
+    layout = _layout_schema(op)
+    if layout:
+        properties["layout"] = layout
+    if op not in PREPACKABLE_OPS | BLOCKED_PREPACKABLE_OPS:
+        properties["prepacked"] = {"const": False}
+    branch = {"properties": properties, "required": ["op", "params"]}
+    return {**branch, **_blocked_prepacked()} if op in BLOCKED_PREPACKABLE_OPS else branch
+
+
+_OP_SCHEMAS: Any = {"oneOf": [_op_schema(op, spec) for op, spec in OPS.items()]}
 
 
 class WorkloadIn(BaseModel):
@@ -75,12 +116,13 @@ class WorkloadIn(BaseModel):
     # strict: a JSON false is not a 0, nor "64" a 64 (what the schema promises is what counts)
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "examples": [{"op": "matmul", "params": {"M": 512, "N": 512, "K": 512}}],
-        "allOf": [*_OP_DTYPES, _OP_EPILOGUES, _OP_LAYOUTS]})
+        **_OP_SCHEMAS})
 
     op: OpName = Field(description="operator name (see GET /api/v1/ops)")
     params: dict[str, Any] = Field(
-        default_factory=dict, json_schema_extra=_PARAMS_SHAPE,
-        description="integer sizes; pair params take an int or [h, w] (see GET /api/v1/ops)")
+        default_factory=dict,
+        description="the op's integer sizes by name (its own set: see GET /api/v1/ops); "
+                    "pair params take an int or [h, w]")
     dtype: DtypeName = Field(
         default="float32", description="element type of every argument; float16 and bfloat16 "
         "(matmul, batch_matmul, conv2d) accumulate in float32 and run on cuda targets only, "
@@ -108,12 +150,35 @@ class WorkloadIn(BaseModel):
                     "activation; none for max_pool2d")
 
 
+def _measure_option(name: str) -> Any:
+    bound = MEASURE_BOUNDS[name]
+    return Field(default=None, ge=bound.minimum, le=bound.maximum,
+                 description=f"{bound.description} (AUTOTUNE_{name.upper()} when left out)")
+
+
+class MeasureOptionsIn(BaseModel):
+    """A job's measurement options over the service's settings of the same names, each
+    bounded as `autotune.job_options.MEASURE_BOUNDS` says."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    repeat: Optional[int] = _measure_option("repeat")
+    number: Optional[int] = _measure_option("number")
+    min_repeat_ms: Optional[float] = _measure_option("min_repeat_ms")
+    build_timeout: Optional[float] = _measure_option("build_timeout")
+    run_timeout: Optional[float] = _measure_option("run_timeout")
+
+    def given(self) -> dict[str, Any]:
+        """The options the client set."""
+        return self.model_dump(exclude_none=True)
+
+
 class JobSettings(BaseModel):
     """How a job tunes: what POST /jobs accepts and GET /jobs/{id} returns, by the same names."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    tuner: Optional[str] = Field(
+    tuner: Optional[TunerName] = Field(
         default=None,
         description="tuner name (see GET /api/v1/tuners); default: the model-guided one")
     trials: int = Field(default=64, ge=1, le=MAX_TRIALS, description="trial budget")
@@ -121,23 +186,17 @@ class JobSettings(BaseModel):
     early_stopping: Optional[int] = Field(
         default=None, ge=1, le=MAX_TRIALS,
         description="stop after this many trials without a new best")
-    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tuner_options: dict[str, Any] = Field(
         default_factory=dict, description="options of the tuner (see GET /api/v1/tuners)")
-    measure_options: dict[str, Any] = Field(
-        default_factory=dict, description="measurement options (repeat, number, "
-                                          "min_repeat_ms, build_timeout, run_timeout) over the "
-                                          "service's AUTOTUNE_* settings of the same names; "
-                                          "none on a Ray cluster (workers time with theirs)")
+    measure_options: MeasureOptionsIn = Field(
+        default_factory=MeasureOptionsIn,
+        description="measurement options over the service's AUTOTUNE_* settings of the same "
+                    "names; none on a Ray cluster (workers time with theirs)")
 
 
 # The fields of JobSettings a job row keeps in its options column (tuner, trials: columns).
 _STORED = ("transfer", "early_stopping", "seed", "tuner_options", "measure_options")
-
-
-def stored_options(settings: JobSettings) -> dict[str, Any]:
-    """The job row's options column for ``settings``."""
-    return settings.model_dump(include=set(_STORED))
 
 
 def job_settings(job: JobRecord) -> dict[str, Any]:
@@ -155,8 +214,9 @@ class JobCreate(JobSettings):
          "tuner": "random"}]})
 
     workload: WorkloadIn
-    target: str = Field(default="llvm",
-                        description="target spec, e.g. 'llvm' or 'cuda -arch=sm_90'")
+    target: str = Field(default="llvm", pattern=TARGET_PATTERN, max_length=MAX_SPEC_CHARS,
+                        description="target spec, e.g. 'llvm' or 'cuda -arch=sm_90' (see "
+                                    "GET /api/v1/ops for the kinds an op runs on)")
 
 
 class ConfigPublic(BaseModel):
@@ -170,6 +230,12 @@ class JobPublic(JobSettings):
 
     # Built from stored rows, not client input: no strictness to enforce.
     model_config = ConfigDict(extra="ignore", strict=False)
+
+    measure_options: dict[str, Any] = Field(  # type: ignore[assignment]
+        default_factory=dict, description="the measurement options the job was given (the "
+                                          "service's settings measure the others)")
+    tuner: str = Field(  # a row may name a tuner of another version
+        description="tuner name (see GET /api/v1/tuners)")
 
     id: int
     state: JobState

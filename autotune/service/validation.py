@@ -17,8 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
+from autotune.job_options import JobOptions, MeasureOverrides
 from autotune.ops import Workload, WorkloadError
-from autotune.service.schemas import JobCreate, JobSettings, WorkloadIn, stored_options
+from autotune.service.schemas import JobCreate, WorkloadIn
 from autotune.target import Target
 
 # Workload bounds, computed in Python ints (numpy's int64 products wrap around). Every
@@ -44,14 +45,11 @@ Loc = tuple[Any, ...]
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A checked job request: real workload and target objects, tuner, budget and the rest
-    of its `JobSettings` as the job row's options column keeps them."""
+    """A checked job request: real workload and target objects, and how the job tunes."""
 
     workload: Workload
     target: Target
-    tuner: str
-    trials: int
-    options: dict[str, Any]
+    options: JobOptions
 
 
 def invalid(loc: Sequence[Any], msg: str, kind: str = "value_error") -> RequestValidationError:
@@ -121,15 +119,17 @@ def check_dtype(wl: Workload, target: Target, loc: Loc) -> None:
 
 
 def check_space(wl: Workload, target: Target, loc: Loc) -> None:
-    """422 when no schedule template covers the op on this kind of target (at the
-    workload's field a `WorkloadError` names, such as its layout, else at ``loc``)."""
+    """422 when no schedule template covers the op on this kind of target (at ``loc``), or
+    the workload's form has none there (at the field the `WorkloadError` names: an NHWC conv
+    off Hopper's half kernels at ``layout``)."""
     from autotune import driver
 
     try:
         driver.config_space(wl, target)
+    except WorkloadError as err:
+        raise invalid((*loc[:-1], *err.loc) if err.loc else loc, str(err)) from None
     except (ValueError, KeyError, NotImplementedError) as err:
-        at = (*loc[:-1], *err.loc) if isinstance(err, WorkloadError) and err.loc else loc
-        raise invalid(at, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
+        raise invalid(loc, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
 
 
 def check_tuner(name: str, options: Mapping[str, Any]) -> None:
@@ -148,30 +148,13 @@ def check_tuner(name: str, options: Mapping[str, Any]) -> None:
             raise invalid(("body", "tuner_options", option), str(err)) from None
 
 
-def check_measure_options(options: Mapping[str, Any], *, measured_here: bool) -> None:
-    """422 at ``measure_options.<name>`` for an unknown or bad measurement option, and at
-    ``measure_options`` when the job is measured on a Ray cluster (its workers time with
-    their own settings)."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from autotune.settings import MEASURE_FIELDS, Settings
-
-    if options and not measured_here:
+def check_measure_options(options: MeasureOverrides, *, measured_here: bool) -> None:
+    """422 at ``measure_options`` when the job is measured on a Ray cluster (its workers
+    time with their own settings); each option's bounds are the schema's."""
+    if options.given() and not measured_here:
         raise invalid(("body", "measure_options"), "this service measures on a Ray cluster, "
                       "whose workers time with their own AUTOTUNE_* settings: leave "
                       "measure_options out")
-    for name, value in options.items():
-        field = Settings.model_fields.get(name)
-        if name not in MEASURE_FIELDS or field is None:
-            raise invalid(("body", "measure_options", name), f"unknown measurement option "
-                          f"{name!r}; known: {', '.join(MEASURE_FIELDS)}")
-        try:  # the bounds of the AUTOTUNE_* setting of the same name
-            adapter: TypeAdapter[Any] = TypeAdapter(
-                Annotated[(field.annotation, *field.metadata)])  # type: ignore[arg-type]
-            adapter.validate_python(value, strict=True)
-        except ValidationError as err:
-            raise invalid(("body", "measure_options", name),
-                          err.errors()[0]["msg"]) from None
 
 
 def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
@@ -184,11 +167,13 @@ def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
 
     tuner = body.tuner or DEFAULT_TUNER
     check_tuner(tuner, body.tuner_options)
-    check_measure_options(body.measure_options, measured_here=measured_here)
+    measure = MeasureOverrides(**body.measure_options.given())  # bounded as the schema says
+    check_measure_options(measure, measured_here=measured_here)
     check_space(wl, target, ("body", "workload", "op"))
-    settings = JobSettings.model_validate({**body.model_dump(include=set(JobSettings.model_fields)),
-                                           "tuner": tuner})
-    return JobSpec(wl, target, tuner, body.trials, stored_options(settings))
+    options = JobOptions(tuner=tuner, trials=body.trials, seed=body.seed,
+                         early_stopping=body.early_stopping, transfer=body.transfer,
+                         tuner_options=body.tuner_options, measure=measure)
+    return JobSpec(wl, target, options)
 
 
 def _json_number(text: str) -> int | float:

@@ -6,9 +6,11 @@ import io
 import json
 from pathlib import Path
 
+from autotune import config_space
 from autotune.db import Database
 from autotune.ops import Workload, workload
 from autotune.records import canonical_workload_key
+from autotune.target import Target
 
 
 def test_half_and_float32_records_of_one_shape_are_different_keys(db: Database, make,
@@ -18,8 +20,9 @@ def test_half_and_float32_records_of_one_shape_are_different_keys(db: Database, 
                 for d in ("float32", "float16", "bfloat16")}
     flops = by_dtype["float32"].flops()
     for i, (name, wl) in enumerate(by_dtype.items()):
-        db.add_trials(wl, gpu, None, [(make.config(1), make.ok(1e-5 * (i + 1))),
-                                      (make.config(2), make.ok(2e-5 * (i + 1)))], flops)
+        space = config_space(wl, Target(gpu.key))  # an import takes configs of the space
+        db.add_trials(wl, gpu, None, [(space.get(1), make.ok(1e-5 * (i + 1))),
+                                      (space.get(2), make.ok(2e-5 * (i + 1)))], flops)
     for i, (name, wl) in enumerate(by_dtype.items()):
         best = db.best(wl, gpu)
         assert best is not None and best.cost == 1e-5 * (i + 1)

@@ -2,9 +2,11 @@
 costs, and the first bad line stops the import (its number and field named, nothing kept)."""
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +21,11 @@ from autotune.db.export_import import BadRecord
 from autotune.measure.result import ErrorKind, MeasureResult
 from autotune.records import ERROR_KINDS
 from autotune.target import Target
+from autotune.target.peak import peak_flops
 from tests.service.service_helpers import Server  # a real `autotune serve`
 
 WL = autotune.workload("matmul", M=64, N=64, K=64)
-TARGET = "llvm -mcpu=testcpu -cores=2"
+TARGET = "llvm -mcpu=testcpu -cores=2 -vector-bits=128"  # a target key of another host
 
 
 @pytest.fixture
@@ -38,8 +41,14 @@ def _import(server: Server, path: Path) -> subprocess.CompletedProcess:
                            server.db_url, str(path)], capture_output=True, text=True, timeout=120)
 
 
-def _line(index: int, **fields: Any) -> str:
-    obj = {"workload": json.loads(WL.key), "target": TARGET, "config": {"index": index},
+def _config(index: int, target: str = TARGET) -> dict[str, Any]:
+    """Config ``index`` of WL's space on ``target``, as a record holds it."""
+    return autotune.config_space(WL, Target(target)).get(index).to_dict()
+
+
+def _line(index: int, on: str = TARGET, **fields: Any) -> str:
+    """A valid record of config ``index`` measured on target ``on``, but for ``fields``."""
+    obj = {"workload": json.loads(WL.key), "target": on, "config": _config(index, on),
            "costs": [2e-3, 2e-3, 2e-3], "cost": 2e-3, "gflops": 0.26, "error": "none", **fields}
     return json.dumps(obj)
 
@@ -98,7 +107,7 @@ def test_cli_import_of_a_bad_cost_and_best_over_http(server: Server, tmp_path: P
     """`"cost": "x"` used to be stored as is, and `/api/v1/best` then answered 500."""
     target = Target("llvm").key
     path = tmp_path / "records.jsonl"
-    path.write_text(_line(1, target=target, cost="x") + "\n")
+    path.write_text(_line(1, on=target, cost="x") + "\n")
     cli = _import(server, path)
     assert cli.returncode == 1
     assert "line 1, field 'cost'" in cli.stderr and "nothing imported" in cli.stderr
@@ -106,8 +115,91 @@ def test_cli_import_of_a_bad_cost_and_best_over_http(server: Server, tmp_path: P
     query = {"workload": WL.key, "target": "llvm"}
     assert httpx.get(f"{server.url}/api/v1/best", params=query, timeout=30).status_code == 404
     # A line whose cost lies imports with the cost of its costs.
-    path.write_text(_line(1, target=target, cost=1e-9) + "\n")
+    path.write_text(_line(1, on=target, cost=1e-9) + "\n")
     cli = _import(server, path)
     assert cli.returncode == 0, cli.stderr
     best = httpx.get(f"{server.url}/api/v1/best", params=query, timeout=30)
     assert best.status_code == 200 and best.json()["cost"] == 2e-3
+
+
+def _poison(kind: str) -> dict[str, Any]:
+    """The fields of a line that would hide every real record, were it imported."""
+    config = _config(5)
+    if kind == "knobs outside the space":
+        return {"config": {**config, "knobs": {**config["knobs"], "tile_i": [999, 999, 999]}}}
+    if kind == "index out of range":
+        return {"config": {**config, "index": 10**30}}
+    if kind == "index without knobs":
+        return {"config": {"index": 5}}
+    return {"costs": [{"1e-300 s": 1e-300, "1e-9 s": 1e-9}[kind]]}
+
+
+@pytest.mark.parametrize("kind, field", [
+    ("knobs outside the space", "config"), ("index out of range", "config"),
+    ("index without knobs", "config"), ("1e-300 s", "costs"), ("1e-9 s", "costs")])
+def test_a_line_that_could_hide_the_best_is_refused(db: Database, kind: str,
+                                                    field: str) -> None:
+    """A config not of the template's space, or a cost below what the target could compute
+    at its peak (2 cores of 4 lanes: 224 GFLOP/s at most, so 2.3 us for WL), stops the
+    import at its line and field; nothing of the file is kept."""
+    text = _line(1) + "\n" + _line(2) + "\n" + _line(5, **_poison(kind)) + "\n"
+    with pytest.raises(BadRecord) as bad:
+        db.import_jsonl(io.StringIO(text))
+    assert (bad.value.line, bad.value.field) == (3, field), str(bad.value)
+    assert db.trials_for(WL, TARGET) == []
+    fastest = WL.flops() / peak_flops(Target(TARGET))
+    assert db.import_jsonl(io.StringIO(_line(1, costs=[fastest * 1.01]))) == 1  # at the edge
+
+
+def _gzip_cut(path: Path, lines: list[str]) -> None:
+    whole = gzip.compress("".join(line + "\n" for line in lines).encode())
+    path.write_bytes(whole[: len(whole) - 12])  # the stream's end and trailer are gone
+
+
+@pytest.mark.parametrize("damage", ["truncated gzip", "not UTF-8"])
+def test_a_damaged_file_is_one_line_naming_its_line(tmp_path: Path, damage: str,
+                                                    capsys) -> None:
+    from autotune.cli import main
+
+    url = f"sqlite:///{tmp_path / 'damaged.db'}"
+    Database.open(url).dispose()
+    lines = [_line(i) for i in range(1, 40)]
+    if damage == "truncated gzip":
+        path = tmp_path / "records.jsonl.gz"
+        _gzip_cut(path, lines)
+    else:
+        path = tmp_path / "records.jsonl"
+        text = "\n".join(lines[:2] + [lines[2].replace("none", "n\udcffne")]) + "\n"
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    assert main(["import", "--db", url, str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing imported" in err[0], err
+    expected = (r"line 3: not UTF-8 text \(byte 0xff at column \d+\)" if damage == "not UTF-8"
+                else r"line 3\d: the compressed file ends early \(truncated\)")
+    assert re.search(expected, err[0]), err[0]
+    db = Database(url)
+    assert db.trials_for(WL, TARGET) == []
+    db.dispose()
+
+
+def test_best_skips_and_reports_records_not_of_the_space(tmp_path: Path, make,
+                                                         capsys) -> None:
+    """A record whose config is not of the template's space (written before the space
+    changed, or behind the import's back) is skipped by `best`, which answers from the
+    valid records and says what it skipped."""
+    from autotune.cli import main
+
+    url = f"sqlite:///{tmp_path / 'mixed.db'}"
+    db = Database.open(url)
+    db.import_jsonl(io.StringIO("".join(_line(i, costs=[1e-3 * i]) + "\n"
+                                        for i in range(2, 6))))
+    db.add_trials(WL, make.target(TARGET), None,  # the fastest: a config of no space
+                  [(make.config(1), MeasureResult(costs=(1e-5,)))], WL.flops())
+    db.dispose()
+    with pytest.warns(UserWarning, match=r"skipped 1 record.*config 1.*the best of the "
+                                         r"others is config 2"):
+        found = autotune.best(WL, TARGET, db=url)
+    assert found is not None and found.config.index == 2 and found.cost == 2e-3
+    assert main(["best", "matmul", "-p", "M=64", "-p", "N=64", "-p", "K=64", "--target",
+                 TARGET, "--db", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["index"] == 2

@@ -338,3 +338,48 @@ def test_writes_under_a_lost_lease_are_refused(db: Database, make) -> None:
     assert db.trials_for(w, t)[0].cost == pytest.approx(1e-3)
     new = OwnedStore(db, job.id, "host-b:2:bb")
     assert new.add_trials(w, t, job.id, [(make.config(2), make.ok(1e-3))], 100) == 1
+
+
+def test_nothing_is_written_for_a_job_after_its_cancel(db: Database, make) -> None:
+    """The owner of a cancelled job still holds it until it lets go, but every write it
+    tries after the cancel committed is refused (`JobEnded`), in the write's transaction."""
+    from autotune.db.lease import JobEnded, LeaseLost, OwnedStore
+    from autotune.search.store import JobStopped
+
+    w, t = make.workload(), make.target()
+    owner = new_owner()
+    job = _job(db, make, owner=owner, lease_s=LEASE)
+    store = OwnedStore(db, job.id, owner)
+    assert store.add_trials(w, t, job.id, [(make.config(1), make.ok(1e-3))], 100) == 1
+    assert db.set_job_state(job.id, "cancelled", from_states=["queued", "running"])
+    writes = [
+        lambda: store.add_trials(w, t, job.id, [(make.config(2), make.ok(1e-3))], 100),
+        lambda: store.update_job_progress(job.id, trials_done=2, best_gflops=9.0),
+        lambda: store.record_retiming(w, t, [Retimed(1, 1e-3, 5e-4, (5e-4,))], accepted=True),
+        lambda: store.set_job_model_scores(job.id, batch=0, trials=1, scores={"1": 0.5})]
+    for write in writes:
+        with pytest.raises(JobEnded, match="cancelled") as err:
+            write()
+        assert isinstance(err.value, LeaseLost) and isinstance(err.value, JobStopped)
+    assert [r.config_index for r in db.trials_for(w, t)] == [1]
+    assert db.trials_for(w, t)[0].retimed_cost is None
+    after = db.get_job(job.id)
+    assert (after.state, after.owner, after.trials_done) == ("cancelled", owner, 0)
+    assert db.job_model_scores(job.id) is None
+    assert db.release_job(job.id, owner, state="done").state == "cancelled"
+
+
+def test_a_keeper_sees_a_cancel_within_a_second_not_a_renewal(db: Database, make) -> None:
+    owner = new_owner()
+    job = _job(db, make, owner=owner, lease_s=LEASE)
+    keeper = LeaseKeeper(db, owner, LEASE)  # renews every 10 s
+    keeper.add(job.id)
+    keeper.start()
+    try:
+        time.sleep(0.2)
+        db.set_job_state(job.id, "cancelled")
+        t0 = time.monotonic()
+        assert _wait(lambda: keeper.stopping(job.id), 5) == "cancelled"
+        assert time.monotonic() - t0 < 2.5
+    finally:
+        keeper.stop()

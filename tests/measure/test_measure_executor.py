@@ -1,7 +1,9 @@
 """LocalExecutor: build then run, results in input order, per-batch stats, GPU pipelining."""
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 
@@ -92,9 +94,9 @@ def test_a_config_twice_in_a_batch_is_built_once_and_timed_each_time():
             super().__init__(*args, **kwargs)
             self.batches: list[list[int]] = []
 
-        def build(self, inputs):
+        def build(self, inputs, should_stop=None):
             self.batches.append([i.config.index for i in inputs])
-            return super().build(inputs)
+            return super().build(inputs, should_stop)
 
     target = Target("llvm")
     wl = autotune.workload("matmul", M=16, N=16, K=16)
@@ -106,3 +108,61 @@ def test_a_config_twice_in_a_batch_is_built_once_and_timed_each_time():
         results = executor.submit([MeasureInput(wl, target, c) for c in (a, b) * 3])
     assert builder.batches == [[a.index, b.index]]
     assert [r.ok for r in results] == [True] * 6 and executor.last_stats.n_built == 6
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds a live process has used (user and system)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.parametrize("spec", ["llvm", "cuda -arch=sm_90"])
+def test_a_job_that_must_stop_gives_up_its_batch_and_kills_its_runner(spec: str) -> None:
+    """Its view (`for_job`) gives up a batch within a poll of being told, killing the
+    runner mid-timing (its 40 repeats would last 8 s); the next batch starts a fresh one.
+    The CPU path times a real kernel; the GPU path (no GPU here: a stand-in kernel) is the
+    pipelined one."""
+    from autotune import config_space
+    from autotune.measure import MeasureStopped
+    from autotune.ops import workload
+
+    target = Target(spec)
+    slow = MeasureOptions(repeat=40, min_repeat_ms=200.0, run_timeout=10.0, n_build_workers=1)
+    if target.kind == "llvm":
+        wl = workload("matmul", M=64, N=64, K=64)
+        inp = MeasureInput(wl, target, config_space(wl, target).default())
+        executor = LocalExecutor(target, slow)
+    else:
+        inp = MeasureInput(WL, target, "copy")
+        executor = LocalExecutor(target, slow,
+                                 builder=LocalBuilder(1, 10.0, build_fn=fake_build),
+                                 runner=LocalRunner(target, slow, load_fn=fake_load))
+    with executor:
+        executor.warm_up()
+        runner = executor.runner.pid
+        stop = threading.Event()
+        stopped_at: list[float] = []
+
+        def stop_once_timing() -> None:  # once the runner has computed for a while
+            start = _cpu_s(runner)
+            while _cpu_s(runner) - start < 0.1:
+                time.sleep(0.02)
+            stopped_at.append(time.monotonic())
+            stop.set()
+
+        threading.Thread(target=stop_once_timing, daemon=True).start()
+        with pytest.raises(MeasureStopped):
+            executor.for_job(job_id=1, should_stop=stop.is_set).submit([inp])
+        assert time.monotonic() - stopped_at[0] < 1.0
+        assert not _alive(runner) and executor.runner.pid is None
+        executor.warm_up()  # what the next batch does first: a fresh runner
+        assert executor.runner.pid not in (None, runner) and _alive(executor.runner.pid)

@@ -49,6 +49,42 @@ def test_host_lock_excludes_another_holder_in_this_process(tmp_path: Path) -> No
     assert order == ["first released", "second"]
 
 
+def test_a_job_that_must_stop_gives_up_its_wait_in_turn(tmp_path: Path) -> None:
+    """A waiter that may stop waits in the kernel's queue like any other (a blocking one
+    behind it still gets the lock in turn), gives up within a poll of being told, and the
+    lock it would have taken is let go at once."""
+    import fcntl
+    import threading
+
+    import pytest
+
+    from autotune.measure.result import MeasureStopped
+
+    path = tmp_path / "cpu.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "1.5"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(MeasureStopped):
+        HostLock(path).acquire(should_stop=stop.is_set)
+    assert 0.25 < time.monotonic() - t0 < 1.0
+    with HostLock(path):  # after the holder: the abandoned wait does not keep it
+        waited = time.monotonic() - t0
+    holder.wait(10)
+    assert 1.0 < waited < 4.0
+    patient = HostLock(path)
+    patient.acquire(should_stop=lambda: False)  # free: taken at once, and held
+    other = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
+        patient.release()
+
+
 SPAWN = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])

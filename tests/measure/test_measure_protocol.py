@@ -54,9 +54,9 @@ def test_python_exception_from_the_kernel_is_a_runtime_error():
 
 
 def test_slow_kernel_is_cut_short_by_the_run_budget_but_keeps_a_cost():
-    opts = MeasureOptions(repeat=50, min_repeat_ms=0.0, warmup=0, run_timeout=0.1,
+    opts = MeasureOptions(repeat=50, min_repeat_ms=0.0, warmup=0, run_timeout=1.0,
                           n_build_workers=1)
-    r = _measure("sleep:0.02", opts)
+    r = _measure("sleep:0.05", opts)
     assert r.ok and r.extra.get("truncated") and 1 <= len(r.costs) < 50
 
 

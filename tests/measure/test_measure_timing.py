@@ -64,6 +64,16 @@ def test_deadline_truncates_but_keeps_one_repeat():
     assert len(t.costs) == 1 and t.truncated
 
 
+def test_growth_stops_short_of_min_repeat_rather_than_pass_the_deadline():
+    """A repeat grown to min_repeat_s, and one more, would not fit the run budget left (as
+    on a busy host, where a kernel's speed swings): the protocol times at the number it
+    has, so the run keeps a cost instead of being killed at its timeout."""
+    clock = FakeClock(1e-4)
+    t = time_repeats(clock, number=1, repeat=5, min_repeat_s=0.02, warmup=0,
+                     deadline=time.perf_counter() + 0.01)
+    assert t.number == 1 and clock.asked == [1] * 6 and len(t.costs) == 5
+
+
 def test_flush_runs_before_each_repeat():
     flushes = []
     time_repeats(FakeClock(0.03), number=1, repeat=4, min_repeat_s=0.0, warmup=0,

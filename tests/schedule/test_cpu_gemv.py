@@ -97,6 +97,7 @@ def test_a_record_of_the_general_matmul_space_is_ignored(tmp_path) -> None:
 
     from autotune.api import NoTunedScheduleWarning
     from autotune.db import Database
+    from autotune.measure import MeasureResult
 
     wl = gemv(N=64, K=64)
     old = {"tile_i": [1, 1, 1], "tile_j": [1, 1, 64], "tile_k": [8, 8], "order":
@@ -106,9 +107,20 @@ def test_a_record_of_the_general_matmul_space_is_ignored(tmp_path) -> None:
             "costs": [1e-6], "cost": 1e-6, "error": "none", "error_msg": ""}
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database.open(url)
-    assert db.import_jsonl(io.StringIO(json.dumps(line) + "\n")) == 1
+    with pytest.raises(ValueError, match="field 'config': not a config of its template"):
+        db.import_jsonl(io.StringIO(json.dumps(line) + "\n"))  # an import refuses it now
+
+    class Then:  # the config as the general space of then numbered it
+        index = 7
+
+        @staticmethod
+        def to_dict() -> dict:
+            return line["config"]
+
+    # a database from then holds it all the same
+    db.add_trials(wl, TARGET, None, [(Then(), MeasureResult(costs=(1e-6,)))], wl.flops())
     db.dispose()
-    with pytest.warns(UserWarning, match="not a config of its template's space"):
+    with pytest.warns(UserWarning, match="not configs of its template's space"):
         assert autotune.best(wl, TARGET, db=url) is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -45,7 +45,12 @@ def test_pools_are_per_workload(records, wl):
     assert replay.indices_for(wl) == replay.indices and replay.indices_for(other) == frozenset()
 
 
-def test_from_db_and_from_jsonl_gz_agree(records, wl, target, space, pool_configs, db, tmp_path):
+def test_from_db_and_from_jsonl_gz_agree(wl, target, db, tmp_path):
+    # Configs of the workload's real space: an import refuses any other.
+    space = autotune.config_space(wl, target)
+    pool_configs = space.sample(np.random.default_rng(7), 200)
+    records = synthetic_records(SyntheticObjective(space, seed=3, fail_rate=0.1), wl, target,
+                                pool_configs)
     db.import_jsonl(iter(json.dumps(r) + "\n" for r in records))
     path = tmp_path / "pool.jsonl.gz"
     assert db.export_jsonl_path(path) == 200

@@ -92,6 +92,23 @@ def test_resuming_a_job_counts_its_recorded_trials(wl, target, space, objective,
     assert db.get_job(job.id).trials_done == 40
 
 
+def test_a_resumed_job_counts_the_errors_recorded_before_it(wl, target, space, objective, db):
+    """After a restart the progress (and the result) count the job's earlier failures too."""
+    job = db.create_job(workload=wl, target=target, tuner="random", trials=40, options={})
+    r1 = tune_loop(wl, target, space, SyntheticExecutor(objective), trials=40, db=db,
+                   job_id=job.id, tuner="random", batch_size=8,
+                   callbacks=[lambda p: p.trials_done < 16])
+    before = sum(r1.errors.values())
+    assert before > 0  # the objective fails 10% of configs
+    seen: list[Progress] = []
+    r2 = tune_loop(wl, target, space, SyntheticExecutor(objective), trials=40, db=db,
+                   job_id=job.id, tuner="random", batch_size=8, retime=0,
+                   callbacks=[seen.append])
+    recorded = [t for t in db.trials_for(wl, target) if t.job_id == job.id and t.error != "none"]
+    assert seen[-1].errors == sum(r2.errors.values()) == len(recorded) >= before
+    assert seen[0].errors >= before
+
+
 def test_bad_arguments(wl, target, space, executor):
     with pytest.raises(ValueError, match="early_stopping"):
         tune_loop(wl, target, space, executor, tuner="ga", trials=8, early_stopping=0)

@@ -109,3 +109,32 @@ def test_pinned_executors_take_the_final_retiming(wl, target, space, objective):
 
     tune_loop(wl, target, space, Cluster(objective), trials=16, tuner="random", retime=3)
     assert Cluster.pinned_calls == 1
+
+
+def test_a_job_that_must_stop_ends_its_batch_or_its_window_unwritten(wl, target, space,
+                                                                     objective, db):
+    """An executor that gives up a batch (`MeasureStopped`: the job was cancelled) ends the
+    search as a stopping callback would: that batch and any re-timing window unwritten."""
+    from autotune.measure import MeasureStopped
+
+    class GivesUp(SyntheticExecutor):
+        def __init__(self, after: int) -> None:
+            super().__init__(objective)
+            self.left = after
+
+        def submit(self, inputs):
+            if self.left == 0:
+                raise MeasureStopped("the job must stop")
+            self.left -= 1
+            return super().submit(inputs)
+
+    mid_batch = tune_loop(wl, target, space, GivesUp(after=1), tuner="random", trials=40,
+                          db=db)
+    assert (mid_batch.stopped, mid_batch.trials, mid_batch.retimed) == ("callback", 8, ())
+    assert len(db.trials_for(wl, target)) == 8
+    mid_window = tune_loop(wl, target, space, GivesUp(after=1), tuner="random", trials=8,
+                           db=db, seed=1)  # its one batch, then the window gives up
+    assert (mid_window.stopped, mid_window.trials, mid_window.retimed) == ("callback", 8, ())
+    records = db.trials_for(wl, target)
+    assert len(records) == 16 and all(r.retimed_cost is None for r in records)
+    assert not any("retime" in r.extra for r in records)

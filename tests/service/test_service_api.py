@@ -140,7 +140,7 @@ def _pool(**params: Any) -> dict[str, Any]:
     ({"workload": _pool(stride=[2, 0])}, ["body", "workload", "params", "stride"]),
     ({"workload": _pool(dilation=2)}, ["body", "workload", "params", "dilation"]),
     ({"workload": {**_pool(), "epilogue": ["relu"]}}, ["body", "workload", "epilogue"]),
-    ({"workload": {**_pool(), "layout": "NCHW16c"}}, ["body", "workload", "layout"]),
+    ({"workload": {**_pool(), "layout": "NCHW>NCHW8c"}}, ["body", "workload", "layout"]),
 ])
 def test_bad_submissions_name_the_field(serve, body, loc) -> None:
     client = serve()
@@ -470,7 +470,8 @@ def test_ops_list_the_dtypes_of_each_op(serve) -> None:
 
     valid = jsonschema.Draft202012Validator(schema).is_valid
     params = {"N": 1, "C": 4, "H": 8, "W": 8, "R": 3, "S": 3, "stride": 1, "pad": 1}
-    assert valid({"op": "conv2d", "params": params, "dtype": "bfloat16"})
+    assert valid({"op": "conv2d", "params": {**params, "K": 4}, "dtype": "bfloat16"})
+    assert not valid({"op": "conv2d", "params": params, "dtype": "bfloat16"})  # no K
     assert valid({"op": "max_pool2d", "params": params})
     assert not valid({"op": "max_pool2d", "params": params, "dtype": "float16"})
     response = client.post("/api/v1/jobs", json={"workload": {

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from autotune.db import Database, JobRecord
+from autotune.job_options import JobOptions, MeasureOverrides
 from autotune.measure.executor import Executor
 from autotune.ops import Workload
 from autotune.service.executors import ExecutorPool
@@ -109,7 +110,7 @@ def test_a_job_measures_with_its_own_measure_options(url, managers) -> None:
     given: list[Any] = []
 
     def factory(target: Target, measure: Any) -> object:
-        made.append((target.key, dict(measure)))
+        made.append((target.key, measure.given()))
         return object()
 
     db = Database(url)
@@ -129,7 +130,7 @@ def test_submit_wakes_a_worker_and_finished_jobs_are_released(url, managers) -> 
     db, tune = Database(url), SlowTune(batches=3)
     manager = managers(db, tune, poll_s=60.0)  # only the submit can wake it in time
     spec = JobSpec(workload=Workload.from_dict(SMALL_MATMUL), target=Target("llvm"),
-                   tuner="random", trials=12, options={})
+                   options=JobOptions(tuner="random", trials=12))
     job = manager.submit(spec)
     done = _state(db, job.id, "done")
     assert done.owner is None and done.lease_expires_at is None and done.finished_at
@@ -234,4 +235,28 @@ def test_close_hands_running_jobs_over(url, managers) -> None:
     done = _state(db, job.id, "done")
     assert second.calls == [job.id] and done.owner is None
     assert successor.owner != manager.owner
+    db.dispose()
+
+
+def test_a_library_job_taken_over_keeps_its_batch_size(url, managers) -> None:
+    """`autotune.tune` writes its job's `JobOptions` (batch size included); a service that
+    resumes the job after its process died tunes with them."""
+    import socket
+
+    given: list[dict[str, Any]] = []
+    db = Database(url)
+    dead = f"{socket.gethostname()}:{2**31 - 2}:cafe"  # a process of this host that is gone
+    options = JobOptions(tuner="random", trials=24, batch_size=16, seed=5, early_stopping=9,
+                         measure=MeasureOverrides(repeat=2))
+    job = db.create_job(workload=Workload.from_dict(SMALL_MATMUL), target=Target("llvm"),
+                        tuner="random", trials=24, owner=dead, lease_s=3600,
+                        options=options.to_json())
+    made: list[dict[str, Any]] = []
+    pool = ExecutorPool(lambda target, measure: made.append(measure.given()) or object())
+    managers(db, lambda *args, **kwargs: given.append(kwargs), pool=pool)
+    _state(db, job.id, "done")
+    (call,) = given
+    assert (call["batch_size"], call["seed"], call["early_stopping"], call["trials"]) == (
+        16, 5, 9, 24)
+    assert made == [{"repeat": 2}]
     db.dispose()

@@ -5,7 +5,7 @@ Both are one pass over the data, bound by memory: the parallel tasks are blocks 
 channels (`tile_c`: channel blocks per task) of each image, and, for the gate, rows of
 them. In NCHW[x]c a vector is a block's channels at one pixel: the pool keeps one vector
 accumulator per block of its task (several in flight hide the adds' latency) and the gate
-multiplies each pixel's vector by the block's scale vector; in NCHW the pool sums a
+multiplies each pixel's vector by the block's gate vector; in NCHW the pool sums a
 channel's pixels into a scalar and the gate runs along rows, vectorised.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from autotune.ops import Workload
 from autotune.schedule.definitions import OpGraph, depthwise_graph
 from autotune.schedule.schedule import Schedule
+from autotune.schedule.templates import cpu_window_blocked
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
     WINDOW_ORDERS,
@@ -29,7 +30,6 @@ from autotune.schedule.templates.common import (
     vector_registers,
     vector_width,
 )
-from autotune.schedule.templates import cpu_window_blocked
 from autotune.schedule.templates.cpu_conv2d import schedule_pad
 from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target

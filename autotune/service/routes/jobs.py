@@ -11,7 +11,7 @@ from starlette.background import BackgroundTask
 
 from autotune.db import JobRecord
 from autotune.service import queries
-from autotune.service.cache import json_body, json_response
+from autotune.service.cache import cached_json, json_body, json_response
 from autotune.service.deps import (
     CacheDep,
     DbDep,
@@ -85,25 +85,30 @@ def submit_job(body: JobCreate, manager: ManagerDep, settings: SettingsDep) -> J
 
 
 @router.get("", response_model=JobsPage, dependencies=[ReadAccess])
-def list_jobs(db: DbDep, state: Optional[JobState] = None,
-              offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobsPage:
+async def list_jobs(db: DbDep, cache: CacheDep, state: Optional[JobState] = None,
+                    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> Response:
     """A page of jobs, newest first."""
-    jobs, total = db.list_jobs(state=state, offset=offset, limit=limit)
-    return JobsPage(items=[job_public(j) for j in jobs], total=total, offset=offset, limit=limit)
+    def page() -> JobsPage:
+        jobs, total = db.list_jobs(state=state, offset=offset, limit=limit)
+        return JobsPage(items=[job_public(j) for j in jobs], total=total, offset=offset,
+                        limit=limit)
+
+    return await cached_json(cache, ("jobs", state, offset, limit), page)
 
 
 @router.get("/{job_id}", response_model=JobPublic, dependencies=[ReadAccess],
             responses=_NOT_FOUND, operation_id="get_job")
-def get_job(db: DbDep, job_id: JobId) -> JobPublic:
+async def get_job(db: DbDep, cache: CacheDep, job_id: JobId) -> Response:
     """A job: its state, progress and best GFLOP/s so far."""
-    return job_public(_job(db, job_id))
+    return await cached_json(cache, ("job", job_id), lambda: job_public(_job(db, job_id)))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, dependencies=[WriteAccess],
              responses={**_NOT_FOUND, **_AUTH}, operation_id="cancel_job")
 def cancel_job(manager: ManagerDep, job_id: JobId) -> JobPublic:
-    """Cancel a queued or running job; a running one stops after its current batch."""
+    """Cancel a queued or running job; a running one stops within seconds, its batch in
+    flight given up, and nothing more is recorded for it once this returns."""
     job = manager.cancel(job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
@@ -128,13 +133,16 @@ async def job_trials(db: DbDep, cache: CacheDep, job_id: JobId,
 
 @router.get("/{job_id}/workers", response_model=JobWorkersPage, dependencies=[ReadAccess],
             responses=_NOT_FOUND, operation_id="job_workers")
-def job_workers(db: DbDep, job_id: JobId) -> JobWorkersPage:
+async def job_workers(db: DbDep, cache: CacheDep, job_id: JobId) -> Response:
     """Who measured the job's trials: trials and failures per worker, most trials first
     ("local": records that name no worker, such as those made before workers were recorded)."""
-    _job(db, job_id)
-    return JobWorkersPage(items=[JobWorkerPublic(worker=worker or "local", trials=trials,
-                                                 failed=failed)
-                                 for worker, trials, failed in db.job_workers(job_id)])
+    def page() -> JobWorkersPage:
+        _job(db, job_id)
+        return JobWorkersPage(items=[JobWorkerPublic(worker=worker or "local", trials=trials,
+                                                     failed=failed)
+                                     for worker, trials, failed in db.job_workers(job_id)])
+
+    return await cached_json(cache, ("workers", job_id), page)
 
 
 @router.get("/{job_id}/top", response_model=TopPage, dependencies=[ReadAccess],
@@ -179,14 +187,20 @@ async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: J
 
 @router.get("/{job_id}/curves", response_model=CurvesPage, dependencies=[ReadAccess],
             responses=_NOT_FOUND)
-def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2000)] = 200,
-               siblings: bool = False) -> CurvesPage:
+async def job_curves(db: DbDep, cache: CacheDep, job_id: JobId,
+                     points: Annotated[int, Query(ge=2, le=2000)] = 200,
+                     siblings: bool = False) -> Response:
     """Fastest first measurement against trials, the job's best and its default config's
     standing (``default``); with ``siblings``,
     also of the other jobs (other tuners, seeds) on the same workload and target.
     ``rank_correlation``: how well the job's cost model ranked each batch it scored;
     ``current_model``: its latest model's score of each of the job's valid trials against
     the measured GFLOP/s."""
+    return await cached_json(cache, ("curves", job_id, points, siblings),
+                             lambda: _curves(db, job_id, points, siblings))
+
+
+def _curves(db: DbDep, job_id: int, points: int, siblings: bool) -> CurvesPage:
     job = _job(db, job_id)
     jobs = queries.sibling_jobs(db, job=job) if siblings else [job]
     scatter = queries.model_scatter(db, job_id=job_id)
@@ -206,7 +220,7 @@ def job_curves(db: DbDep, job_id: JobId, points: Annotated[int, Query(ge=2, le=2
     200: {"content": {"text/event-stream": {}},
           "description": "events: state, batch, end (see autotune.service.events)"}})
 async def job_event_stream(request: Request, db: DbDep, manager: ManagerDep,
-                           settings: SettingsDep, job_id: JobId,
+                           settings: SettingsDep, cache: CacheDep, job_id: JobId,
                            after: Annotated[Optional[int], Query(ge=0, le=MAX_ID)] = None,
                            last_event_id: Annotated[int, Header(
                                ge=0, le=MAX_ID, description="resume after this event id "
@@ -227,7 +241,8 @@ async def job_event_stream(request: Request, db: DbDep, manager: ManagerDep,
     except StreamsFull as err:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(err),
                             headers={"Retry-After": _RETRY_AFTER_S}) from None
-    stream = job_events(db, manager, job_id, start, lifetime_s=settings.event_stream_lifetime_s)
+    stream = job_events(db, manager, cache, job_id, start,
+                        lifetime_s=settings.event_stream_lifetime_s)
     # Released when the stream ends or the client goes, and (background) if it never started.
     return StreamingResponse(_holding(slot, stream), media_type="text/event-stream",
                              background=BackgroundTask(slot.release),

@@ -1,6 +1,7 @@
 """Read-only routes: the best record of a workload, the ops and tuners tables, health."""
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -11,10 +12,18 @@ import autotune
 from autotune.service.cache import json_body, json_response
 from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep, SourcesDep
 from autotune.service.http import json_content
-from autotune.service.schemas import BestPublic, Health, SourceStats, best_public
+from autotune.service.schemas import (
+    TARGET_PATTERN,
+    BestPublic,
+    Health,
+    SourceStats,
+    best_public,
+)
 from autotune.service.validation import check_target, parse_workload_query
+from autotune.target import MAX_SPEC_CHARS, Target
 
 router = APIRouter(tags=["records"])
+log = logging.getLogger("autotune.service")
 
 
 @router.get("/best", response_model=BestPublic, dependencies=[ReadAccess],
@@ -25,25 +34,33 @@ async def get_best(db: DbDep, cache: CacheDep,
                        description='workload JSON, e.g. {"op": "matmul", "params": {"M": 64, '
                                    '"N": 64, "K": 64}}',
                        json_schema_extra=json_content("WorkloadIn"))],
-                   target: Annotated[str, Query(min_length=1, max_length=256,
+                   target: Annotated[str, Query(max_length=MAX_SPEC_CHARS,
+                                                pattern=TARGET_PATTERN,
                                                 description="target spec or key")] = "llvm"
                    ) -> Response:
     """The fastest valid record of a workload on a target (what `autotune.best(url=...)` reads)."""
     def make() -> bytes:
+        from autotune.api import first_valid
+
         wl = parse_workload_query(workload)
-        key = _target_key(target)
-        record = db.best(wl, key)
-        if record is None:
+        tgt = _target(target)
+        key = tgt.key
+        skipped: list[str] = []
+        found = first_valid(db, wl, tgt, skipped)
+        if skipped:  # records of another version of the template's space
+            log.warning("GET /best of %s on %s skipped %d record(s) not of its space "
+                        "(first: %s)", wl, key, len(skipped), skipped[0])
+        if found is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no valid record for {wl} on {key}")
-        return json_body(best_public(record))
+        return json_body(best_public(found[0]))
 
     return json_response(await cache.fetch(("best", workload, target), make))
 
 
 @lru_cache(maxsize=256)
-def _target_key(spec: str) -> str:
+def _target(spec: str) -> Target:
     # Parsing a target detects the host CPU's features: do it once per spec.
-    return check_target(spec, ("query", "target")).key
+    return check_target(spec, ("query", "target"))
 
 
 @router.get("/ops", dependencies=[ReadAccess])

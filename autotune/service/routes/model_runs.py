@@ -6,11 +6,12 @@ from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, Field
 
 from autotune.db import model_runs as runs
-from autotune.service.deps import DbDep, ReadAccess
+from autotune.service.cache import cached_json
+from autotune.service.deps import CacheDep, DbDep, ReadAccess
 from autotune.service.routes.dashboard import STATIC_DIR
 from autotune.service.schemas import JobPublic, job_public, workload_labels
 from autotune.service.validation import MAX_ID, MAX_OFFSET
@@ -89,19 +90,27 @@ def _summary(run: runs.ModelRunRecord) -> dict[str, Any]:
 
 
 @router.get("", response_model=ModelRunsPage, dependencies=[ReadAccess])
-def list_model_runs(db: DbDep, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> ModelRunsPage:
+async def list_model_runs(db: DbDep, cache: CacheDep,
+                          offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+                          limit: Annotated[int, Query(ge=1, le=500)] = 50) -> Response:
     """A page of model runs, newest first."""
-    items, total = db.list_runs(offset=offset, limit=limit)
-    return ModelRunsPage(items=[ModelRunSummary(**_summary(r)) for r in items], total=total,
-                         offset=offset, limit=limit)
+    def page() -> ModelRunsPage:
+        items, total = db.list_runs(offset=offset, limit=limit)
+        return ModelRunsPage(items=[ModelRunSummary(**_summary(r)) for r in items],
+                             total=total, offset=offset, limit=limit)
+
+    return await cached_json(cache, ("model-runs", offset, limit), page)
 
 
 @router.get("/{run_id}", response_model=ModelRunDetail, dependencies=[ReadAccess],
             responses={404: {"description": "no model run with this id"}})
-def get_model_run(db: DbDep, run_id: RunId) -> ModelRunDetail:
+async def get_model_run(db: DbDep, cache: CacheDep, run_id: RunId) -> Response:
     """A model run: its tasks (trials, best, share of the latency), the operators left to
     torch, the estimated latency after each round, and its jobs."""
+    return await cached_json(cache, ("model-run", run_id), lambda: _detail(db, run_id))
+
+
+def _detail(db: DbDep, run_id: int) -> ModelRunDetail:
     run = db.get_run(run_id)
     if run is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model run {run_id}")

@@ -6,9 +6,11 @@ import time
 from typing import Any, Literal, Optional
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from autotune.service.deps import DbDep, ReadAccess
+from autotune.service.cache import cached_json
+from autotune.service.deps import CacheDep, DbDep, ReadAccess
 
 router = APIRouter(tags=["workers"])
 
@@ -46,11 +48,16 @@ class WorkersPage(BaseModel):
 
 
 @router.get("/workers", response_model=WorkersPage, dependencies=[ReadAccess])
-def list_workers(request: Request, db: DbDep) -> WorkersPage:
+async def list_workers(request: Request, db: DbDep, cache: CacheDep) -> Response:
     """The measurement workers (live first, then recently dead) and each target's load.
 
     Each worker's trials and failures are counted in the trials table (as
-    ``/jobs/{id}/workers`` counts them per job); ``state`` and ``job`` are what it does now."""
+    ``/jobs/{id}/workers`` counts them per job); ``state`` and ``job`` are what it does now
+    (as of at most a second ago)."""
+    return await cached_json(cache, ("cluster-workers",), lambda: _page(request, db))
+
+
+def _page(request: Request, db: Any) -> WorkersPage:
     state = request.app.state
     registry, pool = state.registry, state.executors
     executors = pool.executors()

@@ -277,7 +277,7 @@
   $("#tnext").addEventListener("click", () => { S.offset += TRIALS_PAGE; loadTrials(); });
   $("#top-form").addEventListener("change", loadTop);
   $("#cancel").addEventListener("click", async () => {
-    if (!confirm(`Cancel job #${jobId}? It stops after its current batch.`)) return;
+    if (!confirm(`Cancel job #${jobId}? Its batch in flight is given up.`)) return;
     try { S.job = await Api.post(`/jobs/${jobId}/cancel`); draw(); } catch (err) { showNotice(`Cancel failed: ${err.message}`, true); }
   });
   window.addEventListener("resize", () => debounce("resize", 150, draw));
