@@ -128,7 +128,8 @@ class PlannedKernel:
 
 
 def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-               db: DbArg = SETTINGS_DB, layout: str = "nchw") -> tuple[PlannedKernel, ...]:
+               db: DbArg = SETTINGS_DB, layout: str | None = None
+               ) -> tuple[PlannedKernel, ...]:
     """The kernels `compile_model` would build for ``model`` on ``target`` with ``layout``,
     one per workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
@@ -141,7 +142,7 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
 
 
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  db: DbArg = SETTINGS_DB, layout: str | None = None,
                   cuda_graphs: bool | None = None) -> nn.Module:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
@@ -150,7 +151,8 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     result with ``.to()`` to run elsewhere), and with ``cuda_graphs`` (None: where the
     example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
     autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
-    for when a call runs eagerly). ``layout``: "nchw" runs every layer in NCHW;
+    for when a call runs eagerly). ``layout`` (None: "auto" on llvm, "nchw" on cuda):
+    "nchw" runs every layer in NCHW;
     "auto" runs convs, depthwise convs, max-pools and the channelwise ops in NCHW[x]c on
     llvm where `layouts.choose_layouts` says so, with `LayoutTransform` modules where a
     torch op or a layer in another layout reads a blocked tensor, and convs on cuda in NHWC
@@ -165,12 +167,13 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
 
 
 def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  db: DbArg = SETTINGS_DB, layout: str | None = None,
                   cuda_graphs: bool | None = None) -> nn.Module:
     """`compile_model` of a graph already traced and shape-propagated at ``inputs`` (its
     modules in eval mode), rewritten in place (on cuda, wrapped in a `CudaGraphModel`
     with ``cuda_graphs``)."""
     tgt = _supported(as_target(target))
+    layout = check_layout_mode(layout, tgt)
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
@@ -203,11 +206,11 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
     return gm
 
 
-def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
+def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str | None
              ) -> tuple[list[Match], list[Match]]:
     """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
     ``db`` where both layouts of a conv have some)."""
-    check_layout_mode(layout, tgt)
+    layout = check_layout_mode(layout, tgt)
     matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt), target=tgt)
     if layout == "nchw":
         return matches, matches

@@ -121,26 +121,27 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
 
 
 def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
-            target: Any = "llvm", layout: str = "nchw") -> ModelTasks:
+            target: Any = "llvm", layout: Optional[str] = None) -> ModelTasks:
     """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
     with how many times a forward pass runs it, largest FLOP share first, and the
     operators left to torch because autotune has no kernel for them. ``target`` (a spec
     or `Target`; default this CPU, as `tune_model`'s): the workloads `compile_model` runs
     and `tune_model` tunes there (on llvm the max-pools too, and the prepacked forms;
     None: no target, every layer in its usual form and the pools left to torch);
-    ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
+    ``layout`` as `compile_model` takes it: under "auto" on llvm (its default there), the
+    layers in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)
     matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
                                        prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
-    if layout != "nchw":
+    if target is not None and layout != "nchw":
         from autotune.frontend.layouts import check_layout_mode, default_layouts
         from autotune.target import Target
 
-        tgt = Target(target or "llvm") if not isinstance(target, Target) else target
-        check_layout_mode(layout, tgt)
-        matches = default_layouts(matches, tgt)
+        tgt = target if isinstance(target, Target) else Target(target)
+        if check_layout_mode(layout, tgt) == "auto":
+            matches = default_layouts(matches, tgt)
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 
