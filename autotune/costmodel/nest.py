@@ -34,7 +34,6 @@ from autotune.ir.stmt import (
     MmaSync,
     PrimFunc,
     Scope,
-    Seq,
     SetMaxNReg,
     Stmt,
     Store,
@@ -47,6 +46,7 @@ from autotune.ir.stmt import (
     fragment_dims,
     walk_stmts,
 )
+from autotune.ir.visitor import StmtVisitor
 from autotune.ops.dtypes import MBARRIER
 
 ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1, "float16": 2, "bfloat16": 2, MBARRIER: 8}
@@ -123,56 +123,70 @@ def summarize(func: PrimFunc) -> NestSummary:
     for b in func.args:
         key = "half_arg_bytes" if ITEMSIZE.get(b.dtype, 4) == 2 else "float_arg_bytes"
         out.tc[key] += b.size * ITEMSIZE.get(b.dtype, 4)
-    _walk(func.body, [], [], [], [], out, _ALL_THREADS)
+    _Walker(out).visit(func.body)
     return out
 
 
-def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
-          guards: list[int], out: NestSummary, span: tuple[int, int]) -> None:
-    # Explicit recursion with shared path lists (push/pop): the AST is shallow, and copying
-    # the path per node would dominate the cost. ``span``: the threadIdx.x range that role
-    # guards leave (read by the Hopper statements only).
-    if isinstance(s, Seq):
-        for c in s.stmts:
-            _walk(c, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, For):
-        if s.extent > 1:
-            vars_.append(s.var)
-            extents.append(s.extent)
-            kinds.append(s.kind)
-            _walk(s.body, vars_, extents, kinds, guards, out, span)
-            vars_.pop()
-            extents.pop()
-            kinds.pop()
-        else:
-            _walk(s.body, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, Store):
-        out.sites.append(_site(s, vars_, extents, kinds, guards))
-    elif isinstance(s, IfThenElse):
-        guards.append(len(vars_))
-        then, other = _role_spans(s.cond, vars_, kinds, span)
-        _walk(s.then, vars_, extents, kinds, guards, out, then)
+class _Walker(StmtVisitor):
+    """The loop path down to each statement, as shared lists pushed and popped (the AST is
+    shallow, and copying the path per node would dominate the cost); ``span``: the
+    threadIdx.x range that role guards leave (read by the Hopper statements only)."""
+
+    def __init__(self, out: NestSummary) -> None:
+        self.out = out
+        self.vars_: list[Var] = []
+        self.extents: list[int] = []
+        self.kinds: list[ForKind] = []
+        self.guards: list[int] = []
+        self.span = _ALL_THREADS
+
+    def visit_for(self, s: For) -> None:
+        if s.extent <= 1:
+            self.visit(s.body)
+            return
+        self.vars_.append(s.var)
+        self.extents.append(s.extent)
+        self.kinds.append(s.kind)
+        self.visit(s.body)
+        self.vars_.pop()
+        self.extents.pop()
+        self.kinds.pop()
+
+    def visit_if(self, s: IfThenElse) -> None:
+        self.guards.append(len(self.vars_))
+        span = self.span
+        then, other = _role_spans(s.cond, self.vars_, self.kinds, span)
+        self.span = then
+        self.visit(s.then)
         if s.else_ is not None:
-            _walk(s.else_, vars_, extents, kinds, guards, out, other)
-        guards.pop()
-    elif isinstance(s, Allocate):
-        b = s.buffer
+            self.span = other
+            self.visit(s.else_)
+        self.span = span
+        self.guards.pop()
+
+    def visit_allocate(self, s: Allocate) -> None:
+        b, out = s.buffer, self.out
         out.alloc_bytes[b.scope] += b.size * ITEMSIZE.get(b.dtype, 4)
         out.n_allocs += 1
         if b.scope is Scope.WMMA_ACC or b.scope is Scope.WMMA_A or b.scope is Scope.WMMA_B:
             _fragment_alloc(b, s.body, out)
         elif b.dtype == MBARRIER:
             out.tc["barrier_slots"] += b.size
-        _walk(s.body, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, Sync):
-        out.n_syncs += 1
-        out.tc["syncs"] += _executions(extents, kinds, guards, "block")
-    elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
-        _tensor_core(s, extents, kinds, guards, out)
-    elif isinstance(s, AtomicAdd):
-        out.tc["atomics"] += _executions(extents, kinds, guards, "block")
-    elif isinstance(s, _HOPPER):
-        _hopper(s, extents, kinds, guards, out, span)
+        self.visit(s.body)
+
+    def visit_leaf(self, s: Stmt) -> None:
+        out, extents, kinds, guards = self.out, self.extents, self.kinds, self.guards
+        if isinstance(s, Store):
+            out.sites.append(_site(s, self.vars_, extents, kinds, guards))
+        elif isinstance(s, Sync):
+            out.n_syncs += 1
+            out.tc["syncs"] += _executions(extents, kinds, guards, "block")
+        elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
+            _tensor_core(s, extents, kinds, guards, out)
+        elif isinstance(s, AtomicAdd):
+            out.tc["atomics"] += _executions(extents, kinds, guards, "block")
+        elif isinstance(s, _HOPPER):
+            _hopper(s, extents, kinds, guards, out, self.span)
 
 
 def _role_spans(cond: Expr, vars_: list[Var], kinds: list[ForKind], span: tuple[int, int]
