@@ -27,9 +27,9 @@ from autotune.codegen.cuda.passes import (
     dynamic_shared_layout,
     shared_buffers,
     tensor_maps,
-    writes,
 )
-from autotune.ir.analysis import Interval, affine, interval, loop_extents, simplify
+from autotune.codegen.cuda.semantics import c_division, flat_index, index_bits, written_buffers
+from autotune.ir.analysis import Interval, affine, loop_extents, simplify
 from autotune.ir.expr import (
     FLOAT,
     And,
@@ -97,7 +97,6 @@ _KEYWORDS = {"int", "float", "for", "if", "else", "const", "do", "while", "retur
 _PREC = {"?": 1, "||": 2, "&&": 3, "==": 4, "!=": 4, "<": 5, "<=": 5, ">": 5, ">=": 5,
          "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
 _ATOM = 9
-_INT_LIMIT = 2**31 // 8  # beyond this many elements an overhanging tile index may overflow int
 _WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 _ROUND = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 _HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
@@ -149,12 +148,6 @@ def headers(func: PrimFunc) -> str:
 def c_type(dtype: str) -> str:
     """The CUDA C element type of a buffer of ``dtype``."""
     return element_c_type(dtype)
-
-
-def written_buffers(s: Stmt) -> set[Buffer]:
-    """Buffers some statement of ``s`` writes (Store, MmaStore, AsyncCopy): the kernel
-    parameters that are not ``const``."""
-    return set(writes(s))
 
 
 def mma_shared_buffers(s: Stmt) -> set[Buffer]:
@@ -492,28 +485,6 @@ class _Emitter(StmtVisitor):
     def _sub(self, e: Expr, min_prec: int) -> str:
         text, p = self._expr(e)
         return text if p >= min_prec else f"({text})"
-
-
-def index_bits(func: PrimFunc) -> int:
-    """Width of the kernel's index arithmetic: 64 bits once a buffer is large enough that
-    an overhanging tile's index may overflow a 32-bit ``int``."""
-    big = max([b.size for b in (*func.args, *func.workspaces)] or [0]) > _INT_LIMIT
-    return 64 if big else 32
-
-
-def flat_index(b: Buffer, indices: tuple[Expr, ...], extents: dict[Var, int]) -> Expr:
-    """The one-dimensional index the kernel computes for ``b[indices]``."""
-    flat: Expr = Const(0)
-    for i, stride in zip(indices, b.strides):
-        flat = add(flat, mul(i, stride))
-    return simplify(flat, extents)
-
-
-def c_division(e: BinOp, ranges: dict[Var, Interval]) -> bool:
-    """Whether ``//`` or ``%`` is printed as C's ``/`` or ``%`` (which round toward zero):
-    only where both operands are proven non-negative, the divisor positive."""
-    lo, div = interval(e.a, ranges), interval(e.b, ranges)
-    return lo is not None and lo[0] >= 0 and div is not None and div[0] > 0
 
 
 def _const(e: Const) -> str:

@@ -14,19 +14,15 @@ from dataclasses import dataclass
 from math import prod
 from typing import Iterable, Mapping
 
+from autotune.codegen.cuda.semantics import reads, writes
 from autotune.ir.analysis import Interval, decide, map_stmt_exprs, stmt_exprs, substitute
 from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
 from autotune.ir.stmt import (
     Allocate,
-    AsyncCopy,
-    AtomicAdd,
     Buffer,
     For,
     ForKind,
     IfThenElse,
-    MbarrierArrive,
-    MbarrierInit,
-    MbarrierWait,
     MmaFill,
     MmaLoad,
     MmaStore,
@@ -36,7 +32,6 @@ from autotune.ir.stmt import (
     Seq,
     SetMaxNReg,
     Stmt,
-    Store,
     Sync,
     TensorMap,
     TmaLoad,
@@ -186,44 +181,6 @@ def contains_sync(s: Stmt) -> bool:
 WARP_COLLECTIVE = (MmaFill, MmaLoad, MmaSync, MmaStore)
 # collective over a warpgroup (4 warps): legal under a guard uniform across warpgroups only
 WARPGROUP_COLLECTIVE = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg)
-MBARRIER_STMTS = (MbarrierInit, MbarrierArrive, MbarrierWait)
-
-
-def writes(s: Stmt) -> list[Buffer]:
-    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store, a
-    TMA copy and the barrier it completes on, mbarrier operations, wgmma accumulators; an
-    atomic writes its element and its result)."""
-    out = []
-    for x in walk_stmts(s):
-        if isinstance(x, Store):
-            out.append(x.buffer)
-        elif isinstance(x, (AsyncCopy, MmaStore)):
-            out.append(x.dst)
-        elif isinstance(x, AtomicAdd):
-            out += [x.buffer, x.result]
-        elif isinstance(x, TmaLoad):
-            out += [x.dst, x.bar]
-        elif isinstance(x, MBARRIER_STMTS):
-            out.append(x.bar)
-        elif isinstance(x, Wgmma):
-            out.append(x.acc)
-    return out
-
-
-def reads(s: Stmt) -> list[Buffer]:
-    """The buffers ``s`` reads: loads, cp.async and TMA sources, mma_load and wgmma
-    operands, atomics, waited barriers."""
-    out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
-    out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
-    out += [x.buffer for x in walk_stmts(s) if isinstance(x, AtomicAdd)]
-    for x in walk_stmts(s):
-        if isinstance(x, TmaLoad):
-            out.append(x.tmap.buffer)
-        elif isinstance(x, Wgmma):
-            out += [x.a.buffer, x.b.buffer, x.acc]
-        elif isinstance(x, MbarrierWait):
-            out.append(x.bar)
-    return out
 
 
 def shared_buffers(s: Stmt) -> list[Buffer]:

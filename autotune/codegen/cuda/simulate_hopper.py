@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import flat_index
+from autotune.codegen.cuda.semantics import flat_index
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_hopper_state import REG_FILE, Core, HopperState, Lanes
 from autotune.codegen.cuda.simulate_layout import box_elements, swizzle

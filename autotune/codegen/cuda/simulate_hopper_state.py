@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from autotune.codegen.cuda.hopper import HOPPER_STMTS
-from autotune.codegen.cuda.passes import MBARRIER_STMTS, dynamic_shared_layout
+from autotune.codegen.cuda.passes import dynamic_shared_layout
+from autotune.codegen.cuda.semantics import MBARRIER_STMTS
 from autotune.codegen.cuda.simulate_async import PLAIN, Accumulators, AsyncShared
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_mbarrier import Mbarriers
