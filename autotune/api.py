@@ -11,7 +11,7 @@ import enum
 import math
 import threading
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import (
 )
 
 from autotune.db import Database, TrialRecord
-from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
+from autotune.db.lease import HeldJob, LeaseKeeper, OwnedStore, held_job, new_owner
 from autotune.job_options import JobOptions, MeasureOverrides
 from autotune.ops import Workload
 from autotune.records import record_from_json
@@ -182,45 +182,77 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                      early_stopping=early_stopping, transfer=transfer, tuner_options=opts,
                      measure=measure_options.overrides() if measure_options is not None
                      else MeasureOverrides())
-    with open_database(db) as database:
-        keeper: Optional[LeaseKeeper] = None
-        if database is not None and job_id is None:
-            lease_s = Settings().job_lease_s  # read now: the environment may change
-            owner = new_owner()
-            job_id = database.create_job(workload=wl, target=tgt, tuner=name, trials=trials,
-                                         owner=owner, lease_s=lease_s,
-                                         options=job.to_json()).id
-            keeper = LeaseKeeper(database, owner, lease_s).start()
+    with open_database(db) as database, \
+            _attached_job(database, wl, tgt, job, job_id, owner) as attached:
+        exe = executor if executor is not None else default_executor(tgt, measure_options)
         try:
-            with held_job(keeper, job_id) if keeper is not None and job_id is not None \
-                    else nullcontext(None) as held:
-                store: Optional[TrialStore] = database
-                if held is not None:
-                    store, callbacks = held.store, (*callbacks, held.callback)
-                elif database is not None and owner is not None and job_id is not None:
-                    store = OwnedStore(database, job_id, owner)  # a job its caller holds
-                exe = executor if executor is not None else default_executor(tgt, measure_options)
-                # A job held here stops its batch in flight once cancelled (from anywhere).
-                measured = exe if held is None else exe.for_job(
-                    job_id=held.job_id, should_stop=lambda: held.stopping() is not None)
-                shown = library_progress(progress, str(wl))
-                try:
-                    with tuning_session(wl, tgt, measured, trials=trials, tuner=name,
-                                        tuner_options=opts, seed=seed, db=store,
-                                        batch_size=batch_size, early_stopping=early_stopping,
-                                        job_id=job_id) as session:
-                        result = drive(session, measured, (*callbacks, shown))
-                    shown.summary(explain.lines(result))
-                finally:
-                    shown.finish()
-                    if executor is None:
-                        exe.close()
-                if held is not None:
-                    held.end("cancelled" if result.stopped == "callback" else "done")
-                return result
+            result = _run_session(wl, tgt, job, attached, exe, callbacks, progress)
         finally:
-            if keeper is not None:
-                keeper.stop()
+            if executor is None:
+                exe.close()
+        if attached.held is not None:
+            attached.held.end("cancelled" if result.stopped == "callback" else "done")
+        return result
+
+
+@dataclass(frozen=True)
+class _AttachedJob:
+    """Where a `tune` call writes its trials (None: nowhere), its job's id, and the job
+    when this call holds it (None: its caller holds it, or there is none)."""
+
+    store: Optional[TrialStore]
+    job_id: Optional[int]
+    held: Optional[HeldJob]
+
+
+@contextmanager
+def _attached_job(database: Optional[Database], workload: Workload, target: Target,
+                  job: JobOptions, job_id: Optional[int], owner: Optional[str]
+                  ) -> Iterator[_AttachedJob]:
+    """The one way `tune` holds or attaches to a job: without ``job_id``, a new job held
+    here under a lease for the block; with one, writes fenced by its ``owner`` (the
+    caller holds it) or, without an owner, straight to ``database``."""
+    if database is None or job_id is not None:
+        store: Optional[TrialStore] = database
+        if database is not None and job_id is not None and owner is not None:
+            store = OwnedStore(database, job_id, owner)
+        yield _AttachedJob(store, job_id, None)
+        return
+    lease_s = Settings().job_lease_s  # read now: the environment may change
+    owner = new_owner()
+    created = database.create_job(workload=workload, target=target, tuner=job.tuner,
+                                  trials=job.trials, owner=owner, lease_s=lease_s,
+                                  options=job.to_json())
+    keeper = LeaseKeeper(database, owner, lease_s).start()
+    try:
+        with held_job(keeper, created.id) as held:
+            yield _AttachedJob(held.store, created.id, held)
+    finally:
+        keeper.stop()
+
+
+def _run_session(workload: Workload, target: Target, job: JobOptions, attached: _AttachedJob,
+                 executor: "Executor", callbacks: Iterable[Callable[[Progress], Optional[bool]]],
+                 progress: bool) -> TuneResult:
+    """Drive the job's `TuningSession` on ``executor`` to its end, drawing its progress."""
+    held = attached.held
+    if held is not None:
+        # A job held here stops its batch in flight once cancelled (from anywhere).
+        executor = executor.for_job(job_id=held.job_id,
+                                    should_stop=lambda: held.stopping() is not None)
+        callbacks = (*callbacks, held.callback)
+    shown = library_progress(progress, str(workload))
+    try:
+        with tuning_session(workload, target, executor, trials=job.trials, tuner=job.tuner,
+                            tuner_options=dict(job.tuner_options), seed=job.seed,
+                            db=attached.store, batch_size=job.batch_size,
+                            early_stopping=job.early_stopping,
+                            job_id=attached.job_id) as session:
+            result = drive(session, executor, (*callbacks, shown))
+        shown.summary(explain.lines(result))
+    finally:
+        shown.finish()
+    return result
 
 
 def tuner_options_of(tuner: str, options: Optional[Mapping[str, Any]],
