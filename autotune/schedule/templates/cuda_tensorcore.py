@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping
 
-from autotune.ir.stmt import WMMA_SHAPES, PrimFunc
+from autotune.ir.stmt import WMMA_SHAPES
 from autotune.ops import Workload
 from autotune.schedule.templates.cuda_common import limits
 from autotune.space import Choice, Config, ConfigSpace
@@ -310,9 +310,3 @@ def _shrink(extent: int, warps: int, frags: int, unit: int = 16) -> tuple[int, i
 def _halve(warps: int, frags: int) -> tuple[int, int]:
     """Half the fragments a side of the tile holds, fragments per warp first."""
     return (warps, frags // 2) if frags > 1 else (warps // 2, frags)
-
-
-def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
-    """The kernel of ``cfg`` as a loop AST (see `cuda_tensorcore_lower`)."""
-    from autotune.schedule.templates.cuda_tensorcore_lower import lower_tensorcore
-    return lower_tensorcore(wl, tiling(cfg), sm_version(limits(target)) >= 80)

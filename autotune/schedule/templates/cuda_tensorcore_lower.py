@@ -57,7 +57,12 @@ from autotune.schedule.templates.cuda_tensorcore import (
     Tiling,
     gemm_dims,
     k_tiles,
+    limits,
+    sm_version,
+    tiling,
 )
+from autotune.space import Config
+from autotune.target import Target
 
 ZERO = Const(0.0, FLOAT)
 
@@ -135,6 +140,11 @@ def _im2col(wl: Workload, data: Buffer) -> Operand:
 
 def _buffers(wl: Workload) -> dict[str, Buffer]:
     return {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
+
+
+def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
+    """The kernel of ``cfg`` as a loop AST: cp.async copies from sm_80 on."""
+    return lower_tensorcore(wl, tiling(cfg), sm_version(limits(target)) >= 80)
 
 
 def lower_tensorcore(wl: Workload, t: Tiling, async_copies: bool = True) -> PrimFunc:

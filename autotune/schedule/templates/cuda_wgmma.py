@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping
 
-from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload
 from autotune.ops.layout import NHWC
 from autotune.schedule.templates.cuda_common import limits
@@ -305,9 +304,3 @@ def _default_tile_w(wl: Workload, bm: int) -> int:
     fits = [w for w in TILE_WS if bm % w == 0 and w * sw <= MAX_BOX
             and bm // w * wl.pair("stride")[0] <= MAX_BOX]
     return min(fits, key=lambda w: (-(-ow // w) * w - ow, -w))
-
-
-def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
-    """The kernel of ``cfg`` as a loop AST (see `cuda_wgmma_lower`)."""
-    from autotune.schedule.templates.cuda_wgmma_lower import lower_wgmma
-    return lower_wgmma(wl, tiling(cfg), limits(target).multiprocessors)

@@ -73,13 +73,22 @@ from autotune.schedule.templates.cuda_wgmma import (
     WARPGROUP,
     WgmmaTiling,
     k_tiles,
+    limits,
     tile_counts,
+    tiling,
 )
+from autotune.space import Config
+from autotune.target import Target
 
 SWIZZLE = 128                      # bytes: one row of BLOCK_K halves
 SWIZZLE_ATOM = 8 * SWIZZLE         # bytes of 8 swizzled rows: the descriptors' group stride
 K_STEP = 16                        # the k of one wgmma
 ZERO = Const(0.0, FLOAT)
+
+
+def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
+    """The kernel of ``cfg`` as a loop AST, its persistent grid sized to the target."""
+    return lower_wgmma(wl, tiling(cfg), limits(target).multiprocessors)
 
 
 def lower_wgmma(wl: Workload, t: WgmmaTiling, multiprocessors: int) -> PrimFunc:
