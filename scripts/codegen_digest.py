@@ -1,6 +1,7 @@
-"""Digests of the generated code (LLVM IR before O3, CUDA C before nvcc) of every operator
-and template, for the default config and a seeded sample of valid ones: run it before and
-after a change meant to keep code generation as it was, and compare.
+"""Digests of the generated code (LLVM IR before O3, CUDA C before nvcc) and of the cost
+model's feature row of every operator and template, for the default config and a seeded
+sample of valid ones: run it before and after a change meant to keep code generation (and
+what the cost model sees) as it was, and compare.
 
     python scripts/codegen_digest.py                 # one line per case: digest, case
     python scripts/codegen_digest.py --against main  # the tree against a commit: differences
@@ -56,11 +57,12 @@ CASES: tuple[tuple[str, dict, tuple[str, ...], str, tuple[str, ...]], ...] = (
 
 
 def cases() -> Iterator[tuple[str, str]]:
-    """(case name, generated source) of every case that its target accepts."""
+    """(case name, generated source or feature row) of every case its target accepts."""
     import numpy as np
 
     import autotune
     from autotune import driver
+    from autotune.costmodel.features import extract
 
     for op, params, epilogue, dtype, kinds in CASES:
         wl = autotune.workload(op, epilogue=list(epilogue), dtype=dtype, **params)
@@ -78,6 +80,8 @@ def cases() -> Iterator[tuple[str, str]]:
                 name = f"{driver.kernel_family(wl, target)}: {wl} [{target.key}] #{cfg.index}"
                 try:
                     yield name, driver.source(wl, target, cfg)
+                    row = np.asarray(list(extract(driver.lower(wl, target, cfg))), np.float64)
+                    yield f"features of {name}", row.tobytes().hex()
                 except driver.InvalidConfig as e:
                     yield name, f"invalid: {e}"
 
@@ -116,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     differ = sorted(n for n in now.keys() | then.keys() if now.get(n) != then.get(n))
     for name in differ:
         print(f"DIFFERS {then.get(name, '-')} -> {now.get(name, '-')} {name}")
-    kinds = {k: sum(k in n for n in now) for k in ("[llvm", "[cuda")}
-    print(f"{len(now)} cases ({kinds['[llvm']} LLVM IR, {kinds['[cuda']} CUDA C): "
-          f"{len(now) - len(differ)} identical to {args.against}, {len(differ)} differ")
+    code = [n for n in now if not n.startswith("features of ")]
+    kinds = {k: sum(k in n for n in code) for k in ("[llvm", "[cuda")}
+    print(f"{len(code)} kernels ({kinds['[llvm']} LLVM IR, {kinds['[cuda']} CUDA C) and "
+          f"{len(now) - len(code)} feature rows: {len(now) - len(differ)} of {len(now)} "
+          f"identical to {args.against}, {len(differ)} differ")
     return 1 if differ else 0
 
 

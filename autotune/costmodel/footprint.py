@@ -9,7 +9,8 @@ import math
 
 from librt.vecs import vec
 
-from autotune.costmodel.nest import ITEMSIZE, Access
+from autotune.costmodel.nest import Access
+from autotune.ops.dtypes import ELEMENT_BYTES
 
 LINE = 64  # bytes per cache line: footprints are also counted in whole lines
 
@@ -32,7 +33,7 @@ class BufStats:
         n = len(ext)
         buf = accs[0].buffer
         shape, strides = buf.shape, buf.strides
-        item = ITEMSIZE.get(buf.dtype, 4)
+        item = ELEMENT_BYTES.get(buf.dtype, 4)
         first = accs[0]
         stride = vec[float]([0.0] * n)
         for d, (coefs, _) in enumerate(first.dims):

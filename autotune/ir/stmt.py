@@ -178,11 +178,12 @@ class Sync(Stmt):
 
 
 # ---------------------------------------------------------------- warp-level matrix ops
-# Tensor-core statements (CUDA only). Each is collective over a warp: all 32 threads of the
-# warp execute it together, with the same operands. Offsets are flat element offsets into
+# Tensor-core statements (CUDA only). Each is collective over a warp: all WARP threads of
+# the warp execute it together, with the same operands. Offsets are flat element offsets into
 # a buffer (the fragment's (0, 0) element); ``ldm`` is the leading dimension in elements.
 # ``shape`` is the MMA shape (m, n, k), one that nvcuda::wmma offers for half inputs.
 
+WARP = 32  # threads of a warp, which runs the warp-collective statements together
 WMMA_SHAPES: tuple[tuple[int, int, int], ...] = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
 
 
@@ -302,7 +303,7 @@ class AsyncWait(Stmt):
 # tiles with asynchronous warpgroup MMAs (wgmma) into register accumulators, and arrive on
 # a barrier that frees the stage for the producer.
 
-WARPGROUP = 128  # threads that issue one wgmma together
+WARPGROUP = 4 * WARP  # threads that issue one wgmma together
 SWIZZLES = (0, 32, 64, 128)  # bytes of a TMA / wgmma shared-memory swizzle pattern
 
 
@@ -449,7 +450,7 @@ class Wgmma(Stmt):
 def wgmma_fragment(thread: int, reg: int) -> tuple[int, int]:
     """(row, column) of the accumulator element that register ``reg`` of warpgroup thread
     ``thread`` (0-127) holds, in a 64 x n wgmma tile."""
-    warp, lane = thread // 32, thread % 32
+    warp, lane = thread // WARP, thread % WARP
     return (warp * 16 + lane // 4 + 8 * (reg % 4 // 2),
             reg // 4 * 8 + lane % 4 * 2 + reg % 2)
 
@@ -494,7 +495,7 @@ class NamedSync(Stmt):
     __slots__ = ("barrier", "threads")
 
     def __init__(self, barrier: int, threads: int):
-        assert 1 <= barrier <= 15 and threads % 32 == 0, (barrier, threads)
+        assert 1 <= barrier <= 15 and threads % WARP == 0, (barrier, threads)
         self.barrier, self.threads = int(barrier), int(threads)
 
     def __reduce__(self) -> tuple:

@@ -19,7 +19,7 @@ from autotune.codegen.cuda.passes import Launch
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_hopper_state import HopperState
 from autotune.ir.expr import Var
-from autotune.ir.stmt import Buffer, Scope
+from autotune.ir.stmt import WARP, Buffer, Scope
 
 if TYPE_CHECKING:
     from autotune.codegen.cuda.simulate_sync import Ordering
@@ -162,7 +162,7 @@ def describe_lane(g: Grid, lane: int, warp: bool
     blk, thr = g.coords(lane)
     if not warp:
         return f"thread {thr} of block {blk}", blk, thr, None
-    w = int(g.tid[lane]) // 32
+    w = int(g.tid[lane]) // WARP
     return f"warp {w} of block {blk}", blk, thr, w
 
 

@@ -38,6 +38,7 @@ from autotune.codegen.cuda.simulate_core import (
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.ir.expr import HALF_DTYPES, Expr
 from autotune.ir.stmt import (
+    WARP,
     WMMA_SHAPES,
     Allocate,
     AsyncCommit,
@@ -54,16 +55,14 @@ from autotune.ir.stmt import (
     fragment_dims,
     walk_stmts,
 )
-from autotune.ops.dtypes import round_to
+from autotune.ops.dtypes import element_bytes, round_to
 
-WARP = 32
 WMMA_ALIGN = 32    # bytes: load/store_matrix_sync take a 256-bit aligned pointer
 LDM_ALIGN = 16     # bytes: ldm a multiple of 8 half or 4 float elements
 COPY_BYTES = (4, 8, 16)
 # what a buffer's first element is aligned to: cudaMalloc gives 256 bytes; the emitter
 # declares a shared array that wmma or cp.async touches __align__(128)
 BASE_ALIGN = {Scope.GLOBAL: 256, Scope.SHARED: 128}
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MEMORY = (Scope.GLOBAL, Scope.SHARED)
 
 
@@ -234,7 +233,7 @@ class _Collective:
             if mem.scope not in _MEMORY or mem.dtype != s.frag.dtype:
                 raise _invalid(s, mem, f"a {mem.dtype} {mem.scope.value} buffer; the fragment "
                                        f"needs a {s.frag.dtype} pointer to global or shared")
-            self.item = _ITEMSIZE[mem.dtype]
+            self.item = element_bytes(mem.dtype)
             self.bad_ldm = s.ldm * self.item % LDM_ALIGN != 0
             frag = self.frags[0][0]
             r, col = np.divmod(np.arange(frag.rows * frag.cols), frag.cols)
@@ -398,7 +397,7 @@ def _frag_view(g: Grid, f: FragmentType) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- cp.async
 
 def _copy(c: ClosureBuilder, s: AsyncCopy, text: str) -> StmtFn:
-    item = _ITEMSIZE.get(s.dst.dtype, 4)
+    item = element_bytes(s.dst.dtype)
     nbytes = s.elems * item
     if s.dst.scope is not Scope.SHARED or s.src.scope is not Scope.GLOBAL:
         raise _invalid(s, s.dst, "cp.async copies from global to shared memory")

@@ -58,7 +58,9 @@ from autotune.schedule.templates.cuda_tensorcore import (
     gemm_dims,
     k_tiles,
     limits,
+    output_tiles,
     sm_version,
+    tile_counts,
     tiling,
 )
 from autotune.space import Config
@@ -181,9 +183,9 @@ class _Kernel:
         split = t.split_k
         # the image (batch element) and the k range of the block: bz itself without a split
         self.image: Expr = self.bz if split == 1 else self.bz // split
-        self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.bn)
+        self.tiles_m, self.tiles_n = tile_counts(self.M, self.N, t.bm, t.bn)
         self.per_split = k_tiles(t, self.K)[1]
-        self.n_tiles = self.batch * self.tiles_m * self.tiles_n  # output tiles of the launch
+        self.n_tiles = output_tiles(self.batch, self.M, self.N, t.bm, t.bn)
         self.workspaces: tuple[Buffer, ...] = ()
         if split > 1:
             self.partials = Buffer("split_partials", (split * self.n_tiles * t.bm * t.bn,),
