@@ -130,9 +130,9 @@ def run_bench_model(args: argparse.Namespace) -> int:
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import compile_model
-    from autotune.frontend.torch import _as_tuple
+    from autotune.frontend.torch import as_tuple
 
-    inputs = _as_tuple(inputs)
+    inputs = as_tuple(inputs)
     model.eval()
     sync: Callable[[], Any] = lambda: None
     if _target_kind(args.target) == "cuda":  # the model, its inputs and the kernels on the GPU
