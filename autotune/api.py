@@ -27,9 +27,19 @@ from typing import (
     Union,
 )
 
+from sqlalchemy.engine import make_url
+
+from autotune.cluster.factory import make_executor
 from autotune.db import Database, TrialRecord
 from autotune.db.lease import HeldJob, LeaseKeeper, OwnedStore, held_job, new_owner
+from autotune.db.url import checked_url, normalize_url
+from autotune.driver import compile as compile_kernel
+from autotune.driver import config_space
 from autotune.job_options import JobOptions, MeasureOverrides
+from autotune.measure.capability import measure_refusal
+from autotune.measure.options import MeasureOptions
+from autotune.measure.replay import ReplayExecutor
+from autotune.measure.result import MeasureUnavailable
 from autotune.ops import Workload
 from autotune.records import record_from_json
 from autotune.search import (
@@ -118,7 +128,6 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
     if db is None or isinstance(db, Database):
         yield db
         return
-    from autotune.db.url import checked_url
 
     checked_url(db)  # DatabaseUrlError: one line naming the URL and the fix
     if not create and _missing_sqlite_file(db):
@@ -132,10 +141,6 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
 
 
 def _missing_sqlite_file(url: str) -> bool:
-    from sqlalchemy.engine import make_url
-
-    from autotune.db.url import normalize_url
-
     parsed = make_url(normalize_url(url))
     name = parsed.database or ""
     return (parsed.get_backend_name() == "sqlite" and name not in ("", ":memory:")
@@ -170,8 +175,6 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     wl, tgt = as_workload(workload), as_target(target)
     name = tuner or DEFAULT_TUNER
     opts = tuner_options_of(name, tuner_options, transfer)
-    from autotune.driver import config_space  # codegen loads only when tuning
-    from autotune.measure.options import MeasureOptions
 
     config_space(wl, tgt)  # no template, or a dtype the target refuses: fail before any job
     if executor is None:
@@ -272,8 +275,6 @@ def tuning_session(workload: Workload, target: Target, executor: "Executor", *, 
     """The `TuningSession` of one job measured on ``executor`` (whose host lock it holds
     while it computes; a `ReplayExecutor` restricts it to its pool): `tune` drives one, and
     a model run steps one per task."""
-    from autotune.driver import config_space  # codegen loads only when tuning
-
     return TuningSession(workload, target, config_space(workload, target), trials=trials,
                          tuner=tuner, tuner_options=tuner_options, seed=seed, db=db,
                          batch_size=batch_size, early_stopping=early_stopping, job_id=job_id,
@@ -281,8 +282,6 @@ def tuning_session(workload: Workload, target: Target, executor: "Executor", *, 
 
 
 def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
-    from autotune.measure.replay import ReplayExecutor
-
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
@@ -291,9 +290,6 @@ def check_measurable(target: Target, settings: Optional[Settings] = None) -> Non
     without nvcc or a GPU of its arch, a CPU one with an ISA extension this CPU lacks):
     every trial would be recorded as failed. ``settings`` (default: read now) say whether a
     Ray cluster measures instead (`measure.capability.measure_refusal`)."""
-    from autotune.measure.capability import measure_refusal
-    from autotune.measure.result import MeasureUnavailable
-
     reason = measure_refusal(target, ray_address=(settings or Settings()).ray_address)
     if reason:
         raise MeasureUnavailable(reason)
@@ -304,9 +300,6 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
     """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
     cluster of ``settings.ray_address`` when set, else on this host. ``settings`` default to
     ``Settings()``, read now."""
-    from autotune.cluster.factory import make_executor
-    from autotune.measure.options import MeasureOptions
-
     settings = settings or Settings()
     options = measure_options or MeasureOptions.from_settings(settings)
     return make_executor(target, options, ray_address=settings.ray_address)
@@ -375,8 +368,6 @@ def _valid(record: TrialRecord, workload: Workload, target: Target,
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:
     """The record's config, validated against the space when this host knows the template."""
-    from autotune.driver import config_space
-
     try:
         space = config_space(workload, target)
     except (ValueError, ImportError):
@@ -475,8 +466,6 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
     config = chosen_config(wl, tgt, db=db, url=url)
 
     def make() -> "Kernel":
-        from autotune.driver import compile as compile_kernel
-
         return compile_kernel(wl, tgt, config)
 
     return _kernel_cache().get((wl.key, tgt.key, config.index), make)
@@ -490,7 +479,6 @@ def chosen_config(workload: WorkloadArg, target: TargetArg = "llvm", *,
     found = best(wl, tgt, db=db, url=url)
     if found is not None:
         return found.config
-    from autotune.driver import config_space
 
     config = config_space(wl, tgt).default()
     warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "

@@ -10,10 +10,13 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from autotune.codegen import backend_for
 from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload, WorkloadError
+from autotune.ops.dtypes import to_float32
 from autotune.ops.layout import NCHW, NHWC
 from autotune.schedule.lower import LoweringError
 from autotune.schedule.templates import WGMMA, template_for
@@ -175,11 +178,8 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     blocks in an order drawn with it (default: index order); ``launches``: run that many
     times on the same workspaces, as a loaded kernel does (each launch's output is
     checked)."""
-    import numpy as np
-
     from autotune.codegen.cuda.compiler import prepare_kernel
     from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
-    from autotune.ops.dtypes import to_float32
 
     target = Target(target) if isinstance(target, str) else target
     if target.kind != "cuda":

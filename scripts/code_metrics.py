@@ -14,8 +14,9 @@ What is counted, over ``autotune/**.py`` (the Alembic migrations aside):
   IR's compound nodes (Seq, For, Allocate, IfThenElse) and calls itself;
 - in-function imports: ``import`` statements inside a function (outside ``TYPE_CHECKING``).
   One that defers a heavy or optional package (``HEAVY``: one the importing module does not
-  load already, directly or through the autotune modules it imports at its top) is counted
-  apart from the rest, which could be imported at the top.
+  load already, directly or through the autotune modules it imports at its top; or a code
+  generator, ``OPTIONAL_OWN``) is counted apart from the rest, which could be imported at
+  the top (or break an import cycle).
 """
 from __future__ import annotations
 
@@ -30,9 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LONG = 50
 COMPOUND = {"Seq", "For", "Allocate", "IfThenElse"}
 # third-party packages slow to import, or optional extras: worth deferring to first use
-HEAVY = {"torch", "ray", "xgboost", "llvmlite", "pycuda", "sqlalchemy", "alembic", "fastapi",
-         "starlette", "uvicorn", "httpx", "rich", "pydantic", "pydantic_settings", "psycopg",
-         "onnxruntime", "openvino", "torchvision"}
+# (numpy too: about 0.1 s, which `autotune --help` need not pay)
+HEAVY = {"numpy", "torch", "ray", "xgboost", "llvmlite", "pycuda", "sqlalchemy", "alembic",
+         "fastapi", "starlette", "uvicorn", "httpx", "rich", "pydantic", "pydantic_settings",
+         "psycopg", "onnxruntime", "openvino", "torchvision"}
+# the code generators: a process loads the one its target kind needs
+OPTIONAL_OWN = ("autotune.codegen.llvm", "autotune.codegen.cuda")
 
 
 @dataclass
@@ -76,9 +80,25 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
+def lazy_exports(tree: ast.Module) -> dict[str, str]:
+    """A package's names exported lazily by its ``__getattr__``: the string values of its
+    module-level ``_EXPORTS`` dict ("module" or "module:attribute")."""
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "_EXPORTS" and isinstance(node.value, ast.Dict)):
+            continue
+        out = {}
+        for k, v in zip(node.value.keys, node.value.values):
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+                out[str(k.value)] = str(v.value).partition(":")[0]
+        return out
+    return {}
+
+
 class _Scan(ast.NodeVisitor):
-    def __init__(self, path: str, modules: set[str], found: Findings):
-        self.path, self.modules, self.found = path, modules, found
+    def __init__(self, path: str, modules: set[str], found: Findings,
+                 lazy: dict[str, dict[str, str]]):
+        self.path, self.modules, self.found, self.lazy = path, modules, found, lazy
         self.module = module_name(path)
         self.stack: list[str] = []
         self.module_aliases: dict[str, str] = {}  # local name -> autotune module
@@ -149,7 +169,7 @@ class _Scan(ast.NodeVisitor):
                 self.module_aliases[a.asname or a.name] = full
                 names.append(full)
                 continue
-            names.append(base)
+            names.append(self.lazy.get(base, {}).get(a.name, base))
             if self._own(base) and _private(a.name) and base != self.module:
                 self.found.private_imports.append(
                     self._where(node.lineno, f"{a.name} from {base}"))
@@ -202,14 +222,21 @@ def _loads(module: str, top: dict[str, set[str]]) -> set[str]:
     return heavy & HEAVY
 
 
+def _optional(name: str, importer: str) -> bool:
+    """Whether ``name`` is part of a code generator that ``importer`` is not part of."""
+    return any(name.startswith(p) and not importer.startswith(p) for p in OPTIONAL_OWN)
+
+
 def scan(files: dict[str, str]) -> Findings:
     found = Findings()
     modules = {module_name(p) for p in files}
-    for path, text in files.items():
-        _Scan(path, modules, found).run(ast.parse(text, path))
+    trees = {path: ast.parse(text, path) for path, text in files.items()}
+    lazy = {module_name(p): lazy_exports(t) for p, t in trees.items() if p.endswith("__init__.py")}
+    for path, tree in trees.items():
+        _Scan(path, modules, found, lazy).run(tree)
     for where, module, names in found.deferred:
         already = _loads(module, found.top)
-        heavy = any(_loads(n, found.top) - already for n in names)
+        heavy = any(_loads(n, found.top) - already or _optional(n, module) for n in names)
         (found.heavy_imports if heavy else found.light_imports).append(where)
     return found
 

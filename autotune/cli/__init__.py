@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import NoReturn, Optional, Sequence
 
+from autotune import __version__
 from autotune.cli import info, models, serve, tuning, worker
 from autotune.cli.common import PROG, CliError, Command
 
@@ -29,8 +30,6 @@ COMMANDS: tuple[Command, ...] = (*tuning.COMMANDS, *info.COMMANDS, *serve.COMMAN
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser with one subparser per command."""
-    from autotune import __version__
-
     parser = _Parser(prog=PROG, description="Learned-cost-model autotuning of tensor operators.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

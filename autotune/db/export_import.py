@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from autotune.db.entities import ensure_target, ensure_workload, target_kind_of
 from autotune.db.schema import utcnow
 from autotune.db.trials import insert_rows, iter_trials
+from autotune.driver import config_space
 from autotune.records.codec import (
     ERROR_KINDS,
     canonical_workload_key,
@@ -28,6 +29,7 @@ from autotune.records.codec import (
     record_to_json,
 )
 from autotune.records.files import parse_lines
+from autotune.target import Target
 from autotune.target.peak import peak_flops
 
 if TYPE_CHECKING:
@@ -101,8 +103,6 @@ def _pair(workload: Mapping[str, Any], target_key: str, line: int) -> _Pair:
     known = known_workload(workload)
     if known is None:  # an op of another version: nothing to check it against
         return _Pair()
-    from autotune.driver import config_space
-    from autotune.target import Target
 
     try:
         target = Target(target_key)

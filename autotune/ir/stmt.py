@@ -11,7 +11,7 @@ from enum import Enum
 from math import prod
 from typing import Iterator
 
-from autotune.ir.expr import FLOAT, Expr, Var
+from autotune.ir.expr import FLOAT, Expr, Load, Var, const
 
 
 class Scope(str, Enum):
@@ -63,7 +63,6 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.scope.value})"
 
     def __getitem__(self, idx: Expr | int | tuple) -> "Expr":
-        from autotune.ir.expr import Load, const
         if not isinstance(idx, tuple):
             idx = (idx,)
         return Load(self, tuple(const(i) for i in idx))

@@ -11,6 +11,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import autotune
 from autotune.cluster.factory import make_executor
+from autotune.cluster.registry import WorkerRegistry  # Ray: an optional extra
 from autotune.db import Database
 from autotune.job_options import MeasureOverrides
 from autotune.measure.options import MeasureOptions
@@ -104,8 +105,6 @@ def _executors(settings: Settings, factory: Optional[ExecutorFactory]
     """The jobs' executors: on the Ray cluster of ``settings.ray_address`` (with the
     registry of its workers), else ``factory``'s or this host's."""
     if settings.ray_address and factory is None:
-        from autotune.cluster.registry import WorkerRegistry  # Ray: an optional extra
-
         registry = WorkerRegistry(settings.ray_address).start()
         return registry, ExecutorPool(executor_factory_of(settings, registry), locked=False,
                                       idle_s=settings.executor_idle_s)

@@ -18,6 +18,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from autotune.api import tune
 from autotune.db import Database, JobRecord
 from autotune.db.lease import LeaseKeeper, held_job, new_owner
 from autotune.job_options import JobOptions
@@ -49,8 +50,6 @@ class QueueFull(Exception):
 
 
 def default_tune(*args: Any, **kwargs: Any) -> Any:
-    from autotune.api import tune
-
     return tune(*args, progress=False, **kwargs)  # jobs' progress is the dashboard's
 
 
