@@ -13,7 +13,8 @@ one process at a time: each call is followed by torch.cuda.synchronize() and a r
 figure is the median over --repeat calls; each ratio is the median over rounds of one
 round's ratio. TF32 is off everywhere (fp32 rows compare fp32 arithmetic); torch's
 columns run half models on channels_last tensors (cuDNN's fast layout; --torch-layout),
-autotune's on NCHW. The header names the GPU, its clocks and the target key, each table
+autotune's on NCHW, or with --layout auto on Hopper channels-last too (its convs as NHWC wgmma
+kernels, target sm_90a). The header names the GPU, its clocks and the target key, each table
 its target key; the breakdown times each distinct kernel against torch's same folded
 layer (CUDA events over back-to-back calls). Budgets in --trials are totals in --db
 (tune_model, which measures with pycuda); 0 is the templates' default configs.
@@ -135,6 +136,7 @@ class Job:
     target: str
     db: str
     torch_layout: str
+    layout: str = "nchw"  # autotune's: "auto" runs Hopper's convs NHWC on channels_last
 
 
 def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
@@ -149,7 +151,8 @@ def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
     torch.backends.cudnn.benchmark = True
     torch.set_float32_matmul_precision("highest")
     model, x = build(job.model, job.batch, job.dtype)
-    if not job.column.startswith("autotune") and job.torch_layout == "channels_last":
+    ours = job.column.startswith("autotune")
+    if (job.layout == "auto") if ours else (job.torch_layout == "channels_last"):
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     t0 = time.perf_counter()
@@ -161,6 +164,7 @@ def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # layers without records run their defaults
             module = autotune.compile_model(model, x, target=job.target, db=job.db,
+                                            layout=job.layout,
                                             cuda_graphs=job.column == "autotune+graphs")
     built = time.perf_counter() - t0
     with torch.no_grad():
@@ -270,14 +274,15 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     import autotune
 
     model, x = build(name, batch, dtype)
-    tasks = autotune.extract(model, x, target=target)
+    tasks = autotune.extract(model, x, target=target, layout=args.layout)
     print(f"\n{name} {SHORT[dtype]} batch {batch} ({target.key}): {len(tasks.tasks)} tasks, "
           f"{sum(t.weight for t in tasks.tasks)} kernels, {len(tasks.unsupported)} unsupported "
           f"({', '.join(sorted({u.op for u in tasks.unsupported})) or '-'})", flush=True)
     for budget in args.budgets:
         if budget > 0:
             t0 = time.monotonic()
-            result = autotune.tune_model(model, (x,), trials=budget, target=target, db=args.db)
+            result = autotune.tune_model(model, (x,), trials=budget, target=target, db=args.db,
+                                         layout=args.layout)
             print(f"  tuned to {result.trials_done} trials in {time.monotonic() - t0:.0f} s",
                   flush=True)
     del model, x
@@ -286,7 +291,7 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     workers: dict[str, Any] = {}
     for col in args.columns:
         parent, child = ctx.Pipe()
-        job = Job(name, dtype, batch, col, target.key, args.db, args.torch_layout)
+        job = Job(name, dtype, batch, col, target.key, args.db, args.torch_layout, args.layout)
         # not daemonic: torch.compile starts compile workers of its own
         proc = ctx.Process(target=_worker, args=(child, job))
         proc.start()
@@ -378,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-layout", default="auto",
                         choices=("auto", "channels_last", "contiguous"),
                         help="torch's tensors: auto is channels_last for half dtypes")
+    parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
+                        help="autotune's layout: auto runs convs channels-last (NHWC, on "
+                             "channels_last tensors) where the target has kernels for it: "
+                             "Hopper's wgmma (sm_90a)")
     parser.add_argument("--quick", action="store_true",
                         help="the smoke run (~2 minutes on an H200): resnet18 fp16 at batch 1, "
                              "default configs, no max-autotune, 3 rounds of 20 calls")
@@ -403,9 +412,12 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks/gpu_models.py: torch finds no CUDA GPU", file=sys.stderr)
         return 2
     major, minor = torch.cuda.get_device_capability()
-    target = autotune.Target(f"cuda -arch=sm_{major}{minor}")
+    # Hopper's channels-last convs are wgmma kernels: the arch-specific target
+    arch = f"sm_{major}{minor}" + ("a" if args.layout == "auto" and major == 9 else "")
+    target = autotune.Target(f"cuda -arch={arch}")
     print(f"{gpu_description()}\ntarget {target.key}; torch {torch.__version__}; TF32 off; "
-          f"torch layout {args.torch_layout}; {args.rounds} interleaved rounds of "
+          f"torch layout {args.torch_layout}; autotune layout {args.layout}; "
+          f"{args.rounds} interleaved rounds of "
           f"{args.repeat} synchronised calls; columns in processes of their own", flush=True)
     results = []
     for dtype in args.dtypes.split(","):

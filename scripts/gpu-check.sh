@@ -137,10 +137,10 @@ gpu_tests=$(grep -rl --include='test_*.py' cuda_device tests | sort)
 # shellcheck disable=SC2086  # one argument per file
 step "GPU tests (-m cuda_device)" 160 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
     ${workers[@]+"${workers[@]}"} -m cuda_device $gpu_tests
-step "benchmarks/gpu.py --dtype float16" 110 "$PYTHON" benchmarks/gpu.py --arch "$HALF_ARCH" \
+step "benchmarks/gpu.py --dtype float16" 150 "$PYTHON" benchmarks/gpu.py --arch "$HALF_ARCH" \
     --dtype float16 --trials "$BENCH_TRIALS"
-step "benchmarks/gpu_models.py --quick" 110 "$PYTHON" benchmarks/gpu_models.py --quick
-step "benchmarks/gpu.py --dtype bfloat16 --only matmul" 45 "$PYTHON" benchmarks/gpu.py \
+step "benchmarks/gpu_models.py --quick --layout auto" 110 "$PYTHON" benchmarks/gpu_models.py --quick --layout auto
+step "benchmarks/gpu.py --dtype bfloat16 --only matmul" 60 "$PYTHON" benchmarks/gpu.py \
     --arch "$HALF_ARCH" --dtype bfloat16 --only matmul --trials "$BENCH_TRIALS"
 step "benchmarks/gpu.py" 60 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS"
 

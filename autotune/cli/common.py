@@ -114,14 +114,18 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     """The workload and target the arguments name (usage errors for bad ones, and for a
     dtype the target refuses)."""
+    from pydantic import ValidationError
+
     from autotune.ops import workload
 
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:
         wl = workload(args.op, epilogue=stages, dtype=args.dtype, prepacked=args.prepacked,
                       layout=args.layout, **parse_params(args.param))
-        target = Target(args.target)
+        target = Target(args.target)  # reads the settings (AUTOTUNE_HOST_CPU)
         wl.check_target(target)
+    except ValidationError:  # a bad AUTOTUNE_* setting: one line, from main's handler
+        raise
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     return wl, target

@@ -121,9 +121,13 @@ def check_dtype(wl: Workload, target: Target, loc: Loc) -> None:
 
 
 def check_space(wl: Workload, target: Target, loc: Loc) -> None:
-    """422 when no schedule template covers the op on this kind of target."""
+    """422 when no schedule template covers the op on this kind of target (at ``loc``), or
+    the workload's form has none there (at the field the `WorkloadError` names: an NHWC conv
+    off Hopper's half kernels at ``layout``)."""
     try:
         driver.config_space(wl, target)
+    except WorkloadError as err:
+        raise invalid((*loc[:-1], *err.loc) if err.loc else loc, str(err)) from None
     except (ValueError, KeyError, NotImplementedError) as err:
         raise invalid(loc, f"{wl.op} cannot be tuned on {target.kind} targets: {err}") from None
 

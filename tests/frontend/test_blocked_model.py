@@ -98,10 +98,14 @@ def test_records_choose_nchw_where_it_is_faster(tmp_path: Path) -> None:
     _check(compiled)
 
 
-def test_auto_is_refused_on_cuda() -> None:
+def test_auto_on_cuda_blocks_nothing() -> None:
+    """On cuda, "auto" means channels-last convs where Hopper's half kernels take them
+    (tests/cuda/test_cuda_channels_last.py): a float32 model's stay NCHW, never blocked."""
     model, inputs = _model()
-    with pytest.raises(ValueError, match="llvm targets"):
-        plan_model(model, inputs, target="cuda -arch=sm_90", db=None, layout="auto")
+    plan = plan_model(model, inputs, target="cuda -arch=sm_90", db=None, layout="auto")
+    assert {k.workload.layout for k in plan} == {"NCHW"}
+    with pytest.raises(ValueError, match="layout='blocked'"):
+        plan_model(model, inputs, target=LLVM, db=None, layout="blocked")
 
 
 def test_extract_auto_gives_the_blocked_forms() -> None:
