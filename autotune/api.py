@@ -29,11 +29,11 @@ from typing import (
 
 from sqlalchemy.engine import make_url
 
+from autotune import driver
 from autotune.cluster.factory import make_executor
 from autotune.db import Database, TrialRecord
 from autotune.db.lease import HeldJob, LeaseKeeper, OwnedStore, held_job, new_owner
 from autotune.db.url import checked_url, normalize_url
-from autotune.driver import compile as compile_kernel
 from autotune.driver import config_space
 from autotune.job_options import JobOptions, MeasureOverrides
 from autotune.measure.capability import measure_refusal
@@ -466,7 +466,7 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
     config = chosen_config(wl, tgt, db=db, url=url)
 
     def make() -> "Kernel":
-        return compile_kernel(wl, tgt, config)
+        return driver.compile(wl, tgt, config)
 
     return _kernel_cache().get((wl.key, tgt.key, config.index), make)
 
