@@ -11,7 +11,7 @@ import enum
 import math
 import threading
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -27,9 +27,19 @@ from typing import (
     Union,
 )
 
+from sqlalchemy.engine import make_url
+
+from autotune import driver
+from autotune.cluster.factory import make_executor
 from autotune.db import Database, TrialRecord
-from autotune.db.lease import LeaseKeeper, OwnedStore, held_job, new_owner
+from autotune.db.lease import HeldJob, LeaseKeeper, OwnedStore, held_job, new_owner
+from autotune.db.url import checked_url, normalize_url
+from autotune.driver import config_space
 from autotune.job_options import JobOptions, MeasureOverrides
+from autotune.measure.capability import measure_refusal
+from autotune.measure.options import MeasureOptions
+from autotune.measure.replay import ReplayExecutor
+from autotune.measure.result import MeasureUnavailable
 from autotune.ops import Workload
 from autotune.records import record_from_json
 from autotune.search import (
@@ -118,7 +128,6 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
     if db is None or isinstance(db, Database):
         yield db
         return
-    from autotune.db.url import checked_url
 
     checked_url(db)  # DatabaseUrlError: one line naming the URL and the fix
     if not create and _missing_sqlite_file(db):
@@ -132,10 +141,6 @@ def open_database(db: DbArg, *, create: bool = True) -> Iterator[Optional[Databa
 
 
 def _missing_sqlite_file(url: str) -> bool:
-    from sqlalchemy.engine import make_url
-
-    from autotune.db.url import normalize_url
-
     parsed = make_url(normalize_url(url))
     name = parsed.database or ""
     return (parsed.get_backend_name() == "sqlite" and name not in ("", ":memory:")
@@ -170,8 +175,6 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
     wl, tgt = as_workload(workload), as_target(target)
     name = tuner or DEFAULT_TUNER
     opts = tuner_options_of(name, tuner_options, transfer)
-    from autotune.driver import config_space  # codegen loads only when tuning
-    from autotune.measure.options import MeasureOptions
 
     config_space(wl, tgt)  # no template, or a dtype the target refuses: fail before any job
     if executor is None:
@@ -182,45 +185,77 @@ def tune(workload: WorkloadArg, target: TargetArg = "llvm", *, trials: int = 200
                      early_stopping=early_stopping, transfer=transfer, tuner_options=opts,
                      measure=measure_options.overrides() if measure_options is not None
                      else MeasureOverrides())
-    with open_database(db) as database:
-        keeper: Optional[LeaseKeeper] = None
-        if database is not None and job_id is None:
-            lease_s = Settings().job_lease_s  # read now: the environment may change
-            owner = new_owner()
-            job_id = database.create_job(workload=wl, target=tgt, tuner=name, trials=trials,
-                                         owner=owner, lease_s=lease_s,
-                                         options=job.to_json()).id
-            keeper = LeaseKeeper(database, owner, lease_s).start()
+    with open_database(db) as database, \
+            _attached_job(database, wl, tgt, job, job_id, owner) as attached:
+        exe = executor if executor is not None else default_executor(tgt, measure_options)
         try:
-            with held_job(keeper, job_id) if keeper is not None and job_id is not None \
-                    else nullcontext(None) as held:
-                store: Optional[TrialStore] = database
-                if held is not None:
-                    store, callbacks = held.store, (*callbacks, held.callback)
-                elif database is not None and owner is not None and job_id is not None:
-                    store = OwnedStore(database, job_id, owner)  # a job its caller holds
-                exe = executor if executor is not None else default_executor(tgt, measure_options)
-                # A job held here stops its batch in flight once cancelled (from anywhere).
-                measured = exe if held is None else exe.for_job(
-                    job_id=held.job_id, should_stop=lambda: held.stopping() is not None)
-                shown = library_progress(progress, str(wl))
-                try:
-                    with tuning_session(wl, tgt, measured, trials=trials, tuner=name,
-                                        tuner_options=opts, seed=seed, db=store,
-                                        batch_size=batch_size, early_stopping=early_stopping,
-                                        job_id=job_id) as session:
-                        result = drive(session, measured, (*callbacks, shown))
-                    shown.summary(explain.lines(result))
-                finally:
-                    shown.finish()
-                    if executor is None:
-                        exe.close()
-                if held is not None:
-                    held.end("cancelled" if result.stopped == "callback" else "done")
-                return result
+            result = _run_session(wl, tgt, job, attached, exe, callbacks, progress)
         finally:
-            if keeper is not None:
-                keeper.stop()
+            if executor is None:
+                exe.close()
+        if attached.held is not None:
+            attached.held.end("cancelled" if result.stopped == "callback" else "done")
+        return result
+
+
+@dataclass(frozen=True)
+class _AttachedJob:
+    """Where a `tune` call writes its trials (None: nowhere), its job's id, and the job
+    when this call holds it (None: its caller holds it, or there is none)."""
+
+    store: Optional[TrialStore]
+    job_id: Optional[int]
+    held: Optional[HeldJob]
+
+
+@contextmanager
+def _attached_job(database: Optional[Database], workload: Workload, target: Target,
+                  job: JobOptions, job_id: Optional[int], owner: Optional[str]
+                  ) -> Iterator[_AttachedJob]:
+    """The one way `tune` holds or attaches to a job: without ``job_id``, a new job held
+    here under a lease for the block; with one, writes fenced by its ``owner`` (the
+    caller holds it) or, without an owner, straight to ``database``."""
+    if database is None or job_id is not None:
+        store: Optional[TrialStore] = database
+        if database is not None and job_id is not None and owner is not None:
+            store = OwnedStore(database, job_id, owner)
+        yield _AttachedJob(store, job_id, None)
+        return
+    lease_s = Settings().job_lease_s  # read now: the environment may change
+    owner = new_owner()
+    created = database.create_job(workload=workload, target=target, tuner=job.tuner,
+                                  trials=job.trials, owner=owner, lease_s=lease_s,
+                                  options=job.to_json())
+    keeper = LeaseKeeper(database, owner, lease_s).start()
+    try:
+        with held_job(keeper, created.id) as held:
+            yield _AttachedJob(held.store, created.id, held)
+    finally:
+        keeper.stop()
+
+
+def _run_session(workload: Workload, target: Target, job: JobOptions, attached: _AttachedJob,
+                 executor: "Executor", callbacks: Iterable[Callable[[Progress], Optional[bool]]],
+                 progress: bool) -> TuneResult:
+    """Drive the job's `TuningSession` on ``executor`` to its end, drawing its progress."""
+    held = attached.held
+    if held is not None:
+        # A job held here stops its batch in flight once cancelled (from anywhere).
+        executor = executor.for_job(job_id=held.job_id,
+                                    should_stop=lambda: held.stopping() is not None)
+        callbacks = (*callbacks, held.callback)
+    shown = library_progress(progress, str(workload))
+    try:
+        with tuning_session(workload, target, executor, trials=job.trials, tuner=job.tuner,
+                            tuner_options=dict(job.tuner_options), seed=job.seed,
+                            db=attached.store, batch_size=job.batch_size,
+                            early_stopping=job.early_stopping,
+                            job_id=attached.job_id) as session:
+            result = drive(session, executor, (*callbacks, shown))
+        shown.summary(explain.lines(result))
+    finally:
+        shown.finish()
+    return result
 
 
 def tuner_options_of(tuner: str, options: Optional[Mapping[str, Any]],
@@ -240,8 +275,6 @@ def tuning_session(workload: Workload, target: Target, executor: "Executor", *, 
     """The `TuningSession` of one job measured on ``executor`` (whose host lock it holds
     while it computes; a `ReplayExecutor` restricts it to its pool): `tune` drives one, and
     a model run steps one per task."""
-    from autotune.driver import config_space  # codegen loads only when tuning
-
     return TuningSession(workload, target, config_space(workload, target), trials=trials,
                          tuner=tuner, tuner_options=tuner_options, seed=seed, db=db,
                          batch_size=batch_size, early_stopping=early_stopping, job_id=job_id,
@@ -249,8 +282,6 @@ def tuning_session(workload: Workload, target: Target, executor: "Executor", *, 
 
 
 def _replay_pool(executor: Any, workload: Workload) -> Optional[frozenset[int]]:
-    from autotune.measure.replay import ReplayExecutor
-
     return executor.indices_for(workload) if isinstance(executor, ReplayExecutor) else None
 
 
@@ -259,9 +290,6 @@ def check_measurable(target: Target, settings: Optional[Settings] = None) -> Non
     without nvcc or a GPU of its arch, a CPU one with an ISA extension this CPU lacks):
     every trial would be recorded as failed. ``settings`` (default: read now) say whether a
     Ray cluster measures instead (`measure.capability.measure_refusal`)."""
-    from autotune.measure.capability import measure_refusal
-    from autotune.measure.result import MeasureUnavailable
-
     reason = measure_refusal(target, ray_address=(settings or Settings()).ray_address)
     if reason:
         raise MeasureUnavailable(reason)
@@ -272,9 +300,6 @@ def default_executor(target: Target, measure_options: Optional["MeasureOptions"]
     """An executor measuring with ``measure_options`` (default: the settings'): on the Ray
     cluster of ``settings.ray_address`` when set, else on this host. ``settings`` default to
     ``Settings()``, read now."""
-    from autotune.cluster.factory import make_executor
-    from autotune.measure.options import MeasureOptions
-
     settings = settings or Settings()
     options = measure_options or MeasureOptions.from_settings(settings)
     return make_executor(target, options, ray_address=settings.ray_address)
@@ -343,8 +368,6 @@ def _valid(record: TrialRecord, workload: Workload, target: Target,
 
 def _config_of(record: TrialRecord, workload: Workload, target: Target) -> Config:
     """The record's config, validated against the space when this host knows the template."""
-    from autotune.driver import config_space
-
     try:
         space = config_space(workload, target)
     except (ValueError, ImportError):
@@ -443,9 +466,7 @@ def build(workload: WorkloadArg, target: TargetArg = "llvm", *, db: DbArg = SETT
     config = chosen_config(wl, tgt, db=db, url=url)
 
     def make() -> "Kernel":
-        from autotune.driver import compile as compile_kernel
-
-        return compile_kernel(wl, tgt, config)
+        return driver.compile(wl, tgt, config)
 
     return _kernel_cache().get((wl.key, tgt.key, config.index), make)
 
@@ -458,7 +479,6 @@ def chosen_config(workload: WorkloadArg, target: TargetArg = "llvm", *,
     found = best(wl, tgt, db=db, url=url)
     if found is not None:
         return found.config
-    from autotune.driver import config_space
 
     config = config_space(wl, tgt).default()
     warnings.warn(f"autotune.build: no tuned schedule for {wl} on {tgt.key}; using the "

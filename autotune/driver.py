@@ -8,26 +8,23 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import lru_cache
-from types import ModuleType
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from autotune.codegen import backend_for
 from autotune.codegen.backend import Artifact
 from autotune.ir.stmt import PrimFunc
 from autotune.ops import Workload, WorkloadError
+from autotune.ops.dtypes import to_float32
 from autotune.ops.layout import NCHW, NHWC
-from autotune.schedule.lower import LoweringError, lower_schedule
-from autotune.schedule.prepack import split_packing
-from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates import template_for
+from autotune.schedule.lower import LoweringError
+from autotune.schedule.templates import WGMMA, template_for
 from autotune.space import Config, ConfigSpace
 from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.codegen.kernel import Kernel
-
-
-_WGMMA = "autotune.schedule.templates.cuda_wgmma"
 
 
 class InvalidConfig(ValueError):
@@ -45,8 +42,8 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
         # would be the same kernel under a second key, splitting its records in two.
         raise ValueError(f"the prepacked form is for llvm targets; {target.kind} kernels "
                          "read the constant operand as given (tune the usual form)")
-    template = _template(workload, target)
-    if workload.layout == NHWC and template.__name__ != _WGMMA:
+    template = template_for(workload, target)
+    if workload.layout == NHWC and template is not WGMMA:
         raise WorkloadError(f"{workload}: NHWC convolutions run on the Hopper wgmma kernels "
                             "only (float16 or bfloat16, C a multiple of 8, target cuda "
                             "-arch=sm_90a); use NCHW", ("layout",))
@@ -56,15 +53,11 @@ def config_space(workload: Workload, target: Target) -> ConfigSpace:
     return template.space(workload, target)
 
 
-def _template(workload: Workload, target: Target) -> ModuleType:
-    return template_for(workload, target)
-
-
 def kernel_family(workload: Workload, target: Target) -> str:
     """The template that makes ``workload``'s kernels on ``target`` (``cuda_wgmma``,
     ``cuda_tensorcore``, ``cpu_matmul``...): records train cost models of their own family
     only, since one template's features say nothing of another's speed."""
-    return _template(workload, target).__name__.rsplit(".", 1)[-1]
+    return template_for(workload, target).family
 
 
 def _as_config(sp: ConfigSpace, config: Config | int | dict | None) -> Config:
@@ -90,19 +83,14 @@ def _lower_parts(workload: Workload, target: Target, config: Config | int | dict
     """The kernel's loop AST and, when ``prepack`` and the config packs a constant operand,
     the packing kernel's (a template that builds its loop AST itself packs nothing)."""
     cfg = _valid_config(workload, target, config)
-    template = _template(workload, target)
-    if hasattr(template, "lower"):  # the template builds the loop AST itself
-        try:
-            func: PrimFunc = template.lower(workload, target, cfg)
-        except LoweringError as e:
-            raise InvalidConfig(str(e)) from e
-        func.attrs.update(workload=workload.key, config_index=cfg.index)
-        return func, None
-    sch = _schedule(workload, target, cfg)
-    pack_sch = split_packing(sch, workload.op) if prepack else None
-    pack = None if pack_sch is None else _lower(pack_sch, workload, cfg,
-                                                name=f"at_{workload.op}_pack")
-    return _lower(sch, workload, cfg), pack
+    try:
+        func, pack = template_for(workload, target).kernel(workload, target, cfg, prepack)
+    except LoweringError as e:
+        raise InvalidConfig(str(e)) from e
+    for f in (func, pack):
+        if f is not None:
+            f.attrs.update(workload=workload.key, config_index=cfg.index)
+    return func, pack
 
 
 def _valid_config(workload: Workload, target: Target, config: Config | int | dict | None
@@ -113,22 +101,6 @@ def _valid_config(workload: Workload, target: Target, config: Config | int | dic
     if reason:
         raise InvalidConfig(reason)
     return cfg
-
-
-def _schedule(workload: Workload, target: Target, cfg: Config) -> Schedule:
-    try:
-        return _template(workload, target).schedule(workload, target, cfg)
-    except LoweringError as e:
-        raise InvalidConfig(str(e)) from e
-
-
-def _lower(sch: Schedule, workload: Workload, cfg: Config, name: str = "") -> PrimFunc:
-    try:
-        func = lower_schedule(sch, name=name or f"at_{workload.op}")
-    except LoweringError as e:
-        raise InvalidConfig(str(e)) from e
-    func.attrs.update(workload=workload.key, config_index=cfg.index)
-    return func
 
 
 def build(workload: Workload, target: Target, config: Config | int | dict | None = None
@@ -206,11 +178,8 @@ def simulate_cuda(workload: Workload, config: Config | int | dict | None = None,
     blocks in an order drawn with it (default: index order); ``launches``: run that many
     times on the same workspaces, as a loaded kernel does (each launch's output is
     checked)."""
-    import numpy as np
-
     from autotune.codegen.cuda.compiler import prepare_kernel
     from autotune.codegen.cuda.simulate import CudaExecutionError, run_kernel
-    from autotune.ops.dtypes import to_float32
 
     target = Target(target) if isinstance(target, str) else target
     if target.kind != "cuda":

@@ -27,6 +27,7 @@ SOURCES = (
     "autotune/ir/expr.py",
     "autotune/ir/stmt.py",
     "autotune/ir/analysis.py",
+    "autotune/ir/visitor.py",
     "autotune/schedule/compute.py",
     "autotune/schedule/schedule.py",
     "autotune/schedule/lower.py",

@@ -27,7 +27,7 @@ from autotune.costmodel.features import extract_many, knob_features
 from autotune.costmodel.model import XGBModel
 from autotune.costmodel.workers import FeatureWorkers, auto_workers
 from autotune.driver import InvalidConfig, config_space, lower
-from autotune.schedule.templates import get_template
+from autotune.schedule.templates import ScheduleTemplate, template_for
 from autotune.target import Target
 
 
@@ -58,7 +58,8 @@ def bench(wl: Any, target: Target, n: int, seed: int, workers: FeatureWorkers
           ) -> dict[str, float]:
     sp = config_space(wl, target)
     configs = [c for c in sp.sample(np.random.default_rng(seed), 2 * n) if sp.is_valid(c)][:n]
-    tmpl = get_template(wl.op, target.kind)
+    tmpl = template_for(wl, target)
+    assert isinstance(tmpl, ScheduleTemplate), tmpl.name
     funcs = []
     for c in configs:
         try:

@@ -2,7 +2,7 @@
 
 Each subcommand is a `Command` (a name, a help line, a function adding its arguments and a
 function running it, returning the exit status), one module per group of commands:
-`records` (tune, best, trials, export, import), `info` (ops, tuners), `serve` (serve,
+`tuning` (tune, best, trials, export, import), `info` (ops, tuners), `serve` (serve,
 apikey), `worker`, `models` (tune-model, bench-model). User mistakes print one line
 ``autotune: error: ...`` and exit 2 (usage) or 1 (a failure such as an unreachable db).
 """
@@ -12,7 +12,8 @@ import argparse
 import sys
 from typing import NoReturn, Optional, Sequence
 
-from autotune.cli import info, models, records, serve, worker
+from autotune import __version__
+from autotune.cli import info, models, serve, tuning, worker
 from autotune.cli.common import PROG, CliError, Command
 
 
@@ -23,14 +24,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see '{hint} --help')\n")
 
 
-COMMANDS: tuple[Command, ...] = (*records.COMMANDS, *info.COMMANDS, *serve.COMMANDS,
+COMMANDS: tuple[Command, ...] = (*tuning.COMMANDS, *info.COMMANDS, *serve.COMMANDS,
                                   *worker.COMMANDS, *models.COMMANDS)
 
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser with one subparser per command."""
-    from autotune import __version__
-
     parser = _Parser(prog=PROG, description="Learned-cost-model autotuning of tensor operators.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

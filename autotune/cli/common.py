@@ -6,10 +6,11 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from autotune.target import Target
+
 if TYPE_CHECKING:
     from autotune.ops import Workload
     from autotune.settings import Settings
-    from autotune.target import Target
 
 
 PROG = "autotune"
@@ -119,7 +120,6 @@ def task_of(args: argparse.Namespace) -> tuple["Workload", "Target"]:
     from pydantic import ValidationError
 
     from autotune.ops import workload
-    from autotune.target import Target
 
     stages = [s.strip() for s in args.epilogue.split(",") if s.strip()]
     try:

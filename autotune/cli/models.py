@@ -22,6 +22,7 @@ from autotune.cli.common import (
     shown,
     usage_error,
 )
+from autotune.target import Target
 
 
 def load_model(spec: str) -> tuple[Any, Any]:
@@ -82,8 +83,6 @@ def run_tune_model(args: argparse.Namespace) -> int:
         raise usage_error(f"--trials must be >= 0, got {args.trials}")
     if args.batch_size < 1:
         raise usage_error(f"--batch-size must be >= 1, got {args.batch_size}")
-    from autotune.target import Target
-
     try:
         target = Target(args.target)
     except ValueError as exc:
@@ -132,9 +131,9 @@ def run_bench_model(args: argparse.Namespace) -> int:
     torch = _torch()
     model, inputs = load_model(args.model)
     from autotune.frontend import compile_model
-    from autotune.frontend.torch import _as_tuple
+    from autotune.frontend.torch import as_tuple
 
-    inputs = _as_tuple(inputs)
+    inputs = as_tuple(inputs)
     model.eval()
     sync: Callable[[], Any] = lambda: None
     if _target_kind(args.target) == "cuda":  # the model, its inputs and the kernels on the GPU
@@ -164,8 +163,6 @@ def run_bench_model(args: argparse.Namespace) -> int:
 
 
 def _target_kind(spec: str) -> str:
-    from autotune.target import Target
-
     try:
         return Target(spec).kind
     except ValueError as exc:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.cli.common import (
     CliError,
@@ -10,9 +10,7 @@ from autotune.cli.common import (
     settings_of,
     usage_error,
 )
-
-if TYPE_CHECKING:
-    pass
+from autotune.target import Target, host_cores
 
 
 def _configure_worker(p: argparse.ArgumentParser) -> None:
@@ -39,7 +37,6 @@ def _run_worker(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise CliError(f"'autotune worker' needs Ray: pip install 'autotune[cluster]' ({exc})")
     from autotune.measure.options import MeasureOptions
-    from autotune.target import Target, host_cores
 
     options = MeasureOptions.from_settings(settings_of())
     if args.synthetic is not None:

@@ -12,15 +12,17 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from autotune.cluster.devices import Device
+from autotune.cluster.devices import Device, gpu_devices
+from autotune.driver import config_space
+from autotune.measure.executor import LocalExecutor
 from autotune.measure.options import MeasureOptions
 from autotune.measure.provenance import Provenance, stamped
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
-
-if TYPE_CHECKING:
-    from autotune.target import Target
+from autotune.ops import Workload
+from autotune.target import Target, device_arch
+from autotune.version import __version__
 
 
 @dataclass(frozen=True)
@@ -67,18 +69,14 @@ class MeasureWorker:
 
     def __init__(self, worker_id: str, device: Device, options: Optional[MeasureOptions] = None,
                  synthetic: Optional[SleepDevice] = None) -> None:
-        from autotune.version import __version__
-
         self.worker_id, self.synthetic = worker_id, synthetic
-        self._target: Optional["Target"] = None
+        self._target: Optional[Target] = None
         if synthetic is None:
             self._target, device = _check_device(device)
         self.device, self.host = device, socket.gethostname()
         self.provenance = Provenance(worker_id, self.host, device.label, __version__)
         self._executor = None
         if self._target is not None:
-            from autotune.measure.executor import LocalExecutor
-
             self._executor = LocalExecutor(self._target, options or MeasureOptions(),
                                            provenance=self.provenance)
             self._executor.warm_up()
@@ -123,20 +121,15 @@ class MeasureWorker:
             self._executor.close()
 
 
-def _inputs(chunk: Chunk, target: "Target") -> Sequence[MeasureInput]:
+def _inputs(chunk: Chunk, target: Target) -> Sequence[MeasureInput]:
     """The chunk's candidates as MeasureInputs of this worker's own target."""
-    from autotune.driver import config_space
-    from autotune.ops import Workload
-
     workload = Workload.from_json(chunk.workload)
     sp = config_space(workload, target)
     return [MeasureInput(workload, target, sp.get(i)) for i in chunk.configs]
 
 
-def _check_device(device: Device) -> tuple["Target", Device]:
+def _check_device(device: Device) -> tuple[Target, Device]:
     """This process's target and device; DeviceMismatch when not what ``device`` advertises."""
-    from autotune.target import Target
-
     if device.gpu is not None:
         device = _assigned_gpu(device)
     target = Target(device.spec)
@@ -149,9 +142,6 @@ def _check_device(device: Device) -> tuple["Target", Device]:
 def _assigned_gpu(device: Device) -> Device:
     """The GPU Ray gave this actor (CUDA_VISIBLE_DEVICES), which must be of the advertised
     target."""
-    from autotune.cluster.devices import gpu_devices
-    from autotune.target import Target, device_arch
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
     mine = [d for d in gpu_devices() if str(d.gpu) in visible or d.uuid in visible]
     want = device_arch(Target(device.spec).arch)  # sm_90 and sm_90a run on one GPU

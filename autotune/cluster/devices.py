@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Optional
 
-from autotune.target import Target
+from autotune.target import CUDA_ARCHS, Target
 
 RESOURCE_PREFIX = "autotune-target-"
 
@@ -53,7 +53,6 @@ def gpu_devices() -> list[Device]:
     the target that uses it fully: a Hopper GPU (sm_90) as ``sm_90a``, the default CUDA
     target (a worker started with ``--target "cuda -arch=sm_90"`` measures wmma's)."""
     from autotune.measure.capability import host_gpus
-    from autotune.target import CUDA_ARCHS
 
     out = []
     for gpu in host_gpus():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Optional, Sequence
 
+from autotune.cluster import ACTOR_PREFIX
 from autotune.cluster.dispatch import Dispatcher, OnWait, ShouldStop
 from autotune.cluster.registry import WorkerRegistry
 from autotune.measure.executor import Executor
@@ -142,6 +143,4 @@ class _Pinned(Executor):
 
 
 def _actor_name(worker: Optional[str]) -> Optional[str]:
-    from autotune.cluster import ACTOR_PREFIX
-
     return ACTOR_PREFIX + worker if worker else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from autotune.measure import LocalExecutor
 from autotune.measure.options import MeasureOptions
 
 if TYPE_CHECKING:
@@ -18,8 +19,6 @@ def make_executor(target: "Target", options: MeasureOptions, *,
     ``registry`` (a `WorkerRegistry` shared by many executors) or a ``ray_address`` is
     given, else on this host. Ray is imported only then (the ``cluster`` extra)."""
     if registry is None and not ray_address:
-        from autotune.measure import LocalExecutor
-
         return LocalExecutor(target, options=options)
     try:
         from autotune.cluster.executor import RayExecutor

@@ -10,6 +10,7 @@ of memory) is started again under a new incarnation name.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -90,8 +91,6 @@ def start_node(address: str, plan: WorkerPlan, *, num_cpus: int,
 
 def _term_with_parent() -> None:
     """In the `ray start` child: SIGTERM when we die (it then stops its node's processes)."""
-    import ctypes
-
     ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 

@@ -14,8 +14,14 @@ import numpy as np
 
 from autotune.costmodel.features import CURVE_SLICE, N_AST, knob_features
 from autotune.costmodel.workers import CHUNK, FeatureWorkers, lowered_rows
+from autotune.driver import (
+    InvalidConfig,
+    config_space,
+    lower,
+)
 from autotune.ir.stmt import PrimFunc
 from autotune.lru import LRU
+from autotune.schedule.lower import LoweringError
 from autotune.space import Config
 
 KINDS = ("ast", "curve", "knob")
@@ -60,7 +66,6 @@ class FeatureCache:
 
 
 def default_lower(workload: Any, target: Any, config: Config) -> PrimFunc:
-    from autotune.driver import lower  # deferred: pulls in the templates
     return lower(workload, target, config)
 
 
@@ -72,8 +77,6 @@ def ast_rows(workload: Any, target: Any, configs: Sequence[Config], cache: Featu
     ``workers`` share the new rows of a large batch (only with the default ``lower``: theirs
     is ``driver.lower``).
     """
-    from autotune.driver import InvalidConfig
-    from autotune.schedule.lower import LoweringError
     cache.bind(workload, target)
     out: np.ndarray = np.empty((len(configs), N_AST), dtype=np.float32)
     misses: list[int] = []
@@ -118,7 +121,6 @@ def features_for(workload: Any, target: Any, configs: Iterable[Config], kind: st
         raise ValueError(f"features_for: kind must be one of {KINDS}, got {kind!r}")
     configs = list(configs)
     if kind == "knob":
-        from autotune.driver import config_space
         return knob_features(config_space(workload, target), configs)
     if cache is None:  # (an empty cache is falsy: test for None)
         cache = FeatureCache(max(1, len(configs)))

@@ -69,8 +69,9 @@ import numpy as np
 from librt.vecs import vec
 
 from autotune.costmodel.footprint import BufStats
-from autotune.costmodel.nest import ITEMSIZE, Access, NestSummary, StoreSite, summarize
+from autotune.costmodel.nest import Access, NestSummary, StoreSite, summarize
 from autotune.ir.stmt import ForKind, PrimFunc, Scope
+from autotune.ops.dtypes import ELEMENT_BYTES
 from autotune.space import Config, ConfigSpace, Split
 
 L_LEVELS = 12
@@ -202,7 +203,7 @@ def _store_block(site: StoreSite, out: Raw, base: int) -> list[BufStats]:
     out[o + 12] = len(guards)
     out[o + 13] = _guard_evals(site)
     out[o + 14] = len({id(a.buffer) for a in site.accesses})
-    out[o + 15] = site.buffer.size * ITEMSIZE.get(site.buffer.dtype, 4)
+    out[o + 15] = site.buffer.size * ELEMENT_BYTES.get(site.buffer.dtype, 4)
     return stats
 
 

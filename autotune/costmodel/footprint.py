@@ -9,7 +9,8 @@ import math
 
 from librt.vecs import vec
 
-from autotune.costmodel.nest import ITEMSIZE, Access
+from autotune.costmodel.nest import Access
+from autotune.ops.dtypes import ELEMENT_BYTES
 
 LINE = 64  # bytes per cache line: footprints are also counted in whole lines
 
@@ -32,7 +33,7 @@ class BufStats:
         n = len(ext)
         buf = accs[0].buffer
         shape, strides = buf.shape, buf.strides
-        item = ITEMSIZE.get(buf.dtype, 4)
+        item = ELEMENT_BYTES.get(buf.dtype, 4)
         first = accs[0]
         stride = vec[float]([0.0] * n)
         for d, (coefs, _) in enumerate(first.dims):
@@ -113,10 +114,17 @@ def dim_extent(accs: list[Access], d: int, ext: list[int], size: int
             if j == 0 or h > hi[lv]:
                 hi[lv] = h
             cap[lv] += iters
+    return _distinct_and_span(lo, hi, cap, size)
+
+
+def _distinct_and_span(lo: list[int], hi: list[int], cap: list[int], size: int
+                       ) -> tuple[vec[float], vec[float]]:
+    """Per level, the span ``lo..hi`` and the distinct indices (the span, at most ``cap``
+    and ``size``)."""
     fsize = float(size)
     span = vec[float]([float(h - lw + 1) for lw, h in zip(lo, hi)])
-    distinct = vec[float]([0.0] * n)
-    for lv in range(n):
+    distinct = vec[float]([0.0] * len(span))
+    for lv in range(len(span)):
         s = span[lv]
         fc = float(cap[lv])
         if fc < s:

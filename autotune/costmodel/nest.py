@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.ir.analysis import affine
-from autotune.ir.expr import FLOAT, INT, BinOp, Cmp, Const, Expr, Load, Select, Var
+from autotune.ir.expr import FLOAT, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import (
+    WARP,
     WARPGROUP,
     Allocate,
     AsyncCommit,
@@ -34,7 +35,6 @@ from autotune.ir.stmt import (
     MmaSync,
     PrimFunc,
     Scope,
-    Seq,
     SetMaxNReg,
     Stmt,
     Store,
@@ -47,10 +47,9 @@ from autotune.ir.stmt import (
     fragment_dims,
     walk_stmts,
 )
-from autotune.ops.dtypes import MBARRIER
+from autotune.ir.visitor import StmtVisitor
+from autotune.ops.dtypes import ELEMENT_BYTES, MBARRIER
 
-ITEMSIZE = {FLOAT: 4, INT: 8, "bool": 1, "float16": 2, "bfloat16": 2, MBARRIER: 8}
-WARP = 32
 WGMMA_MK = 64 * 16  # the m and k of every wgmma
 # the counters of ``NestSummary.tc``
 TC_KEYS = ("mma_flops", "mma", "frag_load_global", "frag_load_shared", "frag_store_global",
@@ -119,60 +118,74 @@ def summarize(func: PrimFunc) -> NestSummary:
     """Walk ``func`` once and summarise each store's loop nest and accesses."""
     out = NestSummary(workspaces=frozenset(func.workspaces))
     for w in func.workspaces:
-        out.alloc_bytes[Scope.GLOBAL] += w.size * ITEMSIZE.get(w.dtype, 4)
+        out.alloc_bytes[Scope.GLOBAL] += w.size * ELEMENT_BYTES.get(w.dtype, 4)
     for b in func.args:
-        key = "half_arg_bytes" if ITEMSIZE.get(b.dtype, 4) == 2 else "float_arg_bytes"
-        out.tc[key] += b.size * ITEMSIZE.get(b.dtype, 4)
-    _walk(func.body, [], [], [], [], out, _ALL_THREADS)
+        key = "half_arg_bytes" if ELEMENT_BYTES.get(b.dtype, 4) == 2 else "float_arg_bytes"
+        out.tc[key] += b.size * ELEMENT_BYTES.get(b.dtype, 4)
+    _Walker(out).visit(func.body)
     return out
 
 
-def _walk(s: Stmt, vars_: list[Var], extents: list[int], kinds: list[ForKind],
-          guards: list[int], out: NestSummary, span: tuple[int, int]) -> None:
-    # Explicit recursion with shared path lists (push/pop): the AST is shallow, and copying
-    # the path per node would dominate the cost. ``span``: the threadIdx.x range that role
-    # guards leave (read by the Hopper statements only).
-    if isinstance(s, Seq):
-        for c in s.stmts:
-            _walk(c, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, For):
-        if s.extent > 1:
-            vars_.append(s.var)
-            extents.append(s.extent)
-            kinds.append(s.kind)
-            _walk(s.body, vars_, extents, kinds, guards, out, span)
-            vars_.pop()
-            extents.pop()
-            kinds.pop()
-        else:
-            _walk(s.body, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, Store):
-        out.sites.append(_site(s, vars_, extents, kinds, guards))
-    elif isinstance(s, IfThenElse):
-        guards.append(len(vars_))
-        then, other = _role_spans(s.cond, vars_, kinds, span)
-        _walk(s.then, vars_, extents, kinds, guards, out, then)
+class _Walker(StmtVisitor):
+    """The loop path down to each statement, as shared lists pushed and popped (the AST is
+    shallow, and copying the path per node would dominate the cost); ``span``: the
+    threadIdx.x range that role guards leave (read by the Hopper statements only)."""
+
+    def __init__(self, out: NestSummary) -> None:
+        self.out = out
+        self.vars_: list[Var] = []
+        self.extents: list[int] = []
+        self.kinds: list[ForKind] = []
+        self.guards: list[int] = []
+        self.span = _ALL_THREADS
+
+    def visit_for(self, s: For) -> None:
+        if s.extent <= 1:
+            self.visit(s.body)
+            return
+        self.vars_.append(s.var)
+        self.extents.append(s.extent)
+        self.kinds.append(s.kind)
+        self.visit(s.body)
+        self.vars_.pop()
+        self.extents.pop()
+        self.kinds.pop()
+
+    def visit_if(self, s: IfThenElse) -> None:
+        self.guards.append(len(self.vars_))
+        span = self.span
+        then, other = _role_spans(s.cond, self.vars_, self.kinds, span)
+        self.span = then
+        self.visit(s.then)
         if s.else_ is not None:
-            _walk(s.else_, vars_, extents, kinds, guards, out, other)
-        guards.pop()
-    elif isinstance(s, Allocate):
-        b = s.buffer
-        out.alloc_bytes[b.scope] += b.size * ITEMSIZE.get(b.dtype, 4)
+            self.span = other
+            self.visit(s.else_)
+        self.span = span
+        self.guards.pop()
+
+    def visit_allocate(self, s: Allocate) -> None:
+        b, out = s.buffer, self.out
+        out.alloc_bytes[b.scope] += b.size * ELEMENT_BYTES.get(b.dtype, 4)
         out.n_allocs += 1
         if b.scope is Scope.WMMA_ACC or b.scope is Scope.WMMA_A or b.scope is Scope.WMMA_B:
             _fragment_alloc(b, s.body, out)
         elif b.dtype == MBARRIER:
             out.tc["barrier_slots"] += b.size
-        _walk(s.body, vars_, extents, kinds, guards, out, span)
-    elif isinstance(s, Sync):
-        out.n_syncs += 1
-        out.tc["syncs"] += _executions(extents, kinds, guards, "block")
-    elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
-        _tensor_core(s, extents, kinds, guards, out)
-    elif isinstance(s, AtomicAdd):
-        out.tc["atomics"] += _executions(extents, kinds, guards, "block")
-    elif isinstance(s, _HOPPER):
-        _hopper(s, extents, kinds, guards, out, span)
+        self.visit(s.body)
+
+    def visit_leaf(self, s: Stmt) -> None:
+        out, extents, kinds, guards = self.out, self.extents, self.kinds, self.guards
+        if isinstance(s, Store):
+            out.sites.append(_site(s, self.vars_, extents, kinds, guards))
+        elif isinstance(s, Sync):
+            out.n_syncs += 1
+            out.tc["syncs"] += _executions(extents, kinds, guards, "block")
+        elif isinstance(s, (MmaSync, MmaLoad, MmaStore, AsyncCopy, AsyncCommit, AsyncWait)):
+            _tensor_core(s, extents, kinds, guards, out)
+        elif isinstance(s, AtomicAdd):
+            out.tc["atomics"] += _executions(extents, kinds, guards, "block")
+        elif isinstance(s, _HOPPER):
+            _hopper(s, extents, kinds, guards, out, self.span)
 
 
 def _role_spans(cond: Expr, vars_: list[Var], kinds: list[ForKind], span: tuple[int, int]
@@ -229,7 +242,7 @@ def _hopper(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list[int]
     if isinstance(s, TmaLoad):
         n = _executions(extents, kinds, guards, "thread", span)
         tc["tma_copies"] += n
-        tc["tma_bytes"] += n * s.tmap.box_elems * ITEMSIZE.get(s.dst.dtype, 4)
+        tc["tma_bytes"] += n * s.tmap.box_elems * ELEMENT_BYTES.get(s.dst.dtype, 4)
     elif isinstance(s, Wgmma):
         n = _executions(extents, kinds, guards, "warpgroup", span)
         flops = 2.0 * WGMMA_MK * s.n * n
@@ -259,14 +272,14 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
         tc["mma_flops"] += 2.0 * s.shape[0] * s.shape[1] * s.shape[2] * n
     elif isinstance(s, MmaLoad):
         rows, cols = fragment_dims(s.frag.scope, s.shape)
-        item = ITEMSIZE.get(s.src.dtype, 4)
+        item = ELEMENT_BYTES.get(s.src.dtype, 4)
         moved = rows * cols * item * _executions(extents, kinds, guards, "warp")
         shared = s.src.scope is Scope.SHARED
         tc["frag_load_shared" if shared else "frag_load_global"] += moved
         if shared and s.ldm * item % BANKS_BYTES == 0:
             tc["bank_aligned"] += moved
     elif isinstance(s, MmaStore):
-        item = ITEMSIZE.get(s.dst.dtype, 4)
+        item = ELEMENT_BYTES.get(s.dst.dtype, 4)
         moved = s.shape[0] * s.shape[1] * item * _executions(extents, kinds, guards, "warp")
         shared = s.dst.scope is Scope.SHARED
         tc["frag_store_shared" if shared else "frag_store_global"] += moved
@@ -277,7 +290,7 @@ def _tensor_core(s: Stmt, extents: list[int], kinds: list[ForKind], guards: list
     elif isinstance(s, AsyncCopy):
         n = _executions(extents, kinds, guards, "thread")
         tc["async_copies"] += n
-        tc["async_bytes"] += n * s.elems * ITEMSIZE.get(s.dst.dtype, 4)
+        tc["async_bytes"] += n * s.elems * ELEMENT_BYTES.get(s.dst.dtype, 4)
     elif isinstance(s, AsyncCommit):
         tc["commits"] += _executions(extents, kinds, guards, "block")
     elif isinstance(s, AsyncWait):
@@ -299,7 +312,7 @@ def _fragment_alloc(b: Buffer, body: Stmt, out: NestSummary) -> None:
         if shape is not None:
             rows, cols = fragment_dims(b.scope, shape)
             key = "acc_frag_bytes" if b.scope is Scope.WMMA_ACC else "ab_frag_bytes"
-            out.tc[key] += b.size * rows * cols * ITEMSIZE.get(b.dtype, 4) / WARP
+            out.tc[key] += b.size * rows * cols * ELEMENT_BYTES.get(b.dtype, 4) / WARP
             return
 
 

@@ -17,6 +17,10 @@ from autotune.costmodel.cache import FeatureCache, LowerFn, default_lower, featu
 from autotune.costmodel.features import CURVE_SLICE, N_AST
 from autotune.costmodel.model import XGBModel, rankdata
 from autotune.costmodel.workers import FeatureWorkers
+from autotune.driver import config_space
+from autotune.ops import Workload
+from autotune.space import Config
+from autotune.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +53,8 @@ class BaseModel:
         used (a random sample): each costs a lowering, about half a millisecond (shared
         with ``workers`` when given).
         """
-        from autotune.ops import Workload
         rng = np.random.default_rng(seed)
-        groups = []
-        for key, records in sorted(history.items()):
-            if key == exclude:
-                continue
-            try:
-                wl = Workload.from_json(key)
-            except ValueError:
-                continue
-            by_target: dict[str, list[Any]] = {}
-            for r in records:
-                by_target.setdefault(str(getattr(r, "target_key", "")), []).append(r)
-            for tkey, recs in sorted(by_target.items()):
-                tgt = _target(tkey, target)
-                if keep is None or keep(wl, tgt):
-                    groups.append((key, wl, tgt, recs))
+        groups = _groups(history, target, exclude, keep)
         cap = max(8, min(max_per_workload, max_records // max(1, len(groups))))
         xs, ys, gs, used = [], [], [], []
         for key, wl, tgt, recs in groups:
@@ -98,11 +87,32 @@ class BaseModel:
         return self.model.predict(X)
 
 
+def _groups(history: Mapping[str, Sequence[Any]], target: Any, exclude: str | None,
+            keep: Callable[[Any, Any], bool] | None) -> list[tuple[str, Any, Any, list[Any]]]:
+    """(workload key, workload, target, records) of each ranking group of ``history``
+    that `BaseModel.from_history` learns from."""
+    groups = []
+    for key, records in sorted(history.items()):
+        if key == exclude:
+            continue
+        try:
+            wl = Workload.from_json(key)
+        except ValueError:
+            continue
+        by_target: dict[str, list[Any]] = {}
+        for r in records:
+            by_target.setdefault(str(getattr(r, "target_key", "")), []).append(r)
+        for tkey, recs in sorted(by_target.items()):
+            tgt = _target(tkey, target)
+            if keep is None or keep(wl, tgt):
+                groups.append((key, wl, tgt, recs))
+    return groups
+
+
 def _target(key: str, fallback: Any) -> Any:
     """The target named by a record's key, or ``fallback`` when it cannot be made here."""
     if not key or key == getattr(fallback, "key", None):
         return fallback
-    from autotune.target import Target
     try:
         return Target(key)
     except (ValueError, RuntimeError):
@@ -112,8 +122,6 @@ def _target(key: str, fallback: Any) -> Any:
 def _configs_and_labels(wl: Any, target: Any, records: Sequence[Any]) -> tuple[list, list]:
     """Configs of ``records`` in ``wl``'s space (records of another space version dropped)
     and their GFLOP/s (0 for a failure)."""
-    from autotune.driver import config_space
-    from autotune.space import Config
     sp = config_space(wl, target)
     configs, labels, seen = [], [], set()
     for r in records:

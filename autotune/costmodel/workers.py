@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.costmodel.features import extract_raw, finish_rows
 from autotune.costmodel.nest import summarize
+from autotune.driver import InvalidConfig, config_space, lower
 from autotune.ir.stmt import PrimFunc
 from autotune.process.child import ChildDied, ChildProcess, ChildTimeout, child_setup, tasks
 
@@ -72,8 +73,6 @@ def lowered_rows(indices: Sequence[int], lower_one: Callable[[int], PrimFunc | N
 
 def chunk_rows(workload: Any, target: Any, indices: Sequence[int]) -> np.ndarray:
     """``lowered_rows`` of configs ``indices``, lowered with ``driver.lower`` (a worker's)."""
-    from autotune.driver import InvalidConfig, config_space, lower  # deferred: pulls in templates
-
     sp = config_space(workload, target)
 
     def lower_one(index: int) -> PrimFunc | None:
@@ -100,7 +99,6 @@ def cut(n: int, size: int, parties: int) -> list[slice]:
 
 def _worker_main(conn: Connection) -> None:
     child_setup()
-    import autotune.driver  # noqa: F401  (before saying ready, so the first chunk is not slow)
 
     for key, workload, target, indices in tasks(conn):
         try:

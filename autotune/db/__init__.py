@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from autotune.db.database import Database
-from autotune.db.records import (
+from autotune.db.schema import JOB_STATES, TERMINAL_STATES
+from autotune.db.trials import SORTS
+from autotune.db.values import (
     ApiKeyRecord,
     ConfigLike,
     JobRecord,
@@ -10,8 +12,6 @@ from autotune.db.records import (
     TrialRecord,
     WorkloadLike,
 )
-from autotune.db.schema import JOB_STATES, TERMINAL_STATES
-from autotune.db.trials import SORTS
 
 __all__ = [
     "JOB_STATES",

@@ -9,8 +9,8 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
-from autotune.db.records import ApiKeyRecord, api_key_record
 from autotune.db.schema import ApiKeyRow, utcnow
+from autotune.db.values import ApiKeyRecord, api_key_record
 
 KEY_PREFIX = "at_"
 DISPLAY_CHARS = 8

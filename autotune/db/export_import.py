@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from autotune.db.entities import ensure_target, ensure_workload, target_kind_of
 from autotune.db.schema import utcnow
 from autotune.db.trials import insert_rows, iter_trials
+from autotune.driver import config_space
 from autotune.records.codec import (
     ERROR_KINDS,
     canonical_workload_key,
@@ -28,6 +29,7 @@ from autotune.records.codec import (
     record_to_json,
 )
 from autotune.records.files import parse_lines
+from autotune.target import Target
 from autotune.target.peak import peak_flops
 
 if TYPE_CHECKING:
@@ -101,8 +103,6 @@ def _pair(workload: Mapping[str, Any], target_key: str, line: int) -> _Pair:
     known = known_workload(workload)
     if known is None:  # an op of another version: nothing to check it against
         return _Pair()
-    from autotune.driver import config_space
-    from autotune.target import Target
 
     try:
         target = Target(target_key)
@@ -137,19 +137,26 @@ def _check_point(config: Mapping[str, Any], index: int, space: "ConfigSpace") ->
                              f"{index} has {json.dumps(point[name])}")
 
 
-def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int,
-         pair: _Pair) -> dict[str, Any]:
-    """A checked record's column values; `BadRecord` names the first bad field."""
+def _config(obj: dict[str, Any], number: int, pair: _Pair) -> tuple[dict[str, Any], int]:
+    """The record's config and index, a point of its template's space where it is known."""
     config = obj.get("config")
     index = config.get("index") if isinstance(config, dict) else None
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    if not isinstance(config, dict) or isinstance(index, bool) or not isinstance(index, int) \
+            or index < 0:
         raise BadRecord(number, "config", "must be an object with an integer 'index' >= 0")
     if pair.space is not None:
         try:
-            _check_point(config, index, pair.space)  # type: ignore[arg-type]  # a dict
+            _check_point(config, index, pair.space)
         except ValueError as err:
             raise BadRecord(number, "config", f"not a config of its template's space "
                                               f"({err})") from None
+    return config, index
+
+
+def _row(obj: dict[str, Any], number: int, workload_id: int, target_id: int,
+         pair: _Pair) -> dict[str, Any]:
+    """A checked record's column values; `BadRecord` names the first bad field."""
+    config, index = _config(obj, number, pair)
     error = obj.get("error", "none")
     if error not in ERROR_KINDS:
         raise BadRecord(number, "error", f"must be one of {', '.join(ERROR_KINDS)}; "

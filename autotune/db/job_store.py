@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from autotune.db import apikeys, jobs, trials
 from autotune.db.model_runs import ModelRunStore
-from autotune.db.records import (
+from autotune.db.values import (
     ApiKeyRecord,
     JobRecord,
     TargetLike,

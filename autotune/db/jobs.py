@@ -14,8 +14,8 @@ from sqlalchemy import ColumnElement, CursorResult, Select, func, or_, select, u
 from sqlalchemy.orm import Session
 
 from autotune.db.lease import JobEnded, LeaseLost, is_dead_local
-from autotune.db.records import JobRecord, job_record
 from autotune.db.schema import JOB_STATES, TERMINAL_STATES, JobRow, TargetRow, WorkloadRow, utcnow
+from autotune.db.values import JobRecord, job_record
 
 # States of a job that is still to run (a claimed job waiting for a device is 'queued').
 ACTIVE_STATES = ("queued", "running")
@@ -26,13 +26,15 @@ def _check_state(state: str) -> None:
         raise ValueError(f"job state must be one of {', '.join(JOB_STATES)}; got {state!r}")
 
 
-def _records() -> Select:
+def job_select() -> Select:
+    """Jobs with their workload and target keys (what `job_records` reads)."""
     return (select(JobRow, WorkloadRow.key, TargetRow.key)
             .join(WorkloadRow, JobRow.workload_id == WorkloadRow.id)
             .join(TargetRow, JobRow.target_id == TargetRow.id))
 
 
-def _run(session: Session, stmt: Select) -> list[JobRecord]:
+def job_records(session: Session, stmt: Select) -> list[JobRecord]:
+    """The jobs a `job_select` statement finds."""
     return [job_record(row, wkey, tkey) for row, wkey, tkey in session.execute(stmt)]
 
 
@@ -68,7 +70,7 @@ def create_job(session: Session, *, workload_id: int, target_id: int, tuner: str
 
 def get_job(session: Session, *, job_id: int) -> Optional[JobRecord]:
     """The job with ``job_id``, or None."""
-    found = _run(session, _records().where(JobRow.id == job_id))
+    found = job_records(session, job_select().where(JobRow.id == job_id))
     return found[0] if found else None
 
 
@@ -80,9 +82,9 @@ def list_jobs(session: Session, *, state: Optional[str] = None, offset: int = 0,
         _check_state(state)
         where.append(JobRow.state == state)
     total = session.scalar(select(func.count()).select_from(JobRow).where(*where)) or 0
-    stmt = (_records().where(*where).order_by(JobRow.id.desc())
+    stmt = (job_select().where(*where).order_by(JobRow.id.desc())
             .offset(max(offset, 0)).limit(max(limit, 0)))
-    return _run(session, stmt), int(total)
+    return job_records(session, stmt), int(total)
 
 
 def jobs_in_state(session: Session, *, states: Iterable[str]) -> list[JobRecord]:
@@ -90,7 +92,7 @@ def jobs_in_state(session: Session, *, states: Iterable[str]) -> list[JobRecord]
     wanted = list(states)
     for state in wanted:
         _check_state(state)
-    return _run(session, _records().where(JobRow.state.in_(wanted)).order_by(JobRow.id))
+    return job_records(session, job_select().where(JobRow.state.in_(wanted)).order_by(JobRow.id))
 
 
 def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[str] = None,
@@ -106,7 +108,7 @@ def set_job_state(session: Session, *, job_id: int, state: str, error: Optional[
         return False
     if from_states is not None and row.state not in set(from_states):
         return False
-    _move(row, state, error, utcnow())
+    set_state(row, state, error, utcnow())
     session.flush()
     return True
 
@@ -135,7 +137,7 @@ def _locked(session: Session, job_id: int) -> Optional[JobRow]:
     return session.execute(stmt).scalar_one_or_none()
 
 
-def _move(row: JobRow, state: str, error: Optional[str], now: datetime) -> None:
+def set_state(row: JobRow, state: str, error: Optional[str], now: datetime) -> None:
     """Set ``state``: running stamps ``started_at`` once, terminal states ``finished_at``."""
     row.state = state
     if state == "running" and row.started_at is None:
@@ -151,7 +153,7 @@ def _move(row: JobRow, state: str, error: Optional[str], now: datetime) -> None:
 
 def _take(row: JobRow, owner: str, lease_s: float, now: datetime) -> None:
     """Make ``owner`` run the job: running, leased until ``now + lease_s``, not waiting."""
-    _move(row, "running", None, now)
+    set_state(row, "running", None, now)
     row.owner, row.waiting = owner, None
     row.lease_expires_at = now + timedelta(seconds=lease_s)
 
@@ -183,7 +185,7 @@ def claim_job(session: Session, *, owner: str, lease_s: float, now: datetime) ->
                                   _gone(now, dead))
              .with_for_update(skip_locked=True))
     for stale in session.scalars(ended):
-        _release(stale, now)
+        clear_owner(stale, now)
     # A model run's task jobs are resumed by running the model run again, which shares
     # the budget among them; one taken alone would spend the whole budget on one task.
     stmt = (select(JobRow)
@@ -209,7 +211,7 @@ def renew_leases(session: Session, *, owner: str, job_ids: Sequence[int], lease_
 
 def jobs_by_id(session: Session, *, job_ids: Sequence[int]) -> dict[int, JobRecord]:
     """The jobs among ``job_ids`` that exist, by id."""
-    return {job.id: job for job in _run(session, _records().where(JobRow.id.in_(job_ids)))}
+    return {job.id: job for job in job_records(session, job_select().where(JobRow.id.in_(job_ids)))}
 
 
 def holders(session: Session, *, job_ids: Sequence[int]) -> dict[int, tuple[str, Optional[str]]]:
@@ -218,7 +220,8 @@ def holders(session: Session, *, job_ids: Sequence[int]) -> dict[int, tuple[str,
     return {job_id: (state, owner) for job_id, state, owner in session.execute(stmt)}
 
 
-def _release(row: JobRow, now: datetime) -> None:
+def clear_owner(row: JobRow, now: datetime) -> None:
+    """Release the row: no owner, lease or waiting reason."""
     row.owner = row.lease_expires_at = row.waiting = None
     row.updated_at = now
 
@@ -236,8 +239,8 @@ def release_job(session: Session, *, job_id: int, owner: str, state: Optional[st
         return False
     now = utcnow()
     if state is not None and row.state not in TERMINAL_STATES:
-        _move(row, state, error, now)
-    _release(row, now)
+        set_state(row, state, error, now)
+    clear_owner(row, now)
     session.flush()
     return True
 
@@ -249,7 +252,7 @@ def set_job_waiting(session: Session, *, job_id: int, owner: str, reason: Option
     if row is None or row.owner != owner:
         return False
     if row.state in ACTIVE_STATES:
-        _move(row, "queued" if reason is not None else "running", None, utcnow())
+        set_state(row, "queued" if reason is not None else "running", None, utcnow())
         row.waiting = reason
     session.flush()
     return True

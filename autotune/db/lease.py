@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from autotune.db.schema import TERMINAL_STATES
+from autotune.db.values import ConfigLike, RetimedLike, TargetLike, WorkloadLike
+from autotune.measure.result import MeasureResult
+from autotune.records import TrialRecord
 from autotune.search.store import JobStopped, TrialStore
 
 if TYPE_CHECKING:
@@ -184,18 +187,18 @@ class OwnedStore(TrialStore):
     def __init__(self, db: "Database", job_id: int, owner: str) -> None:
         self.db, self.lease = db, (job_id, owner)
 
-    def trials_for(self, workload: Any, target: Any) -> list[Any]:
+    def trials_for(self, workload: WorkloadLike, target: TargetLike) -> list[TrialRecord]:
         return list(self.db.trials_for(workload, target))
 
     def history(self, op: str, target_kind: str,
-                exclude_workload_key: Optional[str] = None) -> dict[str, list[Any]]:
+                exclude_workload_key: Optional[str] = None) -> dict[str, list[TrialRecord]]:
         return dict(self.db.history(op, target_kind, exclude_workload_key))
 
-    def best(self, workload: Any, target: Any) -> Optional[Any]:
+    def best(self, workload: WorkloadLike, target: TargetLike) -> Optional[TrialRecord]:
         return self.db.best(workload, target)
 
-    def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
-                   items: Sequence[tuple[Any, Any]], flops: int) -> int:
+    def add_trials(self, workload: WorkloadLike, target: TargetLike, job_id: Optional[int],
+                   items: Sequence[tuple[ConfigLike, MeasureResult]], flops: int) -> int:
         return self.db.add_trials(workload, target, job_id, items, flops, lease=self.lease)
 
     def update_job_progress(self, job_id: int, *, trials_done: int,
@@ -203,8 +206,8 @@ class OwnedStore(TrialStore):
         return self.db.update_job_progress(job_id, trials_done=trials_done,
                                            best_gflops=best_gflops, lease=self.lease)
 
-    def record_retiming(self, workload: Any, target: Any, members: Sequence[Any], *,
-                        accepted: bool) -> int:
+    def record_retiming(self, workload: WorkloadLike, target: TargetLike,
+                        members: Sequence[RetimedLike], *, accepted: bool) -> int:
         return self.db.record_retiming(workload, target, members, accepted=accepted,
                                        lease=self.lease)
 

@@ -15,10 +15,10 @@ from sqlalchemy import case, func, select
 from autotune.db import jobs
 from autotune.db.entities import ensure_target, ensure_workload
 from autotune.db.lease import is_dead_local
-from autotune.db.records import JobRecord, TargetLike, WorkloadLike, _utc
 from autotune.db.schema import JobRow, ModelRunRow, TargetRow, TrialRow, WorkloadRow, utcnow
 from autotune.db.store import Store
 from autotune.db.trials import TRANSIENT
+from autotune.db.values import JobRecord, TargetLike, WorkloadLike, utc
 
 RUN_STATES = ("running", "done", "failed", "cancelled")
 # A run whose owner has written nothing for this long is taken as abandoned (a round, one
@@ -68,8 +68,8 @@ def _record(row: ModelRunRow, target_key: str) -> ModelRunRecord:
         history=tuple((float(t), int(n), None if c is None else float(c))
                       for t, n, c in row.history or ()),
         estimated_latency_s=row.estimated_latency_s, owner=row.owner, error=row.error,
-        created_at=_utc(row.created_at), updated_at=_utc(row.updated_at),  # type: ignore[arg-type]
-        finished_at=_utc(row.finished_at))
+        created_at=utc(row.created_at), updated_at=utc(row.updated_at),  # type: ignore[arg-type]
+        finished_at=utc(row.finished_at))
 
 
 def _select() -> Any:
@@ -128,7 +128,7 @@ class ModelRunStore(Store):
         with self.session(write=True) as s:
             row = s.execute(select(ModelRunRow).where(ModelRunRow.id == run_id)
                             .with_for_update()).scalar_one()
-            updated = _utc(row.updated_at)
+            updated = utc(row.updated_at)
             fresh = updated is not None and updated > now - timedelta(seconds=stale_after_s)
             if row.state == "running" and row.owner and row.owner != owner and \
                     not is_dead_local(row.owner) and fresh:
@@ -137,8 +137,8 @@ class ModelRunStore(Store):
             row.finished_at, row.updated_at = None, now
             for job in s.scalars(select(JobRow).where(JobRow.model_run_id == run_id,
                                                            JobRow.state.in_(jobs.ACTIVE_STATES))):
-                jobs._move(job, "cancelled", "interrupted; the model run was resumed", now)
-                jobs._release(job, now)
+                jobs.set_state(job, "cancelled", "interrupted; the model run was resumed", now)
+                jobs.clear_owner(job, now)
             s.flush()
             return _record(row, s.get(TargetRow, row.target_id).key)  # type: ignore[union-attr]
 
@@ -182,7 +182,7 @@ class ModelRunStore(Store):
     def run_jobs(self, run_id: int) -> list[JobRecord]:
         """The task jobs of a run, oldest first."""
         with self.session() as s:
-            return jobs._run(s, jobs._records().where(JobRow.model_run_id == run_id)
+            return jobs.job_records(s, jobs.job_select().where(JobRow.model_run_id == run_id)
                              .order_by(JobRow.id))
 
     def task_trials(self, workload_keys: Sequence[str], target_key: str

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import IO, TYPE_CHECKING, Iterable, Optional, Sequence
 
 from autotune.db import export_import, jobs, trials
-from autotune.db.records import (
+from autotune.db.store import Store
+from autotune.db.values import (
     ConfigLike,
     KeyOrObject,
     RetimedLike,
@@ -14,7 +15,6 @@ from autotune.db.records import (
     WorkloadLike,
     key_of,
 )
-from autotune.db.store import Store
 from autotune.records import files as jsonl_files
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from autotune.db import migrate
 from autotune.db.engine import make_engine
 from autotune.db.entities import ensure_target, ensure_workload
-from autotune.db.records import (
+from autotune.db.url import normalize_url
+from autotune.db.values import (
     TargetLike,
     WorkloadLike,
 )
-from autotune.db.url import normalize_url
 from autotune.settings import Settings
 
 _S = TypeVar("_S", bound="Store")

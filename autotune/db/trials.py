@@ -11,8 +11,8 @@ from sqlalchemy import Select, case, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from autotune.db.entities import insert_ignore
-from autotune.db.records import ConfigLike, RetimedLike, TrialRecord, trial_record
 from autotune.db.schema import TargetRow, TrialRow, WorkloadRow, utcnow
+from autotune.db.values import ConfigLike, RetimedLike, TrialRecord, trial_record
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureResult

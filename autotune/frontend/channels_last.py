@@ -15,10 +15,8 @@ from typing import Sequence
 from autotune.frontend.torch import Match
 from autotune.ops import Workload, WorkloadError
 from autotune.ops.layout import NHWC
-from autotune.schedule.templates import template_for
+from autotune.schedule.templates import WGMMA, template_for
 from autotune.target import Target
-
-WGMMA = "autotune.schedule.templates.cuda_wgmma"
 
 
 def nhwc_form(wl: Workload, target: Target) -> Workload | None:
@@ -29,7 +27,7 @@ def nhwc_form(wl: Workload, target: Target) -> Workload | None:
         form = replace(wl, layout=NHWC)
     except (ValueError, WorkloadError):
         return None
-    return form if template_for(form, target).__name__ == WGMMA else None
+    return form if template_for(form, target) is WGMMA else None
 
 
 def channels_last(matches: Sequence[Match], target: Target) -> list[Match]:

@@ -45,7 +45,7 @@ from autotune.frontend.layouts import (
 from autotune.frontend.plan import plan_model_run
 from autotune.frontend.torch import (
     Match,
-    _as_tuple,
+    as_tuple,
     match_model,
     prepacks,
     runs_pools,
@@ -133,7 +133,7 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
     """The kernels `compile_model` would build for ``model`` on ``target`` with ``layout``,
     one per workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
-    _, matches = _matches(trace(model, _as_tuple(example_inputs)), tgt, db, layout)
+    _, matches = _matches(trace(model, as_tuple(example_inputs)), tgt, db, layout)
     configs = _configs(matches, tgt, db)
     places: dict[Workload, list[str]] = {}
     for m in matches:
@@ -161,7 +161,7 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     tgt = _supported(as_target(target))
     if cuda_graphs and tgt.kind != "cuda":
         raise ValueError(f"compile_model: cuda_graphs is for cuda targets, not {tgt.kind}")
-    inputs = _as_tuple(example_inputs)
+    inputs = as_tuple(example_inputs)
     return compile_graph(trace(model, inputs), inputs, target=target, db=db, layout=layout,
                          cuda_graphs=cuda_graphs)
 

@@ -132,7 +132,7 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     layers in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)
-    matches, unsupported = match_model(trace(model, _as_tuple(example_inputs)),
+    matches, unsupported = match_model(trace(model, as_tuple(example_inputs)),
                                        prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
     if target is not None and layout != "nchw":
@@ -188,7 +188,8 @@ def group(matches: Sequence[Match]) -> tuple[Task, ...]:
     return tuple(sorted(tasks, key=lambda t: -t.weight * t.workload.flops()))
 
 
-def _as_tuple(example_inputs: Any) -> tuple[torch.Tensor, ...]:
+def as_tuple(example_inputs: Any) -> tuple[torch.Tensor, ...]:
+    """A model's example inputs as a tuple (a tensor alone is one input)."""
     return (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
 
 

@@ -36,6 +36,7 @@ from autotune.measure.result import MeasureUnavailable
 from autotune.search import DEFAULT_BATCH_SIZE, DEFAULT_TUNER, Progress, TuneResult, TuningSession
 from autotune.search.registry import tuner_options as options_table
 from autotune.search.store import JobStopped
+from autotune.settings import Settings
 from autotune.target import Target
 
 if TYPE_CHECKING:
@@ -192,7 +193,6 @@ class _ModelRun:
                 name=self.model.name, fingerprint=self.model.fingerprint, target=self.target,
                 budget=self.budget, tasks=[t.to_dict() for t in self.model.tasks],
                 unsupported=[u.to_dict() for u in self.model.unsupported], owner=self.owner).id
-        from autotune.settings import Settings
 
         self.keeper = LeaseKeeper(self.db, self.owner, Settings().job_lease_s).start()
         self.db.update_run(self.run_id, trials_done=self.spent,

@@ -21,7 +21,6 @@ from autotune.ir.expr import (
     walk,
 )
 from autotune.ir.stmt import (
-    Allocate,
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
@@ -38,7 +37,6 @@ from autotune.ir.stmt import (
     MmaStore,
     MmaSync,
     NamedSync,
-    Seq,
     SetMaxNReg,
     SmemMatrix,
     Stmt,
@@ -51,6 +49,7 @@ from autotune.ir.stmt import (
     WgmmaWait,
     walk_stmts,
 )
+from autotune.ir.visitor import StmtMutator
 
 Affine = tuple[dict[Expr, int], int]
 _ZERO = Const(0)  # (immutable, shared)
@@ -399,22 +398,48 @@ def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
 
 def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     """Apply ``fn`` to every top-level expression of every statement in ``s``."""
-    if isinstance(s, Seq):
-        return Seq([map_stmt_exprs(c, fn) for c in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, map_stmt_exprs(s.body, fn))
-    if isinstance(s, Store):
-        return Store(s.buffer, tuple(fn(i) for i in s.indices), fn(s.value))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, map_stmt_exprs(s.body, fn))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(fn(s.cond), map_stmt_exprs(s.then, fn),
-                          None if s.else_ is None else map_stmt_exprs(s.else_, fn))
-    if isinstance(s, (Sync, AsyncCommit, AsyncWait, Fence)):
-        return s
-    if isinstance(s, AtomicAdd):
-        return AtomicAdd(s.result, tuple(fn(i) for i in s.result_index), s.buffer,
-                         tuple(fn(i) for i in s.index), s.value)
+    return _ExprMapper(fn).visit(s)
+
+
+class _ExprMapper(StmtMutator):
+    """`map_stmt_exprs`: a guard's condition and each leaf's expressions."""
+
+    def __init__(self, fn: Callable[[Expr], Expr]) -> None:
+        self.fn = fn
+
+    def visit_if(self, s: IfThenElse) -> Stmt:
+        return IfThenElse(self.fn(s.cond), self.visit(s.then),
+                          None if s.else_ is None else self.visit(s.else_))
+
+    def visit_leaf(self, s: Stmt) -> Stmt:
+        fn = self.fn
+        if isinstance(s, Store):
+            return Store(s.buffer, tuple(fn(i) for i in s.indices), fn(s.value))
+        if isinstance(s, (Sync, AsyncCommit, AsyncWait, Fence)):
+            return s
+        if isinstance(s, AtomicAdd):
+            return AtomicAdd(s.result, tuple(fn(i) for i in s.result_index), s.buffer,
+                             tuple(fn(i) for i in s.index), s.value)
+        if isinstance(s, (MmaFill, MmaLoad, MmaSync, MmaStore, AsyncCopy)):
+            return _map_tensor_core(s, fn)
+        if isinstance(s, (WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, NamedSync)):
+            return s
+        if isinstance(s, TmaLoad):
+            return TmaLoad(s.dst, fn(s.dst_offset), s.tmap, tuple(fn(c) for c in s.coords),
+                           s.bar, fn(s.bar_index))
+        if isinstance(s, MbarrierInit):
+            return MbarrierInit(s.bar, fn(s.index), s.count)
+        if isinstance(s, MbarrierArrive):
+            return MbarrierArrive(s.bar, fn(s.index), s.expect_bytes)
+        if isinstance(s, MbarrierWait):
+            return MbarrierWait(s.bar, fn(s.index), fn(s.parity))
+        if isinstance(s, Wgmma):
+            return Wgmma(s.acc, tuple(fn(i) for i in s.acc_index), _map_matrix(s.a, fn),
+                         _map_matrix(s.b, fn), s.n)
+        raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def _map_tensor_core(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, MmaFill):
         return MmaFill(s.frag, tuple(fn(i) for i in s.index), s.value, s.shape)
     if isinstance(s, MmaLoad):
@@ -427,24 +452,9 @@ def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(s, MmaStore):
         return MmaStore(s.dst, fn(s.offset), s.ldm, s.frag, tuple(fn(i) for i in s.index),
                         s.shape)
-    if isinstance(s, AsyncCopy):
-        return AsyncCopy(s.dst, fn(s.dst_offset), s.src, fn(s.src_offset), s.elems,
-                         None if s.valid is None else fn(s.valid))
-    if isinstance(s, (WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, NamedSync)):
-        return s
-    if isinstance(s, TmaLoad):
-        return TmaLoad(s.dst, fn(s.dst_offset), s.tmap, tuple(fn(c) for c in s.coords),
-                       s.bar, fn(s.bar_index))
-    if isinstance(s, MbarrierInit):
-        return MbarrierInit(s.bar, fn(s.index), s.count)
-    if isinstance(s, MbarrierArrive):
-        return MbarrierArrive(s.bar, fn(s.index), s.expect_bytes)
-    if isinstance(s, MbarrierWait):
-        return MbarrierWait(s.bar, fn(s.index), fn(s.parity))
-    if isinstance(s, Wgmma):
-        return Wgmma(s.acc, tuple(fn(i) for i in s.acc_index), _map_matrix(s.a, fn),
-                     _map_matrix(s.b, fn), s.n)
-    raise TypeError(f"unknown statement {type(s).__name__}")
+    assert isinstance(s, AsyncCopy), s
+    return AsyncCopy(s.dst, fn(s.dst_offset), s.src, fn(s.src_offset), s.elems,
+                     None if s.valid is None else fn(s.valid))
 
 
 def _map_matrix(m: SmemMatrix, fn: Callable[[Expr], Expr]) -> SmemMatrix:

@@ -13,12 +13,16 @@ import numpy as np
 
 from autotune.ir.expr import And, BinOp, Cmp, Const, Expr, Load, Select, Var
 from autotune.ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, Sync
+from autotune.ir.visitor import StmtVisitor
 
 
-class _Py:
+class _Py(StmtVisitor):
+    """The kernel as Python source lines, indented ``ind`` levels."""
+
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.lines: list[str] = []
+        self.ind = 1
 
     def name(self, obj: Var | Buffer, prefix: str) -> str:
         key = id(obj)
@@ -53,33 +57,42 @@ class _Py:
         # an out-of-range index is a bug in lowering: make it fail loudly, not wrap around
         return f"_chk({idx}, {buf.size})"
 
-    def stmt(self, s: Stmt, ind: int) -> None:
-        pad = "    " * ind
-        if isinstance(s, Seq):
-            if not s.stmts:
-                self.lines.append(pad + "pass")
-            for c in s.stmts:
-                self.stmt(c, ind)
-        elif isinstance(s, For):
-            self.lines.append(f"{pad}for {self.name(s.var, 'v')} in range({s.extent}):")
-            self.stmt(s.body, ind + 1)
-        elif isinstance(s, Store):
-            self.lines.append(f"{pad}{self.name(s.buffer, 'b')}[{self.flat(s.buffer, s.indices)}]"
-                              f" = {self.expr(s.value)}")
-        elif isinstance(s, Allocate):
-            self.lines.append(f"{pad}{self.name(s.buffer, 'b')} = "
-                              f"_np.full({s.buffer.size}, _np.nan)")
-            self.stmt(s.body, ind)
-        elif isinstance(s, IfThenElse):
-            self.lines.append(f"{pad}if {self.expr(s.cond)}:")
-            self.stmt(s.then, ind + 1)
-            if s.else_ is not None:
-                self.lines.append(f"{pad}else:")
-                self.stmt(s.else_, ind + 1)
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.ind + text)
+
+    def visit_seq(self, s: Seq) -> None:
+        if not s.stmts:
+            self.line("pass")
+        super().visit_seq(s)
+
+    def visit_for(self, s: For) -> None:
+        self.line(f"for {self.name(s.var, 'v')} in range({s.extent}):")
+        self.indented(s.body)
+
+    def visit_allocate(self, s: Allocate) -> None:
+        self.line(f"{self.name(s.buffer, 'b')} = _np.full({s.buffer.size}, _np.nan)")
+        self.visit(s.body)
+
+    def visit_if(self, s: IfThenElse) -> None:
+        self.line(f"if {self.expr(s.cond)}:")
+        self.indented(s.then)
+        if s.else_ is not None:
+            self.line("else:")
+            self.indented(s.else_)
+
+    def visit_leaf(self, s: Stmt) -> None:
+        if isinstance(s, Store):
+            self.line(f"{self.name(s.buffer, 'b')}[{self.flat(s.buffer, s.indices)}]"
+                      f" = {self.expr(s.value)}")
         elif isinstance(s, Sync):
-            self.lines.append(pad + "pass")
+            self.line("pass")
         else:
             raise TypeError(type(s).__name__)
+
+    def indented(self, s: Stmt) -> None:
+        self.ind += 1
+        self.visit(s)
+        self.ind -= 1
 
 
 def _chk(i: int, n: int) -> int:
@@ -97,7 +110,7 @@ def interpret(func: PrimFunc, arrays: Sequence[np.ndarray]) -> None:
     py.lines.append(f"def _kernel({', '.join(params)}):")
     for w in func.workspaces:
         py.lines.append(f"    {py.name(w, 'b')} = _np.full({w.size}, _np.nan)")
-    py.stmt(func.body, 1)
+    py.visit(func.body)
     scope: dict = {"_np": np, "_chk": _chk}
     exec(compile("\n".join(py.lines), f"<interp {func.name}>", "exec"), scope)
     flat = [np.asarray(a, dtype=np.float64).reshape(-1).copy() for a in arrays]

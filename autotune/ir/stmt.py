@@ -11,7 +11,7 @@ from enum import Enum
 from math import prod
 from typing import Iterator
 
-from autotune.ir.expr import FLOAT, Expr, Var
+from autotune.ir.expr import FLOAT, Expr, Load, Var, const
 
 
 class Scope(str, Enum):
@@ -63,7 +63,6 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.scope.value})"
 
     def __getitem__(self, idx: Expr | int | tuple) -> "Expr":
-        from autotune.ir.expr import Load, const
         if not isinstance(idx, tuple):
             idx = (idx,)
         return Load(self, tuple(const(i) for i in idx))
@@ -178,11 +177,12 @@ class Sync(Stmt):
 
 
 # ---------------------------------------------------------------- warp-level matrix ops
-# Tensor-core statements (CUDA only). Each is collective over a warp: all 32 threads of the
-# warp execute it together, with the same operands. Offsets are flat element offsets into
+# Tensor-core statements (CUDA only). Each is collective over a warp: all WARP threads of
+# the warp execute it together, with the same operands. Offsets are flat element offsets into
 # a buffer (the fragment's (0, 0) element); ``ldm`` is the leading dimension in elements.
 # ``shape`` is the MMA shape (m, n, k), one that nvcuda::wmma offers for half inputs.
 
+WARP = 32  # threads of a warp, which runs the warp-collective statements together
 WMMA_SHAPES: tuple[tuple[int, int, int], ...] = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
 
 
@@ -302,7 +302,7 @@ class AsyncWait(Stmt):
 # tiles with asynchronous warpgroup MMAs (wgmma) into register accumulators, and arrive on
 # a barrier that frees the stage for the producer.
 
-WARPGROUP = 128  # threads that issue one wgmma together
+WARPGROUP = 4 * WARP  # threads that issue one wgmma together
 SWIZZLES = (0, 32, 64, 128)  # bytes of a TMA / wgmma shared-memory swizzle pattern
 
 
@@ -449,7 +449,7 @@ class Wgmma(Stmt):
 def wgmma_fragment(thread: int, reg: int) -> tuple[int, int]:
     """(row, column) of the accumulator element that register ``reg`` of warpgroup thread
     ``thread`` (0-127) holds, in a 64 x n wgmma tile."""
-    warp, lane = thread // 32, thread % 32
+    warp, lane = thread // WARP, thread % WARP
     return (warp * 16 + lane // 4 + 8 * (reg % 4 // 2),
             reg // 4 * 8 + lane % 4 * 2 + reg % 2)
 
@@ -494,7 +494,7 @@ class NamedSync(Stmt):
     __slots__ = ("barrier", "threads")
 
     def __init__(self, barrier: int, threads: int):
-        assert 1 <= barrier <= 15 and threads % 32 == 0, (barrier, threads)
+        assert 1 <= barrier <= 15 and threads % WARP == 0, (barrier, threads)
         self.barrier, self.threads = int(barrier), int(threads)
 
     def __reduce__(self) -> tuple:
@@ -590,9 +590,6 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
     if isinstance(s, For):
         tag = "" if s.kind is ForKind.SERIAL else f"  # {s.kind.value}"
         return [f"{pad}for {s.var.name} in 0..{s.extent}:{tag}", *format_stmt(s.body, indent + 1)]
-    if isinstance(s, Store):
-        idx = ", ".join(map(repr, s.indices))
-        return [f"{pad}{s.buffer.name}[{idx}] = {s.value!r}"]
     if isinstance(s, Allocate):
         b = s.buffer
         return [f"{pad}alloc {b.name}{list(b.shape)} {b.dtype} @{b.scope.value}",
@@ -602,55 +599,66 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         if s.else_ is not None:
             out += [f"{pad}else:", *format_stmt(s.else_, indent + 1)]
         return out
+    return [f"{pad}{_leaf_text(s)}"]
+
+
+def _leaf_text(s: Stmt) -> str:
+    """The one line of a statement that holds no other."""
+    if isinstance(s, Store):
+        return f"{s.buffer.name}[{', '.join(map(repr, s.indices))}] = {s.value!r}"
     if isinstance(s, Sync):
-        return [f"{pad}sync_threads()"]
+        return "sync_threads()"
     if isinstance(s, MmaFill):
-        return [f"{pad}{_frag(s.frag, s.index)} = fill({s.value!r})"]
+        return f"{_frag(s.frag, s.index)} = fill({s.value!r})"
     if isinstance(s, MmaLoad):
-        return [f"{pad}{_frag(s.frag, s.index)} = mma_load({s.src.name}[{s.offset!r}], "
-                f"ldm={s.ldm}, {s.layout}, shape={s.shape})"]
+        return (f"{_frag(s.frag, s.index)} = mma_load({s.src.name}[{s.offset!r}], "
+                f"ldm={s.ldm}, {s.layout}, shape={s.shape})")
     if isinstance(s, MmaSync):
-        return [f"{pad}{_frag(s.acc, s.acc_index)} += mma({_frag(s.a, s.a_index)}, "
-                f"{_frag(s.b, s.b_index)}, shape={s.shape})"]
+        return (f"{_frag(s.acc, s.acc_index)} += mma({_frag(s.a, s.a_index)}, "
+                f"{_frag(s.b, s.b_index)}, shape={s.shape})")
     if isinstance(s, MmaStore):
-        return [f"{pad}mma_store({s.dst.name}[{s.offset!r}], ldm={s.ldm}, "
-                f"{_frag(s.frag, s.index)})"]
+        return (f"mma_store({s.dst.name}[{s.offset!r}], ldm={s.ldm}, "
+                f"{_frag(s.frag, s.index)})")
     if isinstance(s, AsyncCopy):
         cond = "" if s.valid is None else f" if {s.valid!r} else zeros"
-        return [f"{pad}{s.dst.name}[{s.dst_offset!r}:+{s.elems}] = async_copy("
-                f"{s.src.name}[{s.src_offset!r}:+{s.elems}]{cond})"]
+        return (f"{s.dst.name}[{s.dst_offset!r}:+{s.elems}] = async_copy("
+                f"{s.src.name}[{s.src_offset!r}:+{s.elems}]{cond})")
     if isinstance(s, AsyncCommit):
-        return [f"{pad}async_commit()"]
+        return "async_commit()"
     if isinstance(s, AsyncWait):
-        return [f"{pad}async_wait({s.pending})"]
+        return f"async_wait({s.pending})"
     if isinstance(s, Fence):
-        return [f"{pad}thread_fence()"]
+        return "thread_fence()"
     if isinstance(s, AtomicAdd):
-        return [f"{pad}{_frag(s.result, s.result_index)} = atomic_add("
-                f"{_frag(s.buffer, s.index)}, {s.value!r})"]
+        return (f"{_frag(s.result, s.result_index)} = atomic_add("
+                f"{_frag(s.buffer, s.index)}, {s.value!r})")
+    return _hopper_text(s)
+
+
+def _hopper_text(s: Stmt) -> str:
     if isinstance(s, TmaLoad):
         coords = ", ".join(map(repr, s.coords))
-        return [f"{pad}{s.dst.name}[{s.dst_offset!r}:+{s.tmap.box_elems}] = tma_load("
-                f"{s.tmap.name}[{coords}], barrier={_frag(s.bar, (s.bar_index,))})"]
+        return (f"{s.dst.name}[{s.dst_offset!r}:+{s.tmap.box_elems}] = tma_load("
+                f"{s.tmap.name}[{coords}], barrier={_frag(s.bar, (s.bar_index,))})")
     if isinstance(s, MbarrierInit):
-        return [f"{pad}mbarrier_init({_frag(s.bar, (s.index,))}, count={s.count})"]
+        return f"mbarrier_init({_frag(s.bar, (s.index,))}, count={s.count})"
     if isinstance(s, MbarrierArrive):
         tx = f", expect_bytes={s.expect_bytes}" if s.expect_bytes else ""
-        return [f"{pad}mbarrier_arrive({_frag(s.bar, (s.index,))}{tx})"]
+        return f"mbarrier_arrive({_frag(s.bar, (s.index,))}{tx})"
     if isinstance(s, MbarrierWait):
-        return [f"{pad}mbarrier_wait({_frag(s.bar, (s.index,))}, parity={s.parity!r})"]
+        return f"mbarrier_wait({_frag(s.bar, (s.index,))}, parity={s.parity!r})"
     if isinstance(s, Wgmma):
-        return [f"{pad}{_frag(s.acc, s.acc_index)} += wgmma(m64n{s.n}k16, {s.a!r}, {s.b!r})"]
+        return f"{_frag(s.acc, s.acc_index)} += wgmma(m64n{s.n}k16, {s.a!r}, {s.b!r})"
     if isinstance(s, WgmmaFence):
-        return [f"{pad}wgmma_fence()"]
+        return "wgmma_fence()"
     if isinstance(s, WgmmaCommit):
-        return [f"{pad}wgmma_commit()"]
+        return "wgmma_commit()"
     if isinstance(s, WgmmaWait):
-        return [f"{pad}wgmma_wait({s.pending})"]
+        return f"wgmma_wait({s.pending})"
     if isinstance(s, SetMaxNReg):
-        return [f"{pad}set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"]
+        return f"set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"
     if isinstance(s, NamedSync):
-        return [f"{pad}sync_threads(barrier={s.barrier}, threads={s.threads})"]
+        return f"sync_threads(barrier={s.barrier}, threads={s.threads})"
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

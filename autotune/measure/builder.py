@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
+from autotune.driver import build
 from autotune.measure import build_worker
 from autotune.measure.result import (
     STOP_POLL_S,
@@ -63,7 +64,6 @@ class LocalBuilder:
             raise ValueError(f"LocalBuilder: need n_workers >= 1 and timeout > 0, "
                              f"got {n_workers} and {timeout}")
         if build_fn is None:
-            from autotune.driver import build
             build_fn = build
         self.build_fn: BuildFn = build_fn
         self.timeout = timeout

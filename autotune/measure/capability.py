@@ -11,13 +11,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from autotune.target import Target
+from autotune.target import CUDA_ARCHS, Target, device_arch, host_cores, host_cpu
+from autotune.target.isa import probe, probe_trusted
 
 
-def measure_refusal(target: "Target", *, ray_address: Optional[str]) -> Optional[str]:
+def measure_refusal(target: Target, *, ray_address: Optional[str]) -> Optional[str]:
     """Why a job for ``target`` must be refused before anything is recorded (one line naming
     the target), or None: the one check of `autotune.tune`, the CLI and the service's submit.
     On a Ray cluster (``ray_address``) the workers of the target's key measure, not this
@@ -28,17 +28,14 @@ def measure_refusal(target: "Target", *, ray_address: Optional[str]) -> Optional
     return f"this host cannot measure {target.key}: {reason}" if reason else None
 
 
-def why_not_measurable(target: "Target") -> Optional[str]:
+def why_not_measurable(target: Target) -> Optional[str]:
     """Why this host cannot measure ``target`` (one sentence), or None when it can."""
     if target.kind == "cuda":
         return _cuda_reason(target.arch)
     return _cpu_reason(target)
 
 
-def _cpu_reason(target: "Target") -> Optional[str]:
-    from autotune.target import host_cores, host_cpu
-    from autotune.target.isa import probe, probe_trusted
-
+def _cpu_reason(target: Target) -> Optional[str]:
     host_name, host_features = host_cpu()
     if target.mcpu == host_name and target.features == host_features:
         found = probe_trusted(host_name, host_features)
@@ -67,8 +64,6 @@ class HostGpu:
 def host_gpus() -> list[HostGpu]:
     """This host's CUDA GPUs of a supported arch, as ``nvidia-smi`` lists them (none
     without it); the service process never opens a GPU context to find them."""
-    from autotune.target import CUDA_ARCHS
-
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -92,7 +87,6 @@ def host_gpus() -> list[HostGpu]:
 
 def _cuda_reason(arch: str) -> Optional[str]:
     from autotune.codegen.cuda.nvcc import find_nvcc
-    from autotune.target import device_arch
 
     if find_nvcc() is None:
         return "this host has no nvcc (PATH, $CUDA_HOME, /usr/local/cuda) to compile CUDA"

@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from autotune.target import host_cpu
 from autotune.version import __version__
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ def cpu_model() -> str:
                     return line.partition(":")[2].strip()
     except OSError:
         pass
-    from autotune.target import host_cpu
 
     return host_cpu()[0]
 

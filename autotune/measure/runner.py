@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+from autotune.driver import load
 from autotune.measure import run_worker
 from autotune.measure.options import MeasureOptions
 from autotune.measure.result import (
@@ -53,7 +54,7 @@ class LocalRunner:
     def __init__(self, target: "Target", options: MeasureOptions | None = None,
                  load_fn: LoadFn | None = None) -> None:
         if load_fn is None:
-            from autotune.driver import load as load_fn
+            load_fn = load
         options = options or MeasureOptions()
         self.target, self.options = target, options
         self._child = ChildProcess(run_worker.serve, (target, load_fn), "autotune-runner")

@@ -156,7 +156,13 @@ MBARRIER = "uint64"
 _INTERNAL_C_TYPES: Mapping[str, tuple[str, int]] = MappingProxyType({
     MBARRIER: ("unsigned long long", 8),
     "int32": ("int", 4),
+    "int64": ("long long", 8),  # the loop IR's index expressions
+    "bool": ("bool", 1),        # and its conditions
 })
+# Bytes of an element of each type a buffer may have (`element_bytes`), as one table.
+ELEMENT_BYTES: Mapping[str, int] = MappingProxyType({
+    **{name: d.itemsize for name, d in DTYPE_INFO.items()},
+    **{name: size for name, (_, size) in _INTERNAL_C_TYPES.items()}})
 
 
 def element_c_type(name: str) -> str:
@@ -167,8 +173,8 @@ def element_c_type(name: str) -> str:
 
 def element_bytes(name: str) -> int:
     """Bytes of a buffer element of type ``name`` (a workload dtype or internal)."""
-    internal = _INTERNAL_C_TYPES.get(name)
-    return internal[1] if internal is not None else dtype_info(name).itemsize
+    size = ELEMENT_BYTES.get(name)
+    return size if size is not None else dtype_info(name).itemsize  # raises, naming it
 
 
 def storage_dtype(name: str) -> np.dtype:

@@ -88,6 +88,19 @@ def _check_dtype(op: str, dtype: str) -> None:
         raise WorkloadError(reason, ("dtype",))
 
 
+def _check_params(spec: OpSpec, params: Mapping[str, Any]) -> None:
+    """Each parameter alone (so that an error names the one at fault), then the missing."""
+    op, table = spec.name, {param.name: param for param in spec.params}
+    for name, value in params.items():
+        with _blame("params", str(name)):
+            if name not in table:
+                raise ValueError(f"{op}: unknown parameter {name!r}; expected {', '.join(table)}")
+            table[name].normalize(op, value)
+    for name, param in table.items():
+        if param.required and name not in params:
+            raise WorkloadError(f"{op}: missing parameter {name!r}", ("params", name))
+
+
 def _check_epilogue(spec: OpSpec, chain: tuple[str, ...]) -> None:
     if chain and not spec.epilogue:
         raise WorkloadError(f"{spec.name}: takes no epilogue, got {list(chain)}", ("epilogue",))
@@ -318,18 +331,7 @@ class Workload:
         if not isinstance(params, Mapping):
             raise WorkloadError(f"workload: field 'params' must be an object, got {params!r}",
                                 ("params",))
-        # Each parameter alone first, so that an error names the one at fault.
-        table = {param.name: param for param in spec.params}
-        for name, value in params.items():
-            with _blame("params", str(name)):
-                if name not in table:
-                    raise ValueError(
-                        f"{op}: unknown parameter {name!r}; expected {', '.join(table)}"
-                    )
-                table[name].normalize(op, value)
-        for name, param in table.items():
-            if param.required and name not in params:
-                raise WorkloadError(f"{op}: missing parameter {name!r}", ("params", name))
+        _check_params(spec, params)
         epilogue = data.get("epilogue") or ()
         with _blame("epilogue"):
             if not isinstance(epilogue, (str, list, tuple)):

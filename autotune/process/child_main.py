@@ -13,11 +13,11 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 
+from autotune.process.child import exit_with_parent, set_parent_death_signal
+
 
 def run(fd: int, parent: int) -> None:
     """Connect on ``fd``, die with ``parent``, receive the entry point and run it."""
-    from autotune.process.child import exit_with_parent, set_parent_death_signal
-
     set_parent_death_signal()
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)

@@ -38,6 +38,7 @@ from autotune.ir.stmt import (
     Store,
     Sync,
 )
+from autotune.ir.visitor import StmtMutator
 from autotune.schedule.compute import COMBINERS
 from autotune.schedule.schedule import Axis, Schedule, SplitRel, Stage
 
@@ -89,27 +90,9 @@ class _Lowerer:
             if st.tensor is not self.sch.output:
                 self.workspaces.append(buf)
             parts.append(stmt)
-        body = self._simplify_stmt(Seq(parts))
+        body = _Simplifier(self._simplify_expr).visit(Seq(parts))
         args = tuple(t.buffer for t in self.sch.inputs) + (self.sch.output.buffer,)
         return PrimFunc(name, args, body, tuple(self.workspaces))
-
-    def _simplify_stmt(self, s: Stmt) -> Stmt:
-        """Simplify every expression and drop guards that the loop ranges decide."""
-        if isinstance(s, Seq):
-            return Seq([self._simplify_stmt(c) for c in s.stmts])
-        if isinstance(s, For):
-            return For(s.var, s.extent, s.kind, self._simplify_stmt(s.body))
-        if isinstance(s, Allocate):
-            return Allocate(s.buffer, self._simplify_stmt(s.body))
-        if isinstance(s, IfThenElse):
-            c = self._simplify_expr(s.cond)
-            if isinstance(c, Const):
-                if c.value:
-                    return self._simplify_stmt(s.then)
-                return Seq([]) if s.else_ is None else self._simplify_stmt(s.else_)
-            return IfThenElse(c, self._simplify_stmt(s.then),
-                              None if s.else_ is None else self._simplify_stmt(s.else_))
-        return map_stmt_exprs(s, self._simplify_expr)
 
     def _simplify_expr(self, e: Expr) -> Expr:
         """``simplify`` over this lowering's loops, memoised across the lowering."""
@@ -143,16 +126,41 @@ class _Lowerer:
     # ------------------------------------------------------------------ one stage
     def emit(self, st: Stage, ctx: list[tuple[Var, ForKind]], region: _Region | None
              ) -> tuple[Stmt, Buffer]:
-        op = st.op
-        shape = st.tensor.shape
+        """``st``'s loop nest inside the loops ``ctx`` (over ``region`` when it is attached
+        to a consumer's loop), and the buffer it writes."""
+        ext = self._extents(st, region)
+        var = {a: self._var(a.name, ext[a]) for a in st.leaves}
+        for a, v in var.items():
+            self.axis_of_var[v] = a
+        val, guards = _invert(st, var, ext)
+        buf, gidx, sidx = _written(st, region, val, ext)
+        body, post = self.bodies[st]
+        subst: dict[Var, Expr] = dict(zip(st.op.axes, gidx))
+        subst.update({r.var: val[ra] for ra, r in zip(st.reduce_axis, st.op.reduce_axes)})
+        value = substitute(body, subst)
+        if region is not None:
+            # a tile may overhang the tensor: skip the points whose reads would fall outside
+            # (they are never written back) rather than guard every point of the tile
+            guards += [(g, True) for g in self._load_guards(value)]
+        placed = _place(guards, {var[a]: i for i, a in enumerate(st.leaves)})
+        stmt = self._nest(st, ctx, _update(st, buf, sidx, value), var, ext, buf, sidx, placed)
+        if st.op.reduce_axes and post is not None:
+            if region is not None:
+                raise LoweringError(f"{st}: an epilogue on an attached reduction needs cache_write")
+            stmt = Seq([stmt, self._post_pass(st, post, buf)])
+        return stmt, buf
+
+    def _extents(self, st: Stage, region: _Region | None) -> dict[Axis, int]:
+        """The extent of every axis of ``st``: its tensor's (or region's) and reductions',
+        then through its splits and fuses."""
         ext: dict[Axis, int] = {}
         if region is None:
-            ext.update(zip(st.axis, shape))
+            ext.update(zip(st.axis, st.tensor.shape))
         elif region.extents:
             ext.update(zip(st.axis, region.extents))
         else:
             ext.update(region.axis_extent)
-        for ra, r in zip(st.reduce_axis, op.reduce_axes):
+        for ra, r in zip(st.reduce_axis, st.op.reduce_axes):
             ext[ra] = r.extent
         for rel in st.relations:
             if isinstance(rel, SplitRel):
@@ -165,60 +173,17 @@ class _Lowerer:
                 ext[rel.inner], ext[rel.outer] = inner, ceil(p / inner)
             else:
                 ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+        return ext
 
-        var = {a: self._var(a.name, ext[a]) for a in st.leaves}
-        for a, v in var.items():
-            self.axis_of_var[v] = a
-        val: dict[Axis, Expr] = dict(var)
-        guards: list[tuple[Expr, bool]] = []  # (condition, involves reduction)
-        for rel in reversed(st.relations):
-            if isinstance(rel, SplitRel):
-                val[rel.parent] = add(mul(val[rel.outer], ext[rel.inner]), val[rel.inner])
-                if ext[rel.outer] * ext[rel.inner] > ext[rel.parent]:
-                    guards.append((cmp("<", val[rel.parent], ext[rel.parent]), rel.parent.reduce))
-            else:
-                val[rel.outer] = val[rel.fused] // ext[rel.inner]
-                val[rel.inner] = val[rel.fused] % ext[rel.inner]
-
-        # tensor index of each point, the buffer written, and the index stored to
-        if region is None:
-            gidx = [val[a] for a in st.axis]
-            buf = st.tensor.buffer
-        elif region.extents:
-            gidx = [add(b, val[a]) for b, a in zip(region.bases, st.axis)]
-            buf = Buffer(st.tensor.name, tuple(region.extents), st.tensor.dtype, st.scope)
-        else:
-            gidx = []
-            for b, terms in zip(region.bases, region.terms):
-                e = b
-                for a, c in terms:
-                    e = add(e, mul(val[a], c))
-                gidx.append(e)
-            buf = Buffer(st.tensor.name, tuple(ext[a] for a in st.axis), st.tensor.dtype,
-                         st.scope)
-        sidx = [val[a] for a in st.axis] if region is not None else gidx
-        body, post = self.bodies[st]
-        subst: dict[Var, Expr] = dict(zip(op.axes, gidx))
-        subst.update({r.var: val[ra] for ra, r in zip(st.reduce_axis, op.reduce_axes)})
-        value = substitute(body, subst)
-        if region is not None:
-            # a tile may overhang the tensor: skip the points whose reads would fall outside
-            # (they are never written back) rather than guard every point of the tile
-            guards += [(g, True) for g in self._load_guards(value)]
-        is_red = bool(op.reduce_axes)
-        combine = COMBINERS[op.combiner][1]
-        update: Stmt = Store(buf, tuple(sidx),
-                             combine(Load(buf, tuple(sidx)), value) if is_red else value)
-
+    def _nest(self, st: Stage, ctx: list[tuple[Var, ForKind]], update: Stmt,
+              var: dict[Axis, Var], ext: dict[Axis, int], buf: Buffer, sidx: list[Expr],
+              placed: dict[int, list[tuple[Expr, bool]]]) -> Stmt:
+        """The loops of ``st``'s leaves around ``update``, innermost first: each loop's
+        guards inside it, the stages attached at it, the accumulator's initialisation
+        before the outermost reduction loop."""
         leaves = st.leaves
-        depth = {var[a]: i for i, a in enumerate(leaves)}
-        placed: dict[int, list[tuple[Expr, bool]]] = {}
-        for g in guards:
-            d = max((depth[x] for x in walk(g[0]) if isinstance(x, Var) and x in depth), default=-1)
-            placed.setdefault(d, []).append(g)
         first_red = next((i for i, a in enumerate(leaves) if a.reduce), None)
-
-        stmt: Stmt = update
+        stmt = update
         for pos in range(len(leaves) - 1, -1, -1):
             stmt = _guard(stmt, [g for g, _ in placed.get(pos, [])])
             leaf = leaves[pos]
@@ -229,12 +194,7 @@ class _Lowerer:
             if pos == first_red:
                 stmt = Seq([self._init(st, leaves[pos + 1:], var, ext, buf, sidx, placed, pos),
                             stmt])
-        stmt = _guard(stmt, [g for g, _ in placed.get(-1, [])])
-        if is_red and post is not None:
-            if region is not None:
-                raise LoweringError(f"{st}: an epilogue on an attached reduction needs cache_write")
-            stmt = Seq([stmt, self._post_pass(st, post, buf)])
-        return stmt, buf
+        return _guard(stmt, [g for g, _ in placed.get(-1, [])])
 
     def _load_guards(self, value: Expr) -> list[Expr]:
         """Conditions keeping the loads of ``value`` inside their buffers. A load in an arm of
@@ -374,6 +334,25 @@ class _Lowerer:
         return region
 
 
+class _Simplifier(StmtMutator):
+    """Simplify every expression and drop guards that the loop ranges decide."""
+
+    def __init__(self, simplify: Callable[[Expr], Expr]) -> None:
+        self.simplify = simplify
+
+    def visit_if(self, s: IfThenElse) -> Stmt:
+        c = self.simplify(s.cond)
+        if isinstance(c, Const):
+            if c.value:
+                return self.visit(s.then)
+            return Seq([]) if s.else_ is None else self.visit(s.else_)
+        return IfThenElse(c, self.visit(s.then),
+                          None if s.else_ is None else self.visit(s.else_))
+
+    def visit_leaf(self, s: Stmt) -> Stmt:
+        return map_stmt_exprs(s, self.simplify)
+
+
 class _Redirect:
     """Rewrites the loads of ``src`` as loads of its cached copy ``buf``: at ``idx`` (per-var
     regions) or at the index minus the region's base (boxes). A class, not closures: nested
@@ -394,6 +373,64 @@ class _Redirect:
 
     def expr(self, e: Expr) -> Expr:
         return map_expr(e, self.load)
+
+
+def _invert(st: Stage, var: dict[Axis, Var], ext: dict[Axis, int]
+            ) -> tuple[dict[Axis, Expr], list[tuple[Expr, bool]]]:
+    """Each axis's value in the leaf loops' variables (splits and fuses inverted), and the
+    guards of split tails that overhang their parent: (condition, involves a reduction)."""
+    val: dict[Axis, Expr] = dict(var)
+    guards: list[tuple[Expr, bool]] = []
+    for rel in reversed(st.relations):
+        if isinstance(rel, SplitRel):
+            val[rel.parent] = add(mul(val[rel.outer], ext[rel.inner]), val[rel.inner])
+            if ext[rel.outer] * ext[rel.inner] > ext[rel.parent]:
+                guards.append((cmp("<", val[rel.parent], ext[rel.parent]), rel.parent.reduce))
+        else:
+            val[rel.outer] = val[rel.fused] // ext[rel.inner]
+            val[rel.inner] = val[rel.fused] % ext[rel.inner]
+    return val, guards
+
+
+def _written(st: Stage, region: _Region | None, val: dict[Axis, Expr], ext: dict[Axis, int]
+             ) -> tuple[Buffer, list[Expr], list[Expr]]:
+    """The buffer ``st`` writes (its tensor's, or a cache over ``region``), the tensor
+    index of each point and the index stored to."""
+    if region is None:
+        gidx = [val[a] for a in st.axis]
+        return st.tensor.buffer, gidx, gidx
+    if region.extents:
+        gidx = [add(b, val[a]) for b, a in zip(region.bases, st.axis)]
+        buf = Buffer(st.tensor.name, tuple(region.extents), st.tensor.dtype, st.scope)
+    else:
+        gidx = []
+        for b, terms in zip(region.bases, region.terms):
+            e = b
+            for a, c in terms:
+                e = add(e, mul(val[a], c))
+            gidx.append(e)
+        buf = Buffer(st.tensor.name, tuple(ext[a] for a in st.axis), st.tensor.dtype,
+                     st.scope)
+    return buf, gidx, [val[a] for a in st.axis]
+
+
+def _update(st: Stage, buf: Buffer, sidx: list[Expr], value: Expr) -> Stmt:
+    """The store of one point: ``value``, or its combination into the accumulator."""
+    if not st.op.reduce_axes:
+        return Store(buf, tuple(sidx), value)
+    combine = COMBINERS[st.op.combiner][1]
+    return Store(buf, tuple(sidx), combine(Load(buf, tuple(sidx)), value))
+
+
+def _place(guards: list[tuple[Expr, bool]], depth: dict[Var, int]
+           ) -> dict[int, list[tuple[Expr, bool]]]:
+    """Each guard at the depth of the innermost leaf loop whose variable it tests (-1:
+    outside every loop), so it sits as far out as its variables allow."""
+    placed: dict[int, list[tuple[Expr, bool]]] = {}
+    for g in guards:
+        d = max((depth[x] for x in walk(g[0]) if isinstance(x, Var) and x in depth), default=-1)
+        placed.setdefault(d, []).append(g)
+    return placed
 
 
 def _compared(cond: Expr) -> frozenset[Expr]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from autotune.ir.analysis import map_expr, substitute
 from autotune.ir.expr import Load, Var, walk
 from autotune.ir.stmt import ForKind, Scope, as_kind, as_scope
 from autotune.schedule.compute import ComputeOp, Tensor, compute
@@ -232,12 +233,10 @@ class Schedule:
 
 
 def _subst_acc(post, acc: Var | None, value):
-    from autotune.ir.analysis import substitute
     return substitute(post, {acc: value}) if acc is not None else post
 
 
 def _replace_loads(e, old: Tensor, new: Tensor):
-    from autotune.ir.analysis import map_expr
     return map_expr(e, lambda x: Load(new.buffer, x.indices)
                     if isinstance(x, Load) and x.buffer is old.buffer else None)
 

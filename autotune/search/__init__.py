@@ -12,7 +12,7 @@ from autotune.search.registry import (
 )
 from autotune.search.result import Progress, Retimed, TuneResult
 from autotune.search.session import TuningSession
-from autotune.search.store import ProgressSink, RecordStore
+from autotune.search.store import ProgressSink, SearchStore
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -21,7 +21,7 @@ __all__ = [
     "Executor",
     "Option",
     "ProgressSink",
-    "RecordStore",
+    "SearchStore",
     "Progress",
     "Retimed",
     "TrialStore",

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Iterable, Mapping,
 
 import numpy as np
 
+from autotune.ops import Workload
 from autotune.search.options import Option, resolve_options
+from autotune.search.store import SearchStore
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureInput, MeasureResult
@@ -31,12 +34,12 @@ START_DEFAULT = Option(
 class TuningTask:
     """What a tuner may need beyond the space (model features, transfer learning).
 
-    ``db`` is anything with ``history(op, target_kind, exclude_workload_key)``; None: no history.
+    ``db``: the store whose ``history`` a tuner may learn from; None: no history.
     """
 
-    workload: Any = None
-    target: Any = None
-    db: Any = None
+    workload: Optional[Workload] = None
+    target: Optional[Target] = None
+    db: Optional[SearchStore] = None
 
 
 class Tuner:

@@ -6,11 +6,13 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping,
 
 from autotune.measure.executor import Executor
 from autotune.measure.result import MeasureStopped
+from autotune.ops import Workload
 from autotune.search.registry import DEFAULT_TUNER
 from autotune.search.result import Progress, TuneResult
 from autotune.search.retime import DEFAULT_RETIME
 from autotune.search.session import DEFAULT_BATCH_SIZE, TunerSpec, TuningSession
 from autotune.search.store import JobStopped, TrialStore
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
@@ -20,7 +22,7 @@ Callback = Callable[[Progress], Optional[bool]]
 __all__ = ["DEFAULT_BATCH_SIZE", "Callback", "Executor", "TrialStore", "drive", "tune_loop"]
 
 
-def tune_loop(workload: Any, target: Any, space: "ConfigSpace", executor: Executor, *,
+def tune_loop(workload: Workload, target: Target, space: "ConfigSpace", executor: Executor, *,
               trials: int, tuner: TunerSpec = DEFAULT_TUNER,
               tuner_options: Optional[Mapping[str, Any]] = None, seed: int = 0,
               db: Optional[TrialStore] = None, batch_size: int = DEFAULT_BATCH_SIZE,

@@ -29,8 +29,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
+from autotune.ops import Workload
 from autotune.search.result import Retimed
 from autotune.space import Config
+from autotune.target import Target
 
 # Challengers in the window (the incumbent joins them).
 DEFAULT_RETIME = 3
@@ -81,9 +83,9 @@ class Standing:
     retimed: bool
 
 
-def run_window(workload: Any, target: Any, executor: Executor, candidates: Sequence[Candidate],
-               incumbent: Optional[tuple[Candidate, float]], k: int,
-               record: Optional[Record] = None, default: Optional[Config] = None
+def run_window(workload: Workload, target: Target, executor: Executor,
+               candidates: Sequence[Candidate], incumbent: Optional[tuple[Candidate, float]],
+               k: int, record: Optional[Record] = None, default: Optional[Config] = None
                ) -> tuple[tuple[Retimed, ...], Standing]:
     """Re-time (see the module docstring) ``incumbent`` ((candidate, re-timed cost) of the
     latest accepted window's winner, if any), the ``default`` config when it is one of the
@@ -123,7 +125,7 @@ def _initial(ranked: Sequence[Candidate], incumbent: Optional[tuple[Candidate, f
     return Standing(None, float("inf"), False)
 
 
-def _measure_window(workload: Any, target: Any, executor: Executor,
+def _measure_window(workload: Workload, target: Target, executor: Executor,
                     members: Sequence[Candidate]) -> list[Retimed]:
     """Measure ``members`` interleaved, again while the window is noisy; one `Retimed` each."""
     out: list[Retimed] = []

@@ -40,12 +40,15 @@ from typing import (
 from autotune.job_options import DEFAULT_BATCH_SIZE
 from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult, MeasureStopped
+from autotune.ops import Workload
+from autotune.records import TrialRecord
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.registry import DEFAULT_TUNER, make_tuner
 from autotune.search.result import Progress, Retimed, TuneResult
 from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
 from autotune.search.store import JobStopped, TrialStore
 from autotune.space import Config
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.space import ConfigSpace
@@ -133,7 +136,7 @@ class TuningSession:
     Close it (or use it as a context manager) to let go of the tuner's workers.
     """
 
-    def __init__(self, workload: Any, target: Any, space: "ConfigSpace", *, trials: int,
+    def __init__(self, workload: Workload, target: Target, space: "ConfigSpace", *, trials: int,
                  tuner: TunerSpec = DEFAULT_TUNER,
                  tuner_options: Optional[Mapping[str, Any]] = None, seed: int = 0,
                  db: Optional[TrialStore] = None, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -314,11 +317,11 @@ def _to_score(own: Sequence[tuple[Config, float]], cap: int) -> list[Config]:
     return [own[i][0] for i in sorted(keep)]
 
 
-def _is_transient(record: Any) -> bool:
-    return str(record.error) == ErrorKind.TRANSIENT.value
+def _is_transient(record: TrialRecord) -> bool:
+    return record.error == ErrorKind.TRANSIENT.value
 
 
-def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
+def _config_of(space: "ConfigSpace", record: TrialRecord) -> Optional[Config]:
     """The record's config in this space, or None when the space has changed since."""
     try:
         return Config.from_json(record.config, space)
@@ -326,8 +329,9 @@ def _config_of(space: "ConfigSpace", record: Any) -> Optional[Config]:
         return None
 
 
-def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
-                    space: "ConfigSpace", prior: Sequence[Any], job_id: Optional[int]) -> None:
+def _replay_history(tune: Tuner, tally: _Tally, workload: Workload, target: Target,
+                    space: "ConfigSpace", prior: Sequence[TrialRecord],
+                    job_id: Optional[int]) -> None:
     """Tell the tuner what earlier runs measured, and start the tally from their best (and
     its list of the job's valid trials and its error counts from the job's own records, so
     that a resumed job reports the errors recorded before its restart)."""
@@ -356,7 +360,7 @@ def _replay_history(tune: Tuner, tally: _Tally, workload: Any, target: Any,
         tune.update(inputs, results)
 
 
-def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor,
+def _retime(workload: Workload, target: Target, space: "ConfigSpace", executor: Executor,
             db: Optional[TrialStore], tally: _Tally, k: int) -> tuple[Retimed, ...]:
     """Re-time the best config so far with the top candidates (`autotune.search.retime`),
     on one device (`Executor.pinned`). The re-runs are not trials: budget and history are
@@ -380,9 +384,8 @@ def _retime(workload: Any, target: Any, space: "ConfigSpace", executor: Executor
     if db is not None:
         found = db.best(workload, target)
         cfg = _config_of(space, found) if found is not None else None
-        if found is not None and cfg is not None:
-            tally.set_standing(Standing(cfg, float(found.ranked_cost),
-                                        found.retimed_cost is not None))
+        if found is not None and cfg is not None and found.ranked_cost is not None:
+            tally.set_standing(Standing(cfg, found.ranked_cost, found.retimed_cost is not None))
     return out
 
 
@@ -407,7 +410,7 @@ def _candidate(tally: _Tally, config: Config) -> Candidate:
     return next(c for c in tally.valid if c.config.index == config.index)
 
 
-def _incumbent(record: Any, space: "ConfigSpace", tally: _Tally
+def _incumbent(record: Optional[TrialRecord], space: "ConfigSpace", tally: _Tally
                ) -> Optional[tuple[Candidate, float]]:
     """(candidate, re-timed cost) of the store's best record when a window ranked it."""
     if record is None or record.retimed_cost is None:

@@ -1,13 +1,18 @@
-"""What the search needs of a store of records, declared: the tuning loop and the cost
-model's transfer read and write records through `RecordStore`, and report a job's
+"""What the search needs of a store of records, declared and typed: the tuning loop and the
+cost model's transfer read and write records through `SearchStore`, and report a job's
 progress through `ProgressSink`. `autotune.db.Database` is both (the database sits above
 the search); the optional parts have defaults, so a store that keeps no re-timing windows,
 no progress or no model scores just inherits them."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Mapping, Optional, Protocol, Sequence
 
 from autotune.measure.result import MeasureResult
+from autotune.ops import Workload
+from autotune.records import TrialRecord
+from autotune.search.result import Retimed
+from autotune.space import Config
+from autotune.target import Target
 
 
 class JobStopped(RuntimeError):
@@ -15,26 +20,26 @@ class JobStopped(RuntimeError):
     is written for it, and its search stops as if a callback had stopped it."""
 
 
-class RecordStore(Protocol):
+class SearchStore(Protocol):
     """Trials of a workload on a target, written by the loop and read back by it, its tuners
     and the cost model's transfer."""
 
-    def trials_for(self, workload: Any, target: Any) -> list[Any]: ...
+    def trials_for(self, workload: Workload, target: Target) -> list[TrialRecord]: ...
 
-    def add_trials(self, workload: Any, target: Any, job_id: Optional[int],
-                   items: Sequence[tuple[Any, MeasureResult]], flops: int) -> int: ...
+    def add_trials(self, workload: Workload, target: Target, job_id: Optional[int],
+                   items: Sequence[tuple[Config, MeasureResult]], flops: int) -> int: ...
 
     def history(self, op: str, target_kind: str,
-                exclude_workload_key: Optional[str] = None) -> dict[str, list[Any]]:
+                exclude_workload_key: Optional[str] = None) -> dict[str, list[TrialRecord]]:
         """Records of other workloads of ``op`` on ``target_kind`` targets (default: none)."""
         return {}
 
-    def record_retiming(self, workload: Any, target: Any, members: Sequence[Any], *,
-                        accepted: bool) -> int:
+    def record_retiming(self, workload: Workload, target: Target, members: Sequence[Retimed],
+                        *, accepted: bool) -> int:
         """Keep a re-timing window's outcome (default: kept nowhere)."""
         return 0
 
-    def best(self, workload: Any, target: Any) -> Optional[Any]:
+    def best(self, workload: Workload, target: Target) -> Optional[TrialRecord]:
         """The best record by the store's one ranking (default: none known)."""
         return None
 
@@ -51,5 +56,5 @@ class ProgressSink(Protocol):
         return True
 
 
-class TrialStore(RecordStore, ProgressSink, Protocol):
+class TrialStore(SearchStore, ProgressSink, Protocol):
     """A store of records that also follows a job (what `tune_loop` takes as ``db``)."""

@@ -138,7 +138,8 @@ class XGBTuner(Tuner):
             return
         self._base_loaded = True
         task = self.task
-        if not self.options["transfer"] or task.db is None or task.workload is None:
+        if not self.options["transfer"] or task.db is None or task.workload is None \
+                or task.target is None:
             return
         try:
             history = task.db.history(task.workload.op, task.target.kind,

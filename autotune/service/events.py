@@ -116,29 +116,67 @@ class _Best:
                           "config": trial.config}
 
 
+def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a worker thread (awaitable)."""
+    return to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+class _Reads:
+    """A job's stream's reads of the database, off the event loop; those every stream of
+    the job makes are shared through the response cache (one read for all streams)."""
+
+    def __init__(self, db: Database, cache: ResponseCache, job_id: int) -> None:
+        self.db, self.cache, self.job_id = db, cache, job_id
+
+    async def _shared(self, key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
+        return await self.cache.fetch(("events", self.job_id, *key), lambda: fn(*args))
+
+    async def job(self) -> Optional[JobRecord]:
+        return await self._shared(("job",), self.db.get_job, self.job_id)
+
+    async def trials_since(self, after: int, *, fresh: bool) -> list[TrialRecord]:
+        """Trials after row ``after``; ``fresh``: read now, not shared (a shared read may
+        predate the job's end)."""
+        if fresh:
+            return await _run(self.db.job_trials_since, self.job_id, after, CHUNK)
+        return await self._shared(("since", after), self.db.job_trials_since, self.job_id,
+                                  after, CHUNK)
+
+    async def count(self, after: int) -> int:
+        return await self._shared(("count", after), self.db.job_trial_count, self.job_id)
+
+    async def best_sent(self, after: int) -> _Best:
+        """The best of the trials up to row ``after``, which a resumed stream sent before."""
+        best = _Best()
+        if after > 0:
+            page, _ = await _run(self.db.job_trials, self.job_id, limit=1, sort="-gflops")
+            if page and page[0].id <= after:
+                best.offer(page[0])
+        return best
+
+
+def _batch(trials: list[TrialRecord], best: _Best, done: int, budget: int, after: int) -> str:
+    """The event of a batch of new trials (``best`` takes them in)."""
+    for trial in trials:
+        best.offer(trial)
+    return format_event("batch", {"trials": [_slim(t) for t in trials], "trials_done": done,
+                                  "budget": budget, "best": best.value}, after)
+
+
 async def job_events(db: Database, manager: JobManager, cache: ResponseCache, job_id: int,
                      after: int = 0, *, lifetime_s: float = math.inf) -> AsyncIterator[str]:
     """The event stream of ``job_id``, starting after trial row ``after``, for at most
     ``lifetime_s`` seconds."""
     deadline = time.monotonic() + lifetime_s
-    def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return to_thread.run_sync(lambda: fn(*args, **kwargs))
-
-    def shared(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:  # one read for all streams
-        return cache.fetch(("events", job_id, *key), lambda: fn(*args))
-
-    best = _Best()
-    if after > 0:  # resuming: the best so far is among the trials already sent
-        page, _ = await run(db.job_trials, job_id, limit=1, sort="-gflops")
-        if page and page[0].id <= after:
-            best.offer(page[0])
+    reads = _Reads(db, cache, job_id)
+    best = await reads.best_sent(after)
     sent_state: Optional[dict[str, Any]] = None
     idle = 0.0
     yield "retry: 2000\n\n"
     with manager.notifier.subscribe(job_id) as sub:
         while True:
             sub.clear()
-            job: Optional[JobRecord] = await shared(("job",), db.get_job, job_id)
+            job = await reads.job()
             if job is None:
                 return
             # Whether the job is done must be read before the trials: then no trial of its
@@ -146,16 +184,11 @@ async def job_events(db: Database, manager: JobManager, cache: ResponseCache, jo
             # (this one or another) clears the owner only after its last batch is recorded,
             # and the trials are then read afresh (a shared read may predate the job's).
             finished = job.state in TERMINAL_STATES and job.owner is None
-            trials = await (run(db.job_trials_since, job_id, after, CHUNK) if finished else
-                            shared(("since", after), db.job_trials_since, job_id, after, CHUNK))
+            trials = await reads.trials_since(after, fresh=finished)
             if trials:
-                for trial in trials:
-                    best.offer(trial)
-                after = trials[-1].id
-                done = await shared(("count", after), db.job_trial_count, job_id)
-                yield format_event("batch", {"trials": [_slim(t) for t in trials],
-                                             "trials_done": max(done, job.trials_done),
-                                             "budget": job.trials, "best": best.value}, after)
+                after = trials[-1].id or after  # (a database row has an id)
+                done = await reads.count(after)
+                yield _batch(trials, best, max(done, job.trials_done), job.trials, after)
                 idle = 0.0
             state = _state(job)
             if state != sent_state:

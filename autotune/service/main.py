@@ -11,6 +11,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import autotune
 from autotune.cluster.factory import make_executor
+from autotune.cluster.registry import WorkerRegistry  # Ray: an optional extra
 from autotune.db import Database
 from autotune.job_options import MeasureOverrides
 from autotune.measure.options import MeasureOptions
@@ -25,6 +26,7 @@ from autotune.service.sources import SourceCache
 from autotune.settings import Settings
 
 if TYPE_CHECKING:
+    from autotune.cluster.registry import WorkerRegistry
     from autotune.target import Target
 
 API_PREFIX = "/api/v1"
@@ -61,16 +63,7 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        registry = None
-        if settings.ray_address and executor_factory is None:
-            from autotune.cluster.registry import WorkerRegistry
-
-            registry = WorkerRegistry(settings.ray_address).start()
-            pool = ExecutorPool(executor_factory_of(settings, registry), locked=False,
-                                idle_s=settings.executor_idle_s)
-        else:
-            pool = ExecutorPool(executor_factory or executor_factory_of(settings),
-                                idle_s=settings.executor_idle_s)
+        registry, pool = _executors(settings, executor_factory)
         app.state.registry, app.state.executors = registry, pool
         db = Database.open(settings.db_url)
         manager = JobManager(db, pool, workers=settings.max_concurrent_jobs, tune_fn=tune_fn,
@@ -102,6 +95,24 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts())
     app.state.streams = StreamLimits(settings.max_event_streams,
                                      settings.max_event_streams_per_client)
+    _routes(app)
+    http.install(app, settings)
+    return app
+
+
+def _executors(settings: Settings, factory: Optional[ExecutorFactory]
+               ) -> tuple[Optional["WorkerRegistry"], ExecutorPool]:
+    """The jobs' executors: on the Ray cluster of ``settings.ray_address`` (with the
+    registry of its workers), else ``factory``'s or this host's."""
+    if settings.ray_address and factory is None:
+        registry = WorkerRegistry(settings.ray_address).start()
+        return registry, ExecutorPool(executor_factory_of(settings, registry), locked=False,
+                                      idle_s=settings.executor_idle_s)
+    return None, ExecutorPool(factory or executor_factory_of(settings),
+                              idle_s=settings.executor_idle_s)
+
+
+def _routes(app: FastAPI) -> None:
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(meta.router, prefix=API_PREFIX)
     app.include_router(workers.router, prefix=API_PREFIX)
@@ -109,5 +120,3 @@ def create_app(settings: Optional[Settings] = None, *, tune_fn: TuneFn = default
     app.include_router(dashboard.router)
     app.include_router(model_runs.pages)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
-    http.install(app, settings)
-    return app

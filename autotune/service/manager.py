@@ -18,13 +18,22 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import sqlalchemy.exc as sa_exc
-
+from autotune.api import tune
 from autotune.db import Database, JobRecord
-from autotune.db.lease import LeaseKeeper, LeaseLost, held_job, new_owner
+from autotune.db.lease import LeaseKeeper, held_job, new_owner
 from autotune.job_options import JobOptions
+from autotune.ops import Workload
 from autotune.service.executors import ExecutorPool
+from autotune.service.job_errors import (
+    HAND_OVER,
+    DbRetry,
+    ErrorKind,
+    backoff_s,
+    classify,
+    is_transient_db_error,
+)
 from autotune.service.notifier import Notifier
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.search.result import Progress
@@ -33,38 +42,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("autotune.service")
 
 TuneFn = Callable[..., Any]
-# Reasons to stop after which a job is left as it is, for the next claim to resume.
-_HAND_OVER = frozenset({"shutdown", "lost", "expired"})
+Outcome = tuple[Optional[str], Optional[str]]  # the state and error a job is released with
 
 
 class QueueFull(Exception):
     """A submit refused because too many jobs are queued; the message says so."""
 
 
-def is_transient_db_error(err: BaseException) -> bool:
-    """Whether ``err``, or an error it was raised from, is a database error that may pass: a
-    lock held too long ("database is locked"), a lost connection, an exhausted pool."""
-    seen: Optional[BaseException] = err
-    for _ in range(8):  # a cause chain is short; never loop on a cycle
-        if seen is None:
-            return False
-        if isinstance(seen, (sa_exc.OperationalError, sa_exc.InterfaceError,
-                             sa_exc.TimeoutError)):
-            return True
-        if isinstance(seen, sa_exc.DBAPIError) and seen.connection_invalidated:
-            return True
-        seen = seen.__cause__
-    return False
-
-
-def backoff_s(attempt: int, cap: float = 30.0) -> float:
-    """Seconds to wait before try ``attempt + 1``: 0.5, 1, 2, ... up to ``cap``."""
-    return min(cap, 0.5 * 2.0 ** min(max(attempt - 1, 0), 16))
-
-
 def default_tune(*args: Any, **kwargs: Any) -> Any:
-    from autotune.api import tune
-
     return tune(*args, progress=False, **kwargs)  # jobs' progress is the dashboard's
 
 
@@ -294,63 +279,69 @@ class JobManager:
                       traceback.format_exc())
         self.notifier.publish(job_id)
 
-    def _run(self, job: JobRecord) -> tuple[Optional[str], Optional[str]]:
-        """Run a claimed job; the state and error to release it with (None: as it is)."""
-        from autotune.ops import Workload
-        from autotune.target import Target
+    def _run(self, job: JobRecord) -> Outcome:
+        """Run a claimed job; the state and error to release it with (None: as it is).
+        After a database error that may pass it runs again, resuming from its trials."""
+        retry = DbRetry(self.db_retry_s)
+        while True:
+            try:
+                self._tune_job(job, retry)
+            except Exception as err:  # recorded on the job; the worker lives on
+                outcome = self._after_error(job.id, err, retry)
+                if outcome is None:
+                    continue
+                return outcome
+            if self._stop_reason(job.id) in HAND_OVER:
+                return None, None
+            return "done", None
 
-        errors: list[float] = []  # times of the database errors since the last batch
+    def _tune_job(self, job: JobRecord, retry: DbRetry) -> None:
+        """Tune the job to its end on the shared executor of its target and options."""
+        workload = Workload.from_json(job.workload_key)
+        target = Target(job.target_key)
+        opts = JobOptions.from_row(job.tuner, job.trials, job.options)
 
         def on_batch(progress: "Progress") -> Optional[bool]:
-            errors.clear()  # a batch was recorded: the database works again
+            retry.recorded()
             self.notifier.publish(job.id)
             return False if self._stop_reason(job.id) else None
 
-        while True:  # again after a database error: the job resumes from its recorded trials
-            try:
-                workload = Workload.from_json(job.workload_key)
-                target = Target(job.target_key)
-                opts = JobOptions.from_row(job.tuner, job.trials, job.options)
-                with self.executors.use(target, opts.measure) as executor:
-                    # the job's view: it says why the job waits (a Ray executor), and gives
-                    # the batch in flight up once the job must stop
-                    executor = executor.for_job(
-                        job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
-                        should_stop=lambda: self._stop_reason(job.id) is not None)
-                    self._tune(workload, target, trials=opts.trials, tuner=opts.tuner,
-                               db=self.db, early_stopping=opts.early_stopping, seed=opts.seed,
-                               batch_size=opts.batch_size, callbacks=[on_batch],
-                               job_id=job.id, owner=self.owner, transfer=opts.transfer,
-                               executor=executor, tuner_options=dict(opts.tuner_options))
-            except LeaseLost as err:  # another process runs it now: leave it alone
-                log.warning("job %d: %s; stopped here", job.id, err)
-                return None, None
-            except Exception as err:  # recorded on the job; the worker lives on
-                reason = self._stop_reason(job.id)
-                if reason in _HAND_OVER:
-                    # Shutting down closed the executor under the batch: not the job's fault.
-                    log.warning("job %d interrupted (%s); it resumes in the next claim",
-                                job.id, reason)
-                    return None, None
-                if reason is not None:  # cancelled while it waited for a device: it has ended
-                    log.info("job %d stopped (%s): %s", job.id, reason, err)
-                    return None, None
-                if is_transient_db_error(err):
-                    errors.append(time.monotonic())
-                    if errors[-1] - errors[0] < self.db_retry_s:
-                        delay = backoff_s(len(errors))
-                        log.warning("job %d: database error (%d in a row), resuming in %.1f s: "
-                                    "%s: %s", job.id, len(errors), delay, type(err).__name__, err)
-                        if self._closed.wait(delay):
-                            return None, None  # shutting down: the next claim resumes it
-                        continue
-                    log.error("job %d failed: database errors for %.0f s:\n%s", job.id,
-                              self.db_retry_s, traceback.format_exc())
-                    return "failed", (f"database error, still failing after {len(errors)} "
-                                      f"tries over {self.db_retry_s:.0f} s: "
-                                      f"{type(err).__name__}: {err}")[:4000]
-                log.error("job %d failed:\n%s", job.id, traceback.format_exc())
-                return "failed", f"{type(err).__name__}: {err}"[:4000]
-            if self._stop_reason(job.id) in _HAND_OVER:
-                return None, None
-            return "done", None
+        with self.executors.use(target, opts.measure) as executor:
+            # the job's view: it says why the job waits (a Ray executor), and gives the
+            # batch in flight up once the job must stop
+            executor = executor.for_job(
+                job_id=job.id, on_wait=lambda reason: self._on_wait(job.id, reason),
+                should_stop=lambda: self._stop_reason(job.id) is not None)
+            self._tune(workload, target, trials=opts.trials, tuner=opts.tuner, db=self.db,
+                       early_stopping=opts.early_stopping, seed=opts.seed,
+                       batch_size=opts.batch_size, callbacks=[on_batch], job_id=job.id,
+                       owner=self.owner, transfer=opts.transfer, executor=executor,
+                       tuner_options=dict(opts.tuner_options))
+
+    def _after_error(self, job_id: int, err: Exception, retry: DbRetry) -> Outcome | None:
+        """What the job's run raising ``err`` means: the state and error to release the
+        job with, or None to run it again (after a backoff)."""
+        reason = self._stop_reason(job_id)
+        kind = classify(err, reason)
+        if kind is ErrorKind.LEASE_LOST:
+            log.warning("job %d: %s; stopped here", job_id, err)
+        elif kind is ErrorKind.HANDED_OVER:
+            # Shutting down closed the executor under the batch: not the job's fault.
+            log.warning("job %d interrupted (%s); it resumes in the next claim", job_id,
+                        reason)
+        elif kind is ErrorKind.STOPPED:
+            log.info("job %d stopped (%s): %s", job_id, reason, err)
+        elif kind is ErrorKind.TRANSIENT:
+            delay = retry.next_delay()
+            if delay is None:
+                log.error("job %d failed: database errors for %.0f s:\n%s", job_id,
+                          self.db_retry_s, traceback.format_exc())
+                return "failed", retry.give_up(err)
+            log.warning("job %d: database error (%d in a row), resuming in %.1f s: %s: %s",
+                        job_id, len(retry.errors), delay, type(err).__name__, err)
+            # shutting down: the next claim resumes it
+            return (None, None) if self._closed.wait(delay) else None
+        else:
+            log.error("job %d failed:\n%s", job_id, traceback.format_exc())
+            return "failed", f"{type(err).__name__}: {err}"[:4000]
+        return None, None

@@ -11,9 +11,13 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 from sqlalchemy import select
 
+from autotune import driver
+from autotune.costmodel.model import spearman as model_spearman
 from autotune.db import Database, JobRecord
 from autotune.db.schema import JobRow, TrialRow
+from autotune.ops import Workload
 from autotune.service.schemas import DefaultStanding
+from autotune.target import Target
 
 
 def best_curve(db: Database, *, job_id: int, points: int) -> list[tuple[int, float]]:
@@ -106,21 +110,15 @@ def model_scatter(db: Database, *, job_id: int) -> Optional[ModelScatter]:
 def spearman(x: Iterable[float], y: Iterable[float]) -> Optional[float]:
     """Spearman's rank correlation (ties ranked by their mean); None below 3 pairs or when
     either side is constant (undefined)."""
-    from autotune.costmodel.model import spearman as rank_correlation
-
     a, b = np.asarray(list(x), dtype=float), np.asarray(list(y), dtype=float)
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return None
-    return rank_correlation(a, b)
+    return model_spearman(a, b)
 
 
 def default_standing(db: Database, *, job: JobRecord) -> Optional[DefaultStanding]:
     """The default config of the job's workload on its target and its record's figure, or
     None when this version cannot read the workload or make its space."""
-    from autotune import driver
-    from autotune.ops import Workload
-    from autotune.target import Target
-
     try:
         index = driver.config_space(Workload.from_json(job.workload_key),
                                     Target(job.target_key)).default().index

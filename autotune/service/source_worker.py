@@ -12,6 +12,7 @@ import os
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Mapping
 
+from autotune import driver
 from autotune.process.child import child_setup, tasks
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ def make_source(workload: "Workload", target: "Target", config: Mapping[str, Any
 
     ``loop``: the scheduled loop AST; ``source``: what ``driver.build`` returns as its source
     without the costly half (LLVM IR before O3 and object code; CUDA C before nvcc)."""
-    from autotune import driver
-
     if form == "loop":
         return str(driver.lower(workload, target, dict(config)))
     return driver.source(workload, target, dict(config))

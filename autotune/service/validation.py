@@ -17,8 +17,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
+from autotune import driver
 from autotune.job_options import JobOptions, MeasureOverrides
+from autotune.measure.capability import measure_refusal
 from autotune.ops import Workload, WorkloadError
+from autotune.search.options import resolve_options
+from autotune.search.registry import DEFAULT_TUNER, TUNERS, tuner_options
 from autotune.service.schemas import JobCreate, WorkloadIn
 from autotune.target import Target
 
@@ -101,8 +105,6 @@ def check_target(spec: str, loc: Loc, *, measured_here: bool = False) -> Target:
     except ValueError as err:
         raise invalid(loc, str(err)) from None
     if measured_here:
-        from autotune.measure.capability import measure_refusal
-
         reason = measure_refusal(target, ray_address=None)
         if reason:
             raise invalid(loc, f"target: {reason}")
@@ -122,8 +124,6 @@ def check_space(wl: Workload, target: Target, loc: Loc) -> None:
     """422 when no schedule template covers the op on this kind of target (at ``loc``), or
     the workload's form has none there (at the field the `WorkloadError` names: an NHWC conv
     off Hopper's half kernels at ``layout``)."""
-    from autotune import driver
-
     try:
         driver.config_space(wl, target)
     except WorkloadError as err:
@@ -134,9 +134,6 @@ def check_space(wl: Workload, target: Target, loc: Loc) -> None:
 
 def check_tuner(name: str, options: Mapping[str, Any]) -> None:
     """422 at ``tuner`` for an unknown tuner, at ``tuner_options.<name>`` for a bad option."""
-    from autotune.search.options import resolve_options
-    from autotune.search.registry import TUNERS, tuner_options
-
     if name not in TUNERS:
         raise invalid(("body", "tuner"), f"unknown tuner {name!r}; known tuners: "
                       f"{', '.join(TUNERS)}")
@@ -163,7 +160,6 @@ def check_job(body: JobCreate, *, measured_here: bool = False) -> JobSpec:
     wl = check_workload(body.workload.model_dump(), ("body", "workload"))
     target = check_target(body.target, ("body", "target"), measured_here=measured_here)
     check_dtype(wl, target, ("body", "workload"))
-    from autotune.search.registry import DEFAULT_TUNER
 
     tuner = body.tuner or DEFAULT_TUNER
     check_tuner(tuner, body.tuner_options)

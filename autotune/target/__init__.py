@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from autotune.target.isa import EXTENSIONS, probe, probe_trusted
+
 KINDS: tuple[str, ...] = ("llvm", "cuda")
 # A bare "cuda" is a Hopper GPU (H100, H200) with its arch-specific instructions: half
 # GEMMs take the wgmma kernels there. Other GPUs (and wmma on Hopper) name their arch.
@@ -97,7 +99,6 @@ def _host_cpu(forced: str) -> tuple[str, str]:
     name, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     if not forced:
         return name, features
-    from autotune.target.isa import EXTENSIONS, probe, probe_trusted
 
     found = probe(forced, "")  # a user's name: probed in a child (LLVM aborts on some)
     if found.error:
@@ -273,16 +274,12 @@ def _host_isa_diff() -> str:
     """How the host's ISA differs from LLVM's defaults for its CPU name (a VM that hides
     AVX-512, or one that adds AVX512-FP16): the host's key names it. Both strings come from
     LLVM, so they are safe to probe in this process."""
-    from autotune.target.isa import probe_trusted
-
     name, features = host_cpu()
     return probe_trusted(name, features).diff(probe_trusted(name, ""))
 
 
 def _llvm_fields(options: Mapping[str, str]) -> dict[str, Any]:
     """CPU fields from host detection, overridden by the spec's options."""
-    from autotune.target.isa import probe, probe_trusted
-
     host_name, host_features = host_cpu()
     mcpu = options.get("mcpu", host_name)
     isa_diff, probed_bits = "", 0

@@ -106,7 +106,7 @@ def dataset() -> dict:
 def trial_records(key: str) -> list:
     """The dataset's records of workload ``key`` as `TrialRecord`s (what Database.history
     returns), configs completed as in ``dataset``."""
-    from autotune.db.records import TrialRecord
+    from autotune.db.values import TrialRecord
     wl, target, configs, _, y = dataset()[key]
     out = []
     for c, g in zip(configs, y):

@@ -197,7 +197,7 @@ def test_transfer_learns_only_from_kernels_of_the_same_family():
     """A float32 task's base model leaves out half workloads' records (tensor-core kernels,
     another template), and would take them in without the family filter: they lower fine
     on their own target."""
-    from autotune.db.records import TrialRecord
+    from autotune.db.values import TrialRecord
     from autotune.ops import workload
     from autotune.target import Target
 
@@ -229,7 +229,7 @@ def test_transfer_learns_only_from_kernels_of_the_same_family():
 
 def _synthetic_records(wl, target, n=10, seed=0):
     """Valid records of ``wl`` on ``target`` with made-up, distinct timings."""
-    from autotune.db.records import TrialRecord
+    from autotune.db.values import TrialRecord
     sp = config_space(wl, target)
     out = []
     for c in sp.sample(np.random.default_rng(seed), 10 * n):

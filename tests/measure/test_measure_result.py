@@ -1,7 +1,7 @@
 """Results of stored records: one reading of error kinds for the loop and the replay."""
 from __future__ import annotations
 
-from autotune.db.records import TrialRecord
+from autotune.db.values import TrialRecord
 from autotune.measure.result import ErrorKind, MeasureResult
 
 

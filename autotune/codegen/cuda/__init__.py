@@ -5,6 +5,8 @@ import time
 from typing import TYPE_CHECKING
 
 from autotune.codegen.backend import Artifact, Backend
+from autotune.codegen.cuda.compiler import compile_cuda, generate_cuda
+from autotune.codegen.cuda.runtime import load_cuda_kernel
 
 if TYPE_CHECKING:
     from autotune.codegen.cuda.runtime import CudaKernel
@@ -21,19 +23,16 @@ class CudaBackend:
     # probe for the compiler) does not pull in the rest
     def source(self, func: PrimFunc, target: Target) -> str:
         """CUDA C before nvcc."""
-        from autotune.codegen.cuda.compiler import generate_cuda
         return generate_cuda(func, target)[0]
 
     def compile(self, func: PrimFunc, target: Target) -> Artifact:
         """CUDA C and its cubin; records the launch and ptxas resources in ``func.attrs``."""
-        from autotune.codegen.cuda.compiler import compile_cuda
         t0 = time.perf_counter()
         source, binary = compile_cuda(func, target)
         return Artifact(func, target.key, source, binary, time.perf_counter() - t0)
 
     def load(self, artifact: Artifact, target: Target) -> CudaKernel:
         """Wrap the cubin; it loads on the first call (``NoCudaDevice`` without a GPU)."""
-        from autotune.codegen.cuda.runtime import load_cuda_kernel
         return load_cuda_kernel(artifact.func, target, artifact.source, artifact.binary)
 
 

@@ -27,9 +27,9 @@ from autotune.codegen.cuda.passes import (
     dynamic_shared_layout,
     shared_buffers,
     tensor_maps,
-    writes,
 )
-from autotune.ir.analysis import Interval, affine, interval, loop_extents, simplify
+from autotune.codegen.cuda.semantics import c_division, flat_index, index_bits, written_buffers
+from autotune.ir.analysis import Interval, affine, loop_extents, simplify
 from autotune.ir.expr import (
     FLOAT,
     And,
@@ -69,6 +69,7 @@ from autotune.ir.stmt import (
     TensorMap,
     walk_stmts,
 )
+from autotune.ir.visitor import StmtVisitor
 from autotune.ops.dtypes import dtype_info, element_c_type
 
 # floor division and modulo for operands that may be negative (C rounds toward zero)
@@ -96,7 +97,6 @@ _KEYWORDS = {"int", "float", "for", "if", "else", "const", "do", "while", "retur
 _PREC = {"?": 1, "||": 2, "&&": 3, "==": 4, "!=": 4, "<": 5, "<=": 5, ">": 5, ">=": 5,
          "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
 _ATOM = 9
-_INT_LIMIT = 2**31 // 8  # beyond this many elements an overhanging tile index may overflow int
 _WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 _ROUND = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 _HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
@@ -150,12 +150,6 @@ def c_type(dtype: str) -> str:
     return element_c_type(dtype)
 
 
-def written_buffers(s: Stmt) -> set[Buffer]:
-    """Buffers some statement of ``s`` writes (Store, MmaStore, AsyncCopy): the kernel
-    parameters that are not ``const``."""
-    return set(writes(s))
-
-
 def mma_shared_buffers(s: Stmt) -> set[Buffer]:
     """Buffers that wmma loads or stores or cp.async fills: declared 128-byte aligned."""
     out: set[Buffer] = set()
@@ -196,11 +190,14 @@ def fragment_shapes(s: Stmt) -> dict[Buffer, tuple[int, int, int]]:
     return out
 
 
-class _Emitter:
+class _Emitter(StmtVisitor):
+    """The kernel's lines, each statement's indented ``ind`` levels."""
+
     def __init__(self, func: PrimFunc, body: Stmt, launch: Launch):
         self.func, self.body, self.launch = func, body, launch
         self.names = _Names()
         self.lines: list[str] = []
+        self.ind = 1
         self.ext = loop_extents(body)
         self.ranges: dict[Var, Interval] = {}
         self.itype = "long long" if index_bits(func) == 64 else "int"
@@ -233,7 +230,7 @@ class _Emitter:
                 align = _MMA_SHARED_ALIGN if b in self.mma_shared else _SHARED_ALIGN
                 self.lines.append(f"  __shared__ __align__({align}) {c_type(b.dtype)} "
                                   f"{self.names(b)}[{b.size}];")
-        self.stmt(self.body, 1)
+        self.visit(self.body)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
 
@@ -260,35 +257,45 @@ class _Emitter:
             self.lines.append(f"  {t}* const {self.names(b)} = "
                               f"reinterpret_cast<{t}*>({_DYNAMIC} + {offset});")
 
-    def stmt(self, s: Stmt, ind: int) -> None:
-        pad = "  " * ind
-        if isinstance(s, Seq):
-            stmts, k = s.stmts, 0
-            while k < len(stmts):
-                if k + 1 < len(stmts) and self._paired(stmts[k], stmts[k + 1]):
-                    self._store_pair(stmts[k], stmts[k + 1], pad)  # type: ignore[arg-type]
-                    k += 2
-                    continue
-                self.stmt(stmts[k], ind)
-                k += 1
-        elif isinstance(s, For):
-            self._for(s, ind)
-        elif isinstance(s, Store):
-            self._store(s, pad)
-        elif isinstance(s, Allocate):
-            b = s.buffer
-            if b.scope.is_fragment:
-                self.lines.append(f"{pad}{self._fragment_type(b)} {self.names(b)}[{b.size}];")
-            elif b.scope is not Scope.SHARED:  # shared ones are declared up front
-                self.lines.append(f"{pad}{c_type(b.dtype)} {self.names(b)}[{b.size}];")
-            self.stmt(s.body, ind)
-        elif isinstance(s, IfThenElse):
-            self.lines.append(f"{pad}if ({self.expr(s.cond)}) {{")
-            self.stmt(s.then, ind + 1)
-            if s.else_ is not None:
-                self.lines.append(f"{pad}}} else {{")
-                self.stmt(s.else_, ind + 1)
-            self.lines.append(f"{pad}}}")
+    @property
+    def pad(self) -> str:
+        return "  " * self.ind
+
+    def indented(self, s: Stmt) -> None:
+        self.ind += 1
+        self.visit(s)
+        self.ind -= 1
+
+    def visit_seq(self, s: Seq) -> None:
+        stmts, k = s.stmts, 0
+        while k < len(stmts):
+            if k + 1 < len(stmts) and self._paired(stmts[k], stmts[k + 1]):
+                self._store_pair(stmts[k], stmts[k + 1])  # type: ignore[arg-type]
+                k += 2
+                continue
+            self.visit(stmts[k])
+            k += 1
+
+    def visit_allocate(self, s: Allocate) -> None:
+        b = s.buffer
+        if b.scope.is_fragment:
+            self.lines.append(f"{self.pad}{self._fragment_type(b)} {self.names(b)}[{b.size}];")
+        elif b.scope is not Scope.SHARED:  # shared ones are declared up front
+            self.lines.append(f"{self.pad}{c_type(b.dtype)} {self.names(b)}[{b.size}];")
+        self.visit(s.body)
+
+    def visit_if(self, s: IfThenElse) -> None:
+        self.lines.append(f"{self.pad}if ({self.expr(s.cond)}) {{")
+        self.indented(s.then)
+        if s.else_ is not None:
+            self.lines.append(f"{self.pad}}} else {{")
+            self.indented(s.else_)
+        self.lines.append(f"{self.pad}}}")
+
+    def visit_leaf(self, s: Stmt) -> None:
+        pad = self.pad
+        if isinstance(s, Store):
+            self._store(s)
         elif isinstance(s, Sync):
             self.lines.append(f"{pad}__syncthreads();")
         elif isinstance(s, Fence):
@@ -373,23 +380,23 @@ class _Emitter:
                 f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;\\n" '
                 f':: "r"({dst}), "l"({src}), "r"(at_ok ? {nbytes} : 0)); }}')
 
-    def _for(self, s: For, ind: int) -> None:
-        pad = "  " * ind
+    def visit_for(self, s: For) -> None:
+        pad = self.pad
         v = self.names(s.var)
         self.ranges[s.var] = (0, s.extent - 1)
         index = _LAUNCH_INDEX.get(s.kind)
         if index is not None:
             self.lines.append(f"{pad}const {self.itype} {v} = {index};")
-            self.stmt(s.body, ind)
+            self.visit(s.body)
             return
         if s.extent == 1:
             self.lines.append(f"{pad}const {self.itype} {v} = 0;")
-            self.stmt(s.body, ind)
+            self.visit(s.body)
             return
         if s.kind in (ForKind.UNROLLED, ForKind.VTHREAD):
             self.lines.append(f"{pad}#pragma unroll")
         self.lines.append(f"{pad}for ({self.itype} {v} = 0; {v} < {s.extent}; ++{v}) {{")
-        self.stmt(s.body, ind + 1)
+        self.indented(s.body)
         self.lines.append(f"{pad}}}")
 
     def _paired(self, a: Stmt, b: Stmt) -> bool:
@@ -410,15 +417,15 @@ class _Emitter:
         return (step == ({}, 1) and form is not None
                 and all(k % 2 == 0 for k in form[0].values()) and form[1] % 2 == 0)
 
-    def _store_pair(self, a: Store, b: Store, pad: str) -> None:
+    def _store_pair(self, a: Store, b: Store) -> None:
         """Two adjacent elements as one vector store (rounded once each, as `_store`)."""
         vector, make = _PAIRS[a.buffer.dtype]
         target = self._ref(a.buffer, a.indices)
-        self.lines.append(f"{pad}*reinterpret_cast<{vector}*>(&{target}) = "
+        self.lines.append(f"{self.pad}*reinterpret_cast<{vector}*>(&{target}) = "
                           f"{make}({self.expr(a.value)}, {self.expr(b.value)});")
 
-    def _store(self, s: Store, pad: str) -> None:
-        target = self._ref(s.buffer, s.indices)
+    def _store(self, s: Store) -> None:
+        pad, target = self.pad, self._ref(s.buffer, s.indices)
         v = s.value
         rounding = _ROUND.get(s.buffer.dtype)
         if rounding is not None:  # computed in float, rounded once into the half buffer
@@ -478,28 +485,6 @@ class _Emitter:
     def _sub(self, e: Expr, min_prec: int) -> str:
         text, p = self._expr(e)
         return text if p >= min_prec else f"({text})"
-
-
-def index_bits(func: PrimFunc) -> int:
-    """Width of the kernel's index arithmetic: 64 bits once a buffer is large enough that
-    an overhanging tile's index may overflow a 32-bit ``int``."""
-    big = max([b.size for b in (*func.args, *func.workspaces)] or [0]) > _INT_LIMIT
-    return 64 if big else 32
-
-
-def flat_index(b: Buffer, indices: tuple[Expr, ...], extents: dict[Var, int]) -> Expr:
-    """The one-dimensional index the kernel computes for ``b[indices]``."""
-    flat: Expr = Const(0)
-    for i, stride in zip(indices, b.strides):
-        flat = add(flat, mul(i, stride))
-    return simplify(flat, extents)
-
-
-def c_division(e: BinOp, ranges: dict[Var, Interval]) -> bool:
-    """Whether ``//`` or ``%`` is printed as C's ``/`` or ``%`` (which round toward zero):
-    only where both operands are proven non-negative, the divisor positive."""
-    lo, div = interval(e.a, ranges), interval(e.b, ranges)
-    return lo is not None and lo[0] >= 0 and div is not None and div[0] > 0
 
 
 def _const(e: Const) -> str:

@@ -14,19 +14,15 @@ from dataclasses import dataclass
 from math import prod
 from typing import Iterable, Mapping
 
+from autotune.codegen.cuda.semantics import reads, writes
 from autotune.ir.analysis import Interval, decide, map_stmt_exprs, stmt_exprs, substitute
 from autotune.ir.expr import And, Const, Expr, Load, Var, cmp, walk
 from autotune.ir.stmt import (
     Allocate,
-    AsyncCopy,
-    AtomicAdd,
     Buffer,
     For,
     ForKind,
     IfThenElse,
-    MbarrierArrive,
-    MbarrierInit,
-    MbarrierWait,
     MmaFill,
     MmaLoad,
     MmaStore,
@@ -36,7 +32,6 @@ from autotune.ir.stmt import (
     Seq,
     SetMaxNReg,
     Stmt,
-    Store,
     Sync,
     TensorMap,
     TmaLoad,
@@ -46,6 +41,7 @@ from autotune.ir.stmt import (
     WgmmaWait,
     walk_stmts,
 )
+from autotune.ir.visitor import StmtMutator
 from autotune.ops.dtypes import element_bytes
 
 
@@ -185,44 +181,6 @@ def contains_sync(s: Stmt) -> bool:
 WARP_COLLECTIVE = (MmaFill, MmaLoad, MmaSync, MmaStore)
 # collective over a warpgroup (4 warps): legal under a guard uniform across warpgroups only
 WARPGROUP_COLLECTIVE = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg)
-MBARRIER_STMTS = (MbarrierInit, MbarrierArrive, MbarrierWait)
-
-
-def writes(s: Stmt) -> list[Buffer]:
-    """The buffer each writing statement of ``s`` writes (stores, cp.async, mma_store, a
-    TMA copy and the barrier it completes on, mbarrier operations, wgmma accumulators; an
-    atomic writes its element and its result)."""
-    out = []
-    for x in walk_stmts(s):
-        if isinstance(x, Store):
-            out.append(x.buffer)
-        elif isinstance(x, (AsyncCopy, MmaStore)):
-            out.append(x.dst)
-        elif isinstance(x, AtomicAdd):
-            out += [x.buffer, x.result]
-        elif isinstance(x, TmaLoad):
-            out += [x.dst, x.bar]
-        elif isinstance(x, MBARRIER_STMTS):
-            out.append(x.bar)
-        elif isinstance(x, Wgmma):
-            out.append(x.acc)
-    return out
-
-
-def reads(s: Stmt) -> list[Buffer]:
-    """The buffers ``s`` reads: loads, cp.async and TMA sources, mma_load and wgmma
-    operands, atomics, waited barriers."""
-    out = [e.buffer for top in stmt_exprs(s) for e in walk(top) if isinstance(e, Load)]
-    out += [x.src for x in walk_stmts(s) if isinstance(x, (AsyncCopy, MmaLoad))]
-    out += [x.buffer for x in walk_stmts(s) if isinstance(x, AtomicAdd)]
-    for x in walk_stmts(s):
-        if isinstance(x, TmaLoad):
-            out.append(x.tmap.buffer)
-        elif isinstance(x, Wgmma):
-            out += [x.a.buffer, x.b.buffer, x.acc]
-        elif isinstance(x, MbarrierWait):
-            out.append(x.bar)
-    return out
 
 
 def shared_buffers(s: Stmt) -> list[Buffer]:
@@ -234,9 +192,9 @@ def prepare(func: PrimFunc, launch: Launch) -> Stmt:
     """The kernel body, rewritten as described in the module docstring."""
     check_stages(func, launch)
     dims = dict(zip(_BLOCK, launch.grid)) | dict(zip(_THREAD, launch.block))
-    body = _Normalizer(dims).stmt(func.body, {}, frozenset())
-    body = _fix_barriers(body, set())
-    return _drop_idle_syncs(_dedupe_syncs(body), False)
+    body = _Normalizer(dims).visit(func.body)
+    body = _BarrierFixer().visit(body)
+    return _IdleSyncs().visit(_DedupeSyncs().visit(body))
 
 
 def check_stages(func: PrimFunc, launch: Launch) -> None:
@@ -264,42 +222,43 @@ def conjuncts(c: Expr) -> list[Expr]:
     return conjuncts(c.a) + conjuncts(c.b) if isinstance(c, And) else [c]
 
 
-class _Normalizer:
-    """Full-width launch loops, guards that the ranges decide removed, repeated ones merged."""
+class _Normalizer(StmtMutator):
+    """Full-width launch loops, guards that the ranges decide removed, repeated ones merged
+    (``ranges`` and ``known``: the enclosing loops' and guards')."""
 
     def __init__(self, dims: Mapping[ForKind, int]):
         self.dims = dims
+        self.ranges: dict[Var, Interval] = {}
+        self.known: frozenset[Expr] = frozenset()
 
-    def stmt(self, s: Stmt, ranges: dict[Var, Interval], known: frozenset) -> Stmt:
-        if isinstance(s, Seq):
-            return Seq([self.stmt(c, ranges, known) for c in s.stmts])
-        if isinstance(s, For):
-            full = self.dims.get(s.kind)
-            if s.extent == 1 and full in (None, 1):  # a one-trip loop: its index is 0
-                zero = {s.var: Const(0)}
-                body = map_stmt_exprs(s.body, lambda e: substitute(e, zero))
-                return self.stmt(body, ranges, known)
-            inner = {**ranges, s.var: (0, s.extent - 1)}
-            body = self.stmt(s.body, inner, known)
-            if full is not None and s.extent < full:
-                # the loop is a launch index: threads past its extent skip the body
-                return For(s.var, full, s.kind, IfThenElse(cmp("<", s.var, s.extent), body))
-            return For(s.var, s.extent, s.kind, body)
-        if isinstance(s, Allocate):
-            return Allocate(s.buffer, self.stmt(s.body, ranges, known))
-        if isinstance(s, IfThenElse):
-            if s.else_ is not None:
-                return IfThenElse(s.cond, self.stmt(s.then, ranges, known),
-                                  self.stmt(s.else_, ranges, known))
-            keep = [c for c in conjuncts(s.cond)
-                    if c not in known and decide(c, ranges) is not True]
-            if any(decide(c, ranges) is False for c in keep):
-                return Seq([])
-            body = self.stmt(s.then, ranges, known | frozenset(keep))
-            for c in reversed(keep):
-                body = IfThenElse(c, body)
-            return body
-        return s
+    def visit_for(self, s: For) -> Stmt:
+        full = self.dims.get(s.kind)
+        if s.extent == 1 and full in (None, 1):  # a one-trip loop: its index is 0
+            zero = {s.var: Const(0)}
+            return self.visit(map_stmt_exprs(s.body, lambda e: substitute(e, zero)))
+        outer = self.ranges
+        self.ranges = {**outer, s.var: (0, s.extent - 1)}
+        body = self.visit(s.body)
+        self.ranges = outer
+        if full is not None and s.extent < full:
+            # the loop is a launch index: threads past its extent skip the body
+            return For(s.var, full, s.kind, IfThenElse(cmp("<", s.var, s.extent), body))
+        return For(s.var, s.extent, s.kind, body)
+
+    def visit_if(self, s: IfThenElse) -> Stmt:
+        if s.else_ is not None:
+            return super().visit_if(s)
+        keep = [c for c in conjuncts(s.cond)
+                if c not in self.known and decide(c, self.ranges) is not True]
+        if any(decide(c, self.ranges) is False for c in keep):
+            return Seq([])
+        outer = self.known
+        self.known = outer | frozenset(keep)
+        body = self.visit(s.then)
+        self.known = outer
+        for c in reversed(keep):
+            body = IfThenElse(c, body)
+        return body
 
 
 # ---------------------------------------------------------------- barriers
@@ -308,56 +267,70 @@ def _uses_thread_var(c: Expr, thread_vars: set[Var]) -> bool:
     return any(isinstance(x, Var) and x in thread_vars for x in walk(c))
 
 
-def _fix_barriers(s: Stmt, thread_vars: set[Var]) -> Stmt:
-    """Push thread-dependent guards that enclose a ``Sync`` inside, bottom-up."""
-    if isinstance(s, Seq):
-        return Seq([_fix_barriers(c, thread_vars) for c in s.stmts])
-    if isinstance(s, For):
-        inner = thread_vars | {s.var} if s.kind in _THREAD else thread_vars
-        return For(s.var, s.extent, s.kind, _fix_barriers(s.body, inner))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _fix_barriers(s.body, thread_vars))
-    if isinstance(s, IfThenElse):
-        then = _fix_barriers(s.then, thread_vars)
-        els = None if s.else_ is None else _fix_barriers(s.else_, thread_vars)
-        divergent = _uses_thread_var(s.cond, thread_vars)
+class _BarrierFixer(StmtMutator):
+    """Push thread-dependent guards that enclose a ``Sync`` inside, bottom-up
+    (``thread_vars``: the enclosing threadIdx loops' variables)."""
+
+    def __init__(self) -> None:
+        self.thread_vars: set[Var] = set()
+
+    def visit_for(self, s: For) -> Stmt:
+        if s.kind not in _THREAD:
+            return super().visit_for(s)
+        outer = self.thread_vars
+        self.thread_vars = outer | {s.var}
+        body = self.visit(s.body)
+        self.thread_vars = outer
+        return For(s.var, s.extent, s.kind, body)
+
+    def visit_if(self, s: IfThenElse) -> Stmt:
+        then = self.visit(s.then)
+        els = None if s.else_ is None else self.visit(s.else_)
+        divergent = _uses_thread_var(s.cond, self.thread_vars)
         if not divergent or not (contains_sync(then) or (els is not None and contains_sync(els))):
             return IfThenElse(s.cond, then, els)
         if els is not None or any(isinstance(x, Load) for x in walk(s.cond)):
             raise CudaCodegenError("a barrier sits under a thread-dependent if/else")
-        tested = frozenset(x for x in walk(s.cond) if isinstance(x, Var) and x in thread_vars)
-        return _push_guard(s.cond, then, tested)
-    return s
+        tested = frozenset(x for x in walk(s.cond)
+                           if isinstance(x, Var) and x in self.thread_vars)
+        return _GuardPusher(s.cond, tested).visit(then)
 
 
-def _push_guard(c: Expr, s: Stmt, threads: frozenset[Var]) -> Stmt:
-    """``if (c) s`` with the guard moved inside so that every thread reaches each barrier;
-    ``c`` depends only on enclosing loop indices, so it is the same wherever it is tested.
+class _GuardPusher(StmtMutator):
+    """``if (cond) s`` with the guard moved inside so that every thread reaches each
+    barrier; ``cond`` depends only on enclosing loop indices, so it is the same wherever it
+    is tested.
 
     A cooperative fill of shared memory between the barriers (a statement that writes
     shared memory only, spread over the block by thread loops of its own, so that it reads
-    none of ``threads``, the thread indices ``c`` tests) is left unguarded: ``c`` bounds the
-    computation around it (a tile's tail, a narrower thread loop), and the threads that
-    ``c`` keeps read what the others fill. A fill's loads carry their own bounds."""
-    if not contains_sync(s):
-        if is_shared_fill(s) and not threads & _vars_of(s):
+    none of ``threads``, the thread indices ``cond`` tests) is left unguarded: ``cond``
+    bounds the computation around it (a tile's tail, a narrower thread loop), and the
+    threads that ``cond`` keeps read what the others fill. A fill's loads carry their own
+    bounds."""
+
+    def __init__(self, cond: Expr, threads: frozenset[Var]):
+        self.cond, self.threads = cond, threads
+
+    def visit(self, s: Stmt) -> Stmt:
+        if contains_sync(s):
+            return super().visit(s)
+        if is_shared_fill(s) and not self.threads & _vars_of(s):
             return s
         if any(isinstance(x, WARP_COLLECTIVE) for x in walk_stmts(s)):
             # the guard tests a thread index: it may split a warp
             raise CudaCodegenError("a warp-collective Mma statement would sit under a "
                                    "thread-dependent guard")
-        return IfThenElse(c, s)
-    if isinstance(s, Sync):
-        return s
-    if isinstance(s, Seq):
-        return Seq([_push_guard(c, x, threads) for x in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _push_guard(c, s.body, threads))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _push_guard(c, s.body, threads))
-    if isinstance(s, IfThenElse) and s.else_ is None:
-        return IfThenElse(s.cond, _push_guard(c, s.then, threads))
-    raise CudaCodegenError(f"cannot move a guard past {type(s).__name__}")
+        return IfThenElse(self.cond, s)
+
+    def visit_if(self, s: IfThenElse) -> Stmt:
+        if s.else_ is not None:
+            raise CudaCodegenError("cannot move a guard past IfThenElse")
+        return IfThenElse(s.cond, self.visit(s.then))
+
+    def visit_leaf(self, s: Stmt) -> Stmt:
+        if isinstance(s, Sync):
+            return s
+        raise CudaCodegenError(f"cannot move a guard past {type(s).__name__}")
 
 
 def _vars_of(s: Stmt) -> set[Var]:
@@ -372,29 +345,25 @@ def is_shared_fill(s: Stmt) -> bool:
             and not any(isinstance(x, WARP_COLLECTIVE) for x in walk_stmts(s)))
 
 
-def _dedupe_syncs(s: Stmt) -> Stmt:
+class _DedupeSyncs(StmtMutator):
     """Splice shared allocations into their sequence (CUDA C declares them at function
     scope) and drop a barrier that directly follows another (nested caches end in two)."""
-    if isinstance(s, Seq):
+
+    def visit_seq(self, s: Seq) -> Stmt:
         out: list[Stmt] = []
         for c in _flatten_shared(s.stmts):
-            c = _dedupe_syncs(c)
+            c = self.visit(c)
             if isinstance(c, Sync) and out and isinstance(out[-1], Sync):
                 continue
             if isinstance(c, Seq) and not c.stmts:
                 continue
             out.append(c)
         return Seq(out)
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _dedupe_syncs(s.body))
-    if isinstance(s, Allocate):
+
+    def visit_allocate(self, s: Allocate) -> Stmt:
         if s.buffer.scope is Scope.SHARED:
-            return _dedupe_syncs(Seq([s.body]))
-        return Allocate(s.buffer, _dedupe_syncs(s.body))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _dedupe_syncs(s.then),
-                          None if s.else_ is None else _dedupe_syncs(s.else_))
-    return s
+            return self.visit(Seq([s.body]))
+        return super().visit_allocate(s)
 
 
 def _touches_shared(s: Stmt) -> bool:
@@ -402,34 +371,43 @@ def _touches_shared(s: Stmt) -> bool:
         b.scope is Scope.SHARED for b in reads(s))
 
 
-def _drop_idle_syncs(s: Stmt, later: bool) -> Stmt:
+class _IdleSyncs(StmtMutator):
     """Drop barriers after which no shared memory is touched (``later``: whether something
-    after ``s``, or a later trip of an enclosing loop, touches it)."""
-    if isinstance(s, Seq):
+    after the statement visited, or a later trip of an enclosing loop, touches it)."""
+
+    def __init__(self) -> None:
+        self.later = False
+
+    def visit_seq(self, s: Seq) -> Stmt:
+        outer = self.later
         out: list[Stmt] = []
         for c in reversed(s.stmts):
-            if isinstance(c, Sync) and not later:
+            if isinstance(c, Sync) and not self.later:
                 continue
-            out.append(_drop_idle_syncs(c, later))
-            later = later or _touches_shared(c)
+            out.append(self.visit(c))
+            self.later = self.later or _touches_shared(c)
+        self.later = outer
         return Seq(out[::-1])
-    if isinstance(s, For):
+
+    def visit_for(self, s: For) -> Stmt:
         # a launch index is no loop: each thread runs one trip
         again = s.kind not in _LAUNCH_KINDS and s.extent > 1 and _touches_shared(s.body)
-        return For(s.var, s.extent, s.kind, _drop_idle_syncs(s.body, later or again))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _drop_idle_syncs(s.body, later))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _drop_idle_syncs(s.then, later),
-                          None if s.else_ is None else _drop_idle_syncs(s.else_, later))
-    return s
+        outer = self.later
+        self.later = outer or again
+        body = self.visit(s.body)
+        self.later = outer
+        return For(s.var, s.extent, s.kind, body)
 
 
 def _flatten_shared(stmts: Iterable[Stmt]) -> list[Stmt]:
+    """``stmts`` with each shared allocation (nested ones too) replaced by its body's
+    statements."""
     out: list[Stmt] = []
-    for c in stmts:
+    todo = list(stmts)[::-1]
+    while todo:
+        c = todo.pop()
         if isinstance(c, Allocate) and c.buffer.scope is Scope.SHARED:
-            out.extend(_flatten_shared(c.body.stmts if isinstance(c.body, Seq) else (c.body,)))
+            todo.extend((c.body.stmts if isinstance(c.body, Seq) else (c.body,))[::-1])
         else:
             out.append(c)
     return out

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import flat_index
+from autotune.codegen.cuda.semantics import flat_index
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_hopper_state import REG_FILE, Core, HopperState, Lanes
 from autotune.codegen.cuda.simulate_layout import box_elements, swizzle
@@ -159,7 +159,8 @@ def _wait(h: HopperState, lanes: np.ndarray, blocks: np.ndarray, slots: np.ndarr
 
 # ---------------------------------------------------------------- TMA
 
-def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
+def _check_tma(core: Core, s: TmaLoad) -> None:
+    """Refuse a copy no tensor map could make: operands, box and strides."""
     src, dst, m = s.tmap.buffer, s.dst, s.tmap
     _check_barrier(s, s.bar)
     if src not in core.func.args or src.scope is not Scope.GLOBAL:
@@ -179,6 +180,12 @@ def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
     if any(r % TMA_STRIDE for r in rows):
         raise invalid(s, src, f"strides of {rows} bytes: cuTensorMapEncodeTiled takes "
                               f"multiples of {TMA_STRIDE}")
+
+
+def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
+    _check_tma(core, s)
+    src, dst, m = s.tmap.buffer, s.dst, s.tmap
+    item = element_bytes(src.dtype)
     dst_off = core.expr(s.dst_offset)
     coords = [core.expr(c) for c in s.coords]
     bar_index = core.expr(flat_index(s.bar, (s.bar_index,), core.ext))
@@ -193,19 +200,7 @@ def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
         off = per_lane(dst_off, g, env, mask, lanes)
         base = h.plan.base[dst]
         addr: np.ndarray = base + off * item
-        bad = addr % TMA_ALIGN != 0
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise h.error("misaligned", f"copies into {dst.name} + {int(off[k])}, byte "
-                          f"{int(addr[k])} of shared memory: not {TMA_ALIGN}-byte aligned",
-                          int(lanes[k]),
-                          buffer=dst, index=int(off[k]))
-        out = (off < 0) | (off + elems > dst.size)
-        if out.any():
-            k = int(np.argmax(out))
-            raise h.error("out_of_bounds", f"copies {elems} elements into {dst.name} from "
-                          f"{int(off[k])} on, outside its {dst.size}", int(lanes[k]),
-                          buffer=dst, index=int(off[k]))
+        _check_destination(h, dst, off, addr, elems, lanes)
         at = per_lane(bar_index, g, env, mask, lanes)
         core.access(g, g.memory[s.bar], at, lanes, False, text)
         blocks, slots = g.local_block[lanes], h.bars.slot(s.bar, at)
@@ -225,6 +220,24 @@ def _tma(core: Core, s: TmaLoad, text: str) -> StmtFn:
         h.shared.record_fill(dst, keys.reshape(-1), np.repeat(fills, elems))
         h.bars.complete_tx(lanes, blocks, slots, elems * item)
     return run
+
+
+def _check_destination(h: HopperState, dst: Buffer, off: np.ndarray, addr: np.ndarray,
+                       elems: int, lanes: np.ndarray) -> None:
+    """Each lane's copy lands aligned and inside ``dst`` (from element ``off``, at shared
+    byte ``addr``)."""
+    bad = addr % TMA_ALIGN != 0
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise h.error("misaligned", f"copies into {dst.name} + {int(off[k])}, byte "
+                      f"{int(addr[k])} of shared memory: not {TMA_ALIGN}-byte aligned",
+                      int(lanes[k]), buffer=dst, index=int(off[k]))
+    out = (off < 0) | (off + elems > dst.size)
+    if out.any():
+        k = int(np.argmax(out))
+        raise h.error("out_of_bounds", f"copies {elems} elements into {dst.name} from "
+                      f"{int(off[k])} on, outside its {dst.size}", int(lanes[k]),
+                      buffer=dst, index=int(off[k]))
 
 
 # ---------------------------------------------------------------- named barriers

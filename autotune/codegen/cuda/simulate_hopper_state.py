@@ -12,13 +12,14 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from autotune.codegen.cuda.hopper import HOPPER_STMTS
-from autotune.codegen.cuda.passes import MBARRIER_STMTS, dynamic_shared_layout
+from autotune.codegen.cuda.passes import dynamic_shared_layout
+from autotune.codegen.cuda.semantics import MBARRIER_STMTS
 from autotune.codegen.cuda.simulate_async import PLAIN, Accumulators, AsyncShared
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_mbarrier import Mbarriers
 from autotune.codegen.cuda.simulate_roles import Blocked, Roles, Stuck
 from autotune.ir.expr import Expr, Var
-from autotune.ir.stmt import WARPGROUP, Buffer, PrimFunc, Stmt, TmaLoad, Wgmma, walk_stmts
+from autotune.ir.stmt import WARP, WARPGROUP, Buffer, PrimFunc, Stmt, TmaLoad, Wgmma, walk_stmts
 
 REG_FILE = 65536       # 32-bit registers of a multiprocessor (a block has them all)
 MAX_THREAD_REGS = 255  # per thread at launch
@@ -124,7 +125,7 @@ class HopperState:
         return CudaExecutionError(kind, f"{who} {message}", block=blk, thread=thr,
                                   buffer=None if buffer is None else buffer.name, index=index,
                                   statement=self.text or None,
-                                  warp=tid // 32 if collective else None)
+                                  warp=tid // WARP if collective else None)
 
     def _fail(self, kind: str, message: str, lane: int, buf: Buffer, index: int
               ) -> CudaExecutionError:

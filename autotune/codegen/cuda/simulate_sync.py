@@ -17,17 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import flat_index
-from autotune.codegen.cuda.simulate import (
-    CudaExecutionError,
-    _Compiler,
-    _Env,
-    _Grid,
-    _lanes,
-    _Memory,
-    _StmtFn,
-    _who,
+from autotune.codegen.cuda.semantics import flat_index
+from autotune.codegen.cuda.simulate_builder import ClosureBuilder, Handler
+from autotune.codegen.cuda.simulate_core import (
+    Env,
+    Grid,
+    Memory,
+    StmtFn,
+    broadcast,
+    describe_lane,
 )
+from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.ir.stmt import AtomicAdd, Buffer, Fence, Scope, Stmt, format_stmt, walk_stmts
 
 _NONE = -1
@@ -57,7 +57,7 @@ class Ordering:
     """The launch's atomic clock, what each element's publication is, and what each block
     acquired; shared by every chunk of blocks."""
 
-    def __init__(self, globals_: dict[Buffer, _Memory], counters: list[Buffer]):
+    def __init__(self, globals_: dict[Buffer, Memory], counters: list[Buffer]):
         self.clock = 0
         self.counters = {b: i for i, b in enumerate(counters)}
         self.elements = {
@@ -82,7 +82,7 @@ class Ordering:
             el.fence_phase[keys] = _NONE
             el.counter[keys] = _NONE
 
-    def fence(self, g: _Grid, lanes: np.ndarray) -> None:
+    def fence(self, g: Grid, lanes: np.ndarray) -> None:
         """``lanes`` fence: their unfenced global writes are covered (at their block's
         current barrier phase), and their pending atomics acquire for their blocks."""
         gtids = g.gtid[lanes]
@@ -106,7 +106,7 @@ class Ordering:
                 phase = int(g.phase[g.local_block[lane]])
                 self.acquired.setdefault(block, {})[key] = (time, phase, gtid)
 
-    def atomic(self, g: _Grid, lane: int, key: int) -> None:
+    def atomic(self, g: Grid, lane: int, key: int) -> None:
         """Thread ``lane``'s atomic on counter ``key``: it publishes its block's fenced
         writes (fenced in an earlier phase, or by this thread) and will acquire the
         counter at its next fence."""
@@ -130,7 +130,7 @@ class Ordering:
             self.fenced[block] = later
         self.pending.setdefault(gtid, []).append((key, self.clock))
 
-    def ordered(self, g: _Grid, mem: _Memory, keys: np.ndarray, owner: np.ndarray,
+    def ordered(self, g: Grid, mem: Memory, keys: np.ndarray, owner: np.ndarray,
                 lanes: np.ndarray) -> np.ndarray:
         """Which reads (of ``keys`` by threads ``owner``) an acquire orders after the
         single write of their element."""
@@ -149,14 +149,19 @@ class Ordering:
         return out
 
 
-def fence_stmt(c: _Compiler, s: Fence) -> _StmtFn:
-    def fence(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+def sync_stmt(c: ClosureBuilder, s: Stmt) -> StmtFn:
+    """The closure that runs one fence or atomic."""
+    if isinstance(s, AtomicAdd):
+        return _atomic(c, s)
+    assert isinstance(s, Fence), s
+
+    def fence(g: Grid, env: Env, mask: np.ndarray) -> None:
         if g.order is not None:
             g.order.fence(g, np.nonzero(mask)[0])
     return fence
 
 
-def atomic_stmt(c: _Compiler, s: AtomicAdd) -> _StmtFn:
+def _atomic(c: ClosureBuilder, s: AtomicAdd) -> StmtFn:
     """One thread at a time, in lane order: the old value to ``result`` (a plain write of
     the thread), the counter element incremented."""
     text = format_stmt(s)[0].strip()
@@ -168,16 +173,16 @@ def atomic_stmt(c: _Compiler, s: AtomicAdd) -> _StmtFn:
     store = c.stmt_store(s.result, s.result_index, text)
     buf, value = s.buffer, float(s.value)
 
-    def atomic(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+    def atomic(g: Grid, env: Env, mask: np.ndarray) -> None:
         lanes = np.nonzero(mask)[0]
         if not lanes.size:
             return
         mem = g.memory[buf]
-        at = _lanes(index(g, env, mask), g.lanes)[lanes].astype(np.int64)
+        at = broadcast(index(g, env, mask), g.lanes)[lanes].astype(np.int64)
         bad = (at < 0) | (at >= buf.size)
         if bad.any():
             k = int(np.argmax(bad))
-            who, blk, thr, _ = _who(g, int(lanes[k]), False)
+            who, blk, thr, _ = describe_lane(g, int(lanes[k]), False)
             raise CudaExecutionError(
                 "out_of_bounds", f"{who} atomically adds to {buf.name}[{int(at[k])}] outside "
                 f"its {buf.size} elements", buffer=buf.name, index=int(at[k]), block=blk,
@@ -194,7 +199,7 @@ def atomic_stmt(c: _Compiler, s: AtomicAdd) -> _StmtFn:
     return atomic
 
 
-def check_counters(globals_: dict[Buffer, _Memory], counters: list[Buffer]) -> None:
+def check_counters(globals_: dict[Buffer, Memory], counters: list[Buffer]) -> None:
     """``counter_not_reset`` when a counter does not end the launch at 0."""
     for b in counters:
         data = globals_[b].data
@@ -206,3 +211,6 @@ def check_counters(globals_: dict[Buffer, _Memory], counters: list[Buffer]) -> N
                 f"ends ({left.size} of {b.size} counters not 0): the next launch, which "
                 "reuses the workspace without a memset, would count from there",
                 buffer=b.name, index=i)
+
+
+SYNC_HANDLERS: dict[type, Handler] = {Fence: sync_stmt, AtomicAdd: sync_stmt}

@@ -22,22 +22,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import flat_index
-from autotune.codegen.cuda.simulate import (
-    CudaExecutionError,
-    _access,
-    _Compiler,
-    _Env,
-    _ExprFn,
-    _Grid,
-    _lanes,
-    _Memory,
-    _StmtFn,
-    _track,
-    _who,
+from autotune.codegen.cuda.semantics import flat_index
+from autotune.codegen.cuda.simulate_builder import ClosureBuilder, Handler
+from autotune.codegen.cuda.simulate_core import (
+    Env,
+    ExprFn,
+    Grid,
+    Memory,
+    StmtFn,
+    broadcast,
+    check_access,
+    describe_lane,
+    track_access,
 )
+from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.ir.expr import HALF_DTYPES, Expr
 from autotune.ir.stmt import (
+    WARP,
     WMMA_SHAPES,
     Allocate,
     AsyncCommit,
@@ -54,23 +55,21 @@ from autotune.ir.stmt import (
     fragment_dims,
     walk_stmts,
 )
-from autotune.ops.dtypes import round_to
+from autotune.ops.dtypes import element_bytes, round_to
 
-WARP = 32
 WMMA_ALIGN = 32    # bytes: load/store_matrix_sync take a 256-bit aligned pointer
 LDM_ALIGN = 16     # bytes: ldm a multiple of 8 half or 4 float elements
 COPY_BYTES = (4, 8, 16)
 # what a buffer's first element is aligned to: cudaMalloc gives 256 bytes; the emitter
 # declares a shared array that wmma or cp.async touches __align__(128)
 BASE_ALIGN = {Scope.GLOBAL: 256, Scope.SHARED: 128}
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MEMORY = (Scope.GLOBAL, Scope.SHARED)
 
 
 class WarpState:
     """Per chunk of blocks: the warp of each lane, and each thread's cp.async groups."""
 
-    def __init__(self, g: _Grid):
+    def __init__(self, g: Grid):
         per_block = -(-g.threads // WARP)
         self.warp: np.ndarray = g.local_block * per_block + g.tid // WARP  # warp in the chunk
         self.count = g.blocks * per_block
@@ -80,7 +79,7 @@ class WarpState:
         # per shared buffer and element in flight: the issuing lane (-1: none), its group
         self.flight: dict[Buffer, tuple[np.ndarray, np.ndarray]] = {}
 
-    def check_landed(self, g: _Grid, mem: _Memory, keys: np.ndarray, lanes: np.ndarray,
+    def check_landed(self, g: Grid, mem: Memory, keys: np.ndarray, lanes: np.ndarray,
                      write: bool, text: str, warp: bool) -> None:
         """Raise ``async_pending`` when an access touches an element of a copy in flight."""
         fl = self.flight.get(mem.buffer)
@@ -91,7 +90,7 @@ class WarpState:
         if not busy.any():
             return
         k = int(np.argmax(busy))
-        who, blk, thr, w = _who(g, int(lanes[k]), warp)
+        who, blk, thr, w = describe_lane(g, int(lanes[k]), warp)
         _, by = g.coords(int(issuer[k]))
         index = int(keys[k]) % mem.buffer.size
         verb = "writes" if write else "reads"
@@ -102,13 +101,13 @@ class WarpState:
             other_thread=by, statement=text)
 
 
-def _state(g: _Grid) -> WarpState:
+def _state(g: Grid) -> WarpState:
     if g.warps is None:
         g.warps = WarpState(g)
     return g.warps
 
 
-def warp_stmt(c: _Compiler, s: Stmt) -> _StmtFn:
+def warp_stmt(c: ClosureBuilder, s: Stmt) -> StmtFn:
     """The closure that runs one fragment allocation, tensor-core or cp.async statement."""
     text = c.context = format_stmt(s)[0].strip() if not isinstance(s, Allocate) else ""
     if isinstance(s, Allocate):
@@ -118,12 +117,18 @@ def warp_stmt(c: _Compiler, s: Stmt) -> _StmtFn:
     if isinstance(s, AsyncCopy):
         return _copy(c, s, text)
     if isinstance(s, AsyncCommit):
-        def commit(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+        def commit(g: Grid, env: Env, mask: np.ndarray) -> None:
             _state(g).committed[mask] += 1
         return commit
     if isinstance(s, AsyncWait):
         return _wait(s, text)
     raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+# the statements ``warp_stmt`` runs (an ``Allocate`` when it allocates a fragment)
+WARP_HANDLERS: dict[type, Handler] = dict.fromkeys(
+    (Allocate, MmaFill, MmaLoad, MmaSync, MmaStore, AsyncCopy, AsyncCommit, AsyncWait),
+    warp_stmt)
 
 
 def _invalid(s: Stmt, buf: Buffer, why: str) -> CudaExecutionError:
@@ -182,15 +187,15 @@ def _frag_type(buf: Buffer, body: Stmt) -> FragmentType:
     return FragmentType(buf, rows, cols, layouts.pop() if layouts else None)
 
 
-def _allocate(c: _Compiler, s: Allocate) -> _StmtFn:
+def _allocate(c: ClosureBuilder, s: Allocate) -> StmtFn:
     frag = _frag_type(s.buffer, s.body)
     c.fragments[s.buffer] = frag
-    body, buf, n = c.stmt(s.body), s.buffer, frag.rows * frag.cols
+    body, buf, n = c.visit(s.body), s.buffer, frag.rows * frag.cols
 
-    def alloc(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+    def alloc(g: Grid, env: Env, mask: np.ndarray) -> None:
         # fragments declared here hold poison, whatever an earlier trip left
         count = _state(g).count
-        g.memory[buf] = _Memory.new(buf, np.zeros(count * buf.size * n, np.float32),
+        g.memory[buf] = Memory.new(buf, np.zeros(count * buf.size * n, np.float32),
                                     defined=False, tracked=False)
         body(g, env, mask)
     return alloc
@@ -200,9 +205,9 @@ class _Collective:
     """One warp-collective statement: its static checks, then per run the warps that
     execute it, their uniform operands and the fragment arithmetic."""
 
-    def __init__(self, c: _Compiler, s: MmaFill | MmaLoad | MmaSync | MmaStore, text: str):
+    def __init__(self, c: ClosureBuilder, s: MmaFill | MmaLoad | MmaSync | MmaStore, text: str):
         self.s, self.text = s, text
-        self.ops: list[_ExprFn] = []  # uniform operands: offsets, then fragment indices
+        self.ops: list[ExprFn] = []  # uniform operands: offsets, then fragment indices
         self.names: list[tuple[str, Buffer]] = []  # each operand's name and its buffer
         if isinstance(s, (MmaLoad, MmaStore)):
             self._operand(c, s.offset, "offset", s.src if isinstance(s, MmaLoad) else s.dst)
@@ -228,18 +233,18 @@ class _Collective:
             if mem.scope not in _MEMORY or mem.dtype != s.frag.dtype:
                 raise _invalid(s, mem, f"a {mem.dtype} {mem.scope.value} buffer; the fragment "
                                        f"needs a {s.frag.dtype} pointer to global or shared")
-            self.item = _ITEMSIZE[mem.dtype]
+            self.item = element_bytes(mem.dtype)
             self.bad_ldm = s.ldm * self.item % LDM_ALIGN != 0
             frag = self.frags[0][0]
             r, col = np.divmod(np.arange(frag.rows * frag.cols), frag.cols)
             col_major = isinstance(s, MmaLoad) and s.layout == "col"
             self.pattern: np.ndarray = col * s.ldm + r if col_major else r * s.ldm + col
 
-    def _operand(self, c: _Compiler, e: Expr, name: str, buf: Buffer) -> None:
+    def _operand(self, c: ClosureBuilder, e: Expr, name: str, buf: Buffer) -> None:
         self.ops.append(c.expr(e))
         self.names.append((name, buf))
 
-    def run(self, g: _Grid, env: _Env, mask: np.ndarray) -> None:
+    def run(self, g: Grid, env: Env, mask: np.ndarray) -> None:
         st = _state(g)
         leaders = self._warps(g, st, mask)
         if not leaders.size:
@@ -265,7 +270,7 @@ class _Collective:
         else:
             self._move(g, vals[:, 0], w, slots[0], leaders)
 
-    def _move(self, g: _Grid, offset: np.ndarray, w: np.ndarray, slot: np.ndarray,
+    def _move(self, g: Grid, offset: np.ndarray, w: np.ndarray, slot: np.ndarray,
               leaders: np.ndarray) -> None:
         """MmaLoad or MmaStore: the warp's elements of global or shared memory."""
         s = self.s
@@ -275,7 +280,7 @@ class _Collective:
         bad = (offset * self.item % WMMA_ALIGN != 0) | (BASE_ALIGN[mem_buf.scope] < WMMA_ALIGN)
         if bad.any() or self.bad_ldm:
             i = int(np.argmax(bad)) if bad.any() else 0
-            who, blk, thr, wi = _who(g, int(leaders[i]), True)
+            who, blk, thr, wi = describe_lane(g, int(leaders[i]), True)
             why = (f"ldm {s.ldm} is {s.ldm * self.item} bytes, not a multiple of {LDM_ALIGN}"
                    if self.bad_ldm else
                    f"the pointer {mem_buf.name} + {int(offset[i])} is not {WMMA_ALIGN}-byte "
@@ -287,7 +292,7 @@ class _Collective:
         frag = self.frags[0][0]
         n = frag.rows * frag.cols
         if not load and s.ldm < frag.cols:  # lanes holding different elements store to one
-            who, blk, thr, wi = _who(g, int(leaders[0]), True)
+            who, blk, thr, wi = describe_lane(g, int(leaders[0]), True)
             raise CudaExecutionError(
                 "race", f"{who} stores rows of {frag.cols} elements {s.ldm} apart into "
                 f"{mem_buf.name}: its lanes write one element twice", buffer=mem_buf.name,
@@ -295,7 +300,7 @@ class _Collective:
                 statement=self.text)
         index = (offset[:, None] + self.pattern[None, :]).reshape(-1)
         mem = g.memory[mem_buf]
-        keys = _access(g, mem, index, np.repeat(leaders, n), not load, self.text, warp=True)
+        keys = check_access(g, mem, index, np.repeat(leaders, n), not load, self.text, warp=True)
         data, written = _frag_view(g, frag)
         if load:
             data[w, slot] = round_to(mem.data[keys].reshape(len(w), n), frag.buffer.dtype)
@@ -306,7 +311,7 @@ class _Collective:
             if mem.written is not None:
                 mem.written[keys] = True
 
-    def _warps(self, g: _Grid, st: WarpState, mask: np.ndarray) -> np.ndarray:
+    def _warps(self, g: Grid, st: WarpState, mask: np.ndarray) -> np.ndarray:
         """Lane 0 of each warp that runs the statement; ``divergent_warp`` unless all 32
         lanes of each such warp run it."""
         active = np.bincount(st.warp[mask], minlength=st.count)
@@ -330,18 +335,18 @@ class _Collective:
                 statement=self.text)
         return np.nonzero(mask & (g.tid % WARP == 0))[0]
 
-    def _uniform(self, g: _Grid, env: _Env, mask: np.ndarray, leaders: np.ndarray
+    def _uniform(self, g: Grid, env: Env, mask: np.ndarray, leaders: np.ndarray
                  ) -> np.ndarray:
         """The operands per warp (warps x operands); ``nonuniform_warp`` where lanes of a
         warp disagree."""
         lanes = leaders[:, None] + np.arange(WARP)[None, :]
         out: np.ndarray = np.zeros((len(leaders), len(self.ops)), np.int64)
         for j, (op, (name, buf)) in enumerate(zip(self.ops, self.names)):
-            v = _lanes(op(g, env, mask), g.lanes)[lanes]
+            v = broadcast(op(g, env, mask), g.lanes)[lanes]
             differ = v != v[:, :1]
             if differ.any():
                 i, lane = np.argwhere(differ)[0]
-                who, blk, thr, w = _who(g, int(leaders[i]), True)
+                who, blk, thr, w = describe_lane(g, int(leaders[i]), True)
                 _, other = g.coords(int(lanes[i, lane]))
                 raise CudaExecutionError(
                     "nonuniform_warp", f"{who}: its {name} into {buf.name} is {int(v[i, 0])} in "
@@ -352,25 +357,25 @@ class _Collective:
             out[:, j] = v[:, 0]
         return out
 
-    def _slot(self, g: _Grid, f: FragmentType, index: np.ndarray, leaders: np.ndarray
+    def _slot(self, g: Grid, f: FragmentType, index: np.ndarray, leaders: np.ndarray
               ) -> np.ndarray:
         bad = (index < 0) | (index >= f.buffer.size)
         if bad.any():
             i = int(np.argmax(bad))
-            who, blk, thr, w = _who(g, int(leaders[i]), True)
+            who, blk, thr, w = describe_lane(g, int(leaders[i]), True)
             raise CudaExecutionError(
                 "out_of_bounds", f"{who} uses fragment {f.buffer.name}[{int(index[i])}] outside "
                 f"its {f.buffer.size} fragments", buffer=f.buffer.name, index=int(index[i]),
                 block=blk, thread=thr, warp=w, statement=self.text)
         return index
 
-    def _read(self, g: _Grid, f: FragmentType, w: np.ndarray, slot: np.ndarray,
+    def _read(self, g: Grid, f: FragmentType, w: np.ndarray, slot: np.ndarray,
               leaders: np.ndarray) -> np.ndarray:
         data, written = _frag_view(g, f)
         unset = ~written[w, slot]
         if unset.any():
             i = int(np.argmax(unset))
-            who, blk, thr, wi = _who(g, int(leaders[i]), True)
+            who, blk, thr, wi = describe_lane(g, int(leaders[i]), True)
             raise CudaExecutionError(
                 "uninitialized", f"{who} reads fragment {f.buffer.name}[{int(slot[i])}], which "
                 "the warp never filled, loaded or computed", buffer=f.buffer.name,
@@ -378,7 +383,7 @@ class _Collective:
         return data[w, slot]
 
 
-def _frag_view(g: _Grid, f: FragmentType) -> tuple[np.ndarray, np.ndarray]:
+def _frag_view(g: Grid, f: FragmentType) -> tuple[np.ndarray, np.ndarray]:
     """(values, written) of fragment buffer ``f`` as (warp, fragment, element) and (warp,
     fragment) arrays."""
     mem = g.memory[f.buffer]
@@ -391,8 +396,8 @@ def _frag_view(g: _Grid, f: FragmentType) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------- cp.async
 
-def _copy(c: _Compiler, s: AsyncCopy, text: str) -> _StmtFn:
-    item = _ITEMSIZE.get(s.dst.dtype, 4)
+def _copy(c: ClosureBuilder, s: AsyncCopy, text: str) -> StmtFn:
+    item = element_bytes(s.dst.dtype)
     nbytes = s.elems * item
     if s.dst.scope is not Scope.SHARED or s.src.scope is not Scope.GLOBAL:
         raise _invalid(s, s.dst, "cp.async copies from global to shared memory")
@@ -403,21 +408,21 @@ def _copy(c: _Compiler, s: AsyncCopy, text: str) -> _StmtFn:
     valid = None if s.valid is None else c.expr(s.valid)
     span = np.arange(s.elems)
 
-    def copy(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+    def copy(g: Grid, env: Env, mask: np.ndarray) -> None:
         lanes = np.nonzero(mask)[0]
         if not lanes.size:
             return
         st = _state(g)
-        d = _lanes(dst_off(g, env, mask), g.lanes)[lanes].astype(np.int64)
-        src = _lanes(src_off(g, env, mask), g.lanes)[lanes].astype(np.int64)
+        d = broadcast(dst_off(g, env, mask), g.lanes)[lanes].astype(np.int64)
+        src = broadcast(src_off(g, env, mask), g.lanes)[lanes].astype(np.int64)
         ok = (np.ones(lanes.size, bool) if valid is None
-              else _lanes(valid(g, env, mask), g.lanes)[lanes].astype(bool))
+              else broadcast(valid(g, env, mask), g.lanes)[lanes].astype(bool))
         # (where ``valid`` is false the emitter passes the source buffer's start)
         for buf, off in ((s.dst, d), (s.src, np.where(ok, src, 0))):
             bad = (off * item % nbytes != 0) | (BASE_ALIGN[buf.scope] < nbytes)
             if bad.any():
                 i = int(np.argmax(bad))
-                who, blk, thr, _ = _who(g, int(lanes[i]), False)
+                who, blk, thr, _ = describe_lane(g, int(lanes[i]), False)
                 raise CudaExecutionError(
                     "misaligned", f"{who}: cp.async of {nbytes} bytes at {buf.name} + "
                     f"{int(off[i])} is not {nbytes}-byte aligned", buffer=buf.name,
@@ -425,11 +430,11 @@ def _copy(c: _Compiler, s: AsyncCopy, text: str) -> _StmtFn:
         vals: np.ndarray = np.zeros((lanes.size, s.elems), np.float32)
         if ok.any():
             src_mem = g.memory[s.src]
-            keys = _access(g, src_mem, (src[ok][:, None] + span).reshape(-1),
+            keys = check_access(g, src_mem, (src[ok][:, None] + span).reshape(-1),
                            np.repeat(lanes[ok], s.elems), False, text)
             vals[ok] = src_mem.data[keys].reshape(-1, s.elems)
         mem = g.memory[s.dst]
-        keys = _access(g, mem, (d[:, None] + span).reshape(-1), np.repeat(lanes, s.elems),
+        keys = check_access(g, mem, (d[:, None] + span).reshape(-1), np.repeat(lanes, s.elems),
                        True, text)
         mem.data[keys] = vals.reshape(-1)
         if s.dst not in st.flight:
@@ -442,10 +447,10 @@ def _copy(c: _Compiler, s: AsyncCopy, text: str) -> _StmtFn:
     return copy
 
 
-def _wait(s: AsyncWait, text: str) -> _StmtFn:
+def _wait(s: AsyncWait, text: str) -> StmtFn:
     pending = s.pending
 
-    def wait(g: _Grid, env: _Env, mask: np.ndarray) -> None:
+    def wait(g: Grid, env: Env, mask: np.ndarray) -> None:
         st = _state(g)
         st.completed[mask] = np.maximum(st.completed[mask], st.committed[mask] - pending)
         for buf, (issuer, group) in st.flight.items():
@@ -459,5 +464,5 @@ def _wait(s: AsyncWait, text: str) -> _StmtFn:
             assert mem.written is not None
             mem.written[done] = True
             # the data lands now: a write by its thread in this barrier phase
-            _track(g, mem, done, g.tid[owners], owners, done % buf.size, True, text)
+            track_access(g, mem, done, g.tid[owners], owners, done % buf.size, True, text)
     return wait

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autotune.codegen.cuda.emit import flat_index
 from autotune.codegen.cuda.hopper import WGMMA_NS
+from autotune.codegen.cuda.semantics import flat_index
 from autotune.codegen.cuda.simulate_error import CudaExecutionError
 from autotune.codegen.cuda.simulate_hopper_state import Core, HopperState, Lanes
 from autotune.codegen.cuda.simulate_layout import (

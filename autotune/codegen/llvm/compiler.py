@@ -59,7 +59,7 @@ def build_module(func: PrimFunc, target: Any) -> ModuleBuilder:
                        [(PTR, "noalias align 64", b.name) for b in buffers],
                        linkage="internal", inline=True)
     env = Env(bufs=dict(zip(buffers, body.params)))
-    FunctionEmitter(mb, body, env, target, LOOPS).stmt(func.body)
+    FunctionEmitter(mb, body, env, target, LOOPS).visit(func.body)
 
     args = entry.params[0]
     ptrs = []

@@ -33,11 +33,11 @@ from autotune.ir.stmt import (
     ForKind,
     IfThenElse,
     Scope,
-    Seq,
     Stmt,
     Store,
     Sync,
 )
+from autotune.ir.visitor import StmtVisitor
 
 UNROLL_LIMIT = 512  # longer "unrolled" loops stay loops: code size would swamp compile time
 
@@ -88,7 +88,7 @@ def access_align(flat: Expr, ranges: dict[Var, Interval], zero: Var | None = Non
 LoopEmitter = Callable[["FunctionEmitter", For], bool]
 
 
-class FunctionEmitter:
+class FunctionEmitter(StmtVisitor):
     """Emits statements into one LLVM function; ``spawn`` starts another (outlined) one.
     ``loops`` emit the loop kinds that are more than a serial loop."""
 
@@ -230,42 +230,36 @@ class FunctionEmitter:
         return self.fb.emit(F32, f"load float, {p}, align {align}", "ld")
 
     # -- statements ----------------------------------------------------------------
-    def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Seq):
-            for c in s.stmts:
-                self.stmt(c)
-        elif isinstance(s, Store):
+    def visit_leaf(self, s: Stmt) -> None:
+        if isinstance(s, Store):
             val = self.expr(s.value)
             idx, align = self.offset(s.buffer, s.indices, False)
             p = self.gep(self.buffer_ptr(s.buffer), idx)
             self.fb.do(f"store {val}, {p}, align {align}")
-        elif isinstance(s, For):
-            self.loop(s)
-        elif isinstance(s, IfThenElse):
-            truth = decide(s.cond, self.env.ranges)
-            if truth is not None:
-                branch = s.then if truth else s.else_
-                if branch is not None:
-                    self.stmt(branch)
-                return
-            then, else_ = s.then, s.else_
-            self.if_then_else(self.expr(s.cond), lambda: self.stmt(then),
-                              None if else_ is None else (lambda: self.stmt(else_)))
-        elif isinstance(s, Allocate):
-            self.allocate(s)
         elif not isinstance(s, Sync):  # a barrier is a no-op: one CPU thread runs a block
             raise TypeError(f"unknown statement {type(s).__name__}")
 
-    def allocate(self, s: Allocate) -> None:
+    def visit_if(self, s: IfThenElse) -> None:
+        truth = decide(s.cond, self.env.ranges)
+        if truth is not None:
+            branch = s.then if truth else s.else_
+            if branch is not None:
+                self.visit(branch)
+            return
+        then, else_ = s.then, s.else_
+        self.if_then_else(self.expr(s.cond), lambda: self.visit(then),
+                          None if else_ is None else (lambda: self.visit(else_)))
+
+    def visit_allocate(self, s: Allocate) -> None:
         buf = s.buffer
         if buf.scope is Scope.GLOBAL:
             if buf not in self.env.bufs:
                 raise ValueError(f"global buffer {buf.name!r} must be a PrimFunc workspace")
-            self.stmt(s.body)
+            self.visit(s.body)
             return
         self.env.bufs[buf] = self.fb.alloca(f"[{max(buf.size, 1)} x float]", 64, buf.name)
         try:
-            self.stmt(s.body)
+            self.visit(s.body)
         finally:
             del self.env.bufs[buf]
 
@@ -285,7 +279,7 @@ class FunctionEmitter:
             fb.br(join)
         fb.set_block(join)
 
-    def loop(self, s: For) -> None:
+    def visit_for(self, s: For) -> None:
         if s.kind.is_thread_binding:
             raise ValueError(f"loop {s.var.name!r} of kind {s.kind.value} is not supported "
                              f"on llvm target")
@@ -294,14 +288,14 @@ class FunctionEmitter:
         if s.kind is ForKind.UNROLLED and s.extent <= UNROLL_LIMIT:
             for i in range(s.extent):
                 with self.bind(s.var, const_int(i), (i, i)):
-                    self.stmt(s.body)
+                    self.visit(s.body)
             return
         special = self.loops.get(s.kind)
         nested = s.kind is ForKind.PARALLEL and self.env.in_parallel  # one level of threads
         if special is not None and not nested and special(self, s):
             return
         self.serial_loop(s.var, const_int(0), const_int(s.extent), (0, s.extent - 1),
-                         lambda: self.stmt(s.body), nonempty=True)
+                         lambda: self.visit(s.body), nonempty=True)
 
     def serial_loop(self, var: Var, start: Val, end: Val, rng: Interval,
                     body: Callable[[], None], nonempty: bool) -> None:

@@ -37,7 +37,7 @@ def emit_parallel(em: FunctionEmitter, loop: For) -> bool:
               in_parallel=True)
     sub = em.spawn(body_fb, env)
     lo, hi = body_fb.params[-2:]
-    sub.serial_loop(loop.var, lo, hi, (0, extent - 1), lambda: sub.stmt(loop.body),
+    sub.serial_loop(loop.var, lo, hi, (0, extent - 1), lambda: sub.visit(loop.body),
                     nonempty=False)
 
     # 2. the outlined function libgomp calls on every thread of the team

@@ -23,6 +23,7 @@ from autotune.codegen.llvm.text import F32, I1, I64, Val, const_bool, const_int,
 from autotune.ir.analysis import decide, stmt_exprs
 from autotune.ir.expr import FLOAT, And, BinOp, Cmp, Expr, Load, Select, Var, add, walk
 from autotune.ir.stmt import For, IfThenElse, Seq, Stmt, Store, Sync, walk_stmts
+from autotune.ir.visitor import StmtVisitor
 
 MAX_LANES = 64  # wider loops are left to LLVM's own loop vectorizer
 # Strided loads up to this stride read the span contiguously and shuffle: a stride-2 max-pool
@@ -59,15 +60,17 @@ def emit_vectorized(em: FunctionEmitter, loop: For) -> bool:
     if not vectorizable(loop):
         return False
     with em.bind(loop.var, None, (0, loop.extent - 1)):  # bounds only: lanes have no scalar
-        _Lanes(em, loop.var, loop.extent).stmt(loop.body, None)
+        _Lanes(em, loop.var, loop.extent).visit(loop.body)
     return True
 
 
-class _Lanes:
-    """Vector emission state for one loop: the lane var and the lane count."""
+class _Lanes(StmtVisitor):
+    """Vector emission state for one loop: the lane var, the lane count and the mask of
+    the lanes that run the statement visited (None: all)."""
 
     def __init__(self, em: FunctionEmitter, var: Var, lanes: int):
         self.em, self.v, self.w = em, var, lanes
+        self.mask: Val | None = None
         self.iota = const_vec(I64, list(range(lanes)))
 
     def vec(self, x: Val) -> Val:
@@ -89,29 +92,35 @@ class _Lanes:
     def mask_and(self, a: Val | None, b: Val) -> Val:
         return b if a is None else self.em.fb.emit(a.ty, f"and {a}, {b.ref}")
 
-    # -- statements ----------------------------------------------------------------
-    def stmt(self, s: Stmt, mask: Val | None) -> None:
-        em = self.em
-        if isinstance(s, Seq):
-            for c in s.stmts:
-                self.stmt(c, mask)
-        elif isinstance(s, Store):
-            self.store(s, mask)
-        elif isinstance(s, IfThenElse) and decide(s.cond, em.env.ranges) is not None:
-            branch = s.then if decide(s.cond, em.env.ranges) else s.else_
+    # -- statements (Seq, Store, IfThenElse and Sync: see `vectorizable`) -------------
+    def visit_leaf(self, s: Stmt) -> None:
+        if isinstance(s, Store):
+            self.store(s, self.mask)
+
+    def visit_if(self, s: IfThenElse) -> None:
+        em, mask = self.em, self.mask
+        truth = decide(s.cond, em.env.ranges)
+        if truth is not None:
+            branch = s.then if truth else s.else_
             if branch is not None:
-                self.stmt(branch, mask)
-        elif isinstance(s, IfThenElse) and not depends_on(s.cond, self.v):
+                self.visit(branch)
+        elif not depends_on(s.cond, self.v):
             cond = em.expr(s.cond, guard=mask is not None)
             then, else_ = s.then, s.else_
-            em.if_then_else(cond, lambda: self.stmt(then, mask),
-                            None if else_ is None else (lambda: self.stmt(else_, mask)))
-        elif isinstance(s, IfThenElse):
+            em.if_then_else(cond, lambda: self.visit(then),
+                            None if else_ is None else (lambda: self.visit(else_)))
+        else:
             m = self.vec(self.expr(s.cond, False, mask))
-            self.stmt(s.then, self.mask_and(mask, m))
+            self.masked(s.then, self.mask_and(mask, m))
             if s.else_ is not None:
                 inv = em.fb.emit(m.ty, f"xor {m}, {const_vec(I1, [1] * self.w).ref}")
-                self.stmt(s.else_, self.mask_and(mask, inv))
+                self.masked(s.else_, self.mask_and(mask, inv))
+
+    def masked(self, s: Stmt, mask: Val | None) -> None:
+        """Visit ``s`` with its lanes limited to ``mask``."""
+        outer, self.mask = self.mask, mask
+        self.visit(s)
+        self.mask = outer
 
     def store(self, s: Store, mask: Val | None) -> None:
         em, fb = self.em, self.em.fb

@@ -1,4 +1,4 @@
-"""CPU template for conv2d (NCHW; a blocked layout goes to `cpu_conv2d_blocked`).
+"""CPU template for conv2d in NCHW (a blocked layout has `cpu_conv2d_blocked`).
 
 Three-level tiling of output channels, rows and columns; a register-tile accumulator over
 (channels x rows x columns) computed inside the innermost tile loop, vectorised either along
@@ -15,7 +15,6 @@ from typing import Any
 from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph
 from autotune.schedule.schedule import Schedule, Stage
-from autotune.schedule.templates import cpu_conv2d_blocked
 from autotune.schedule.templates.common import (
     CONV_ORDERS,
     MAX_CONV_REG_TILE,
@@ -42,8 +41,6 @@ MAX_REG_TILE = MAX_CONV_REG_TILE
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    if wl.block > 1:  # channel-blocked data and output: a template of its own
-        return cpu_conv2d_blocked.space(wl, target)
     lanes = target.vector_lanes
     knobs: list[Knob] = [
         Split("tile_k", wl.dim("K"), 3, max_inner=4 * lanes),
@@ -111,8 +108,6 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    if wl.block > 1:
-        return cpu_conv2d_blocked.schedule(wl, target, cfg)
     lanes = target.vector_lanes
     reg_k = cfg["tile_k"][2]
     vec_k = cfg["vec"] == "k"

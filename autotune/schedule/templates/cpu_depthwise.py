@@ -1,5 +1,5 @@
-"""CPU template for depthwise_conv2d (NCHW, channel multiplier m; a blocked layout goes to
-`cpu_window_blocked`).
+"""CPU template for depthwise_conv2d (NCHW, channel multiplier m; a blocked layout takes
+the `cpu_window_blocked` variant).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
 register reuse from a (rows x columns) accumulator tile vectorised along output columns, with
@@ -13,7 +13,6 @@ from typing import Any, Callable
 from autotune.ops import Workload
 from autotune.schedule.definitions import OpGraph, depthwise_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates import cpu_window_blocked
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
     WINDOW_ORDERS,
@@ -44,8 +43,6 @@ MAX_STRIDED_ROWS = 2
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    if wl.block > 1:  # channel-blocked data and output: a template of its own
-        return cpu_window_blocked.space(wl, target)
     knobs = window_knobs(wl, wl.output_shape[1], target.vector_lanes)
     facts = facts_of(target)
     default = default_values(wl, facts, knobs)
@@ -131,8 +128,6 @@ def strided_columns(factors: list[int], lanes: int, stride: int) -> list[int]:
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    if wl.block > 1:
-        return cpu_window_blocked.schedule(wl, target, cfg)
     return schedule_window(depthwise_graph(wl), target, cfg)
 
 

@@ -4,7 +4,7 @@ Three-level tiling of i and j (cache block / tile loop / register tile), a regis
 accumulator (cache_write "local") computed inside the innermost tile loop over a split k,
 the register tile's columns vectorised (512- or 256-bit) and its rows unrolled, B and A
 optionally packed into panels as wide as the register tile, outer loops fused into one
-parallel loop. A matmul of one row (M = 1) is a GEMV, scheduled by `cpu_gemv`.
+parallel loop. A matmul of one row (M = 1) is a GEMV, which has `cpu_gemv`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Any
 from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates import cpu_gemv
 from autotune.schedule.templates.common import (
     fit_count,
     innermost_factors,
@@ -35,8 +34,6 @@ ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    if cpu_gemv.is_gemv(wl):
-        return cpu_gemv.space(wl, target)
     M, N, K = wl.dim("M"), wl.dim("N"), wl.dim("K")
     lanes = target.vector_lanes
     knobs: list[Knob] = [
@@ -103,8 +100,6 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    if cpu_gemv.is_gemv(wl):
-        return cpu_gemv.schedule(wl, target, cfg)
     ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
     reg_j = tj[2]
     build = batch_matmul_graph if wl.op == "batch_matmul" else matmul_graph

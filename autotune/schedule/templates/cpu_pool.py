@@ -1,4 +1,5 @@
-"""CPU template for max_pool2d (NCHW; a blocked layout goes to `cpu_window_blocked`).
+"""CPU template for max_pool2d (NCHW; a blocked layout takes the `cpu_window_blocked`
+variant).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
 the work per task from a (rows x columns) tile of running maxima vectorised along output
@@ -11,7 +12,6 @@ from typing import Any
 from autotune.ops import Workload
 from autotune.schedule.definitions import max_pool2d_graph
 from autotune.schedule.schedule import Schedule
-from autotune.schedule.templates import cpu_window_blocked
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
     innermost_factors,
@@ -33,8 +33,6 @@ MAX_DEFAULT_ROWS = 8
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    if wl.block > 1:  # channel-blocked data and output: a template of its own
-        return cpu_window_blocked.space(wl, target)
     knobs = window_knobs(wl, wl.dim("C"), target.vector_lanes)
     return ConfigSpace(knobs, default=default_values(wl, facts_of(target), knobs),
                        validity=window_validity(wl, target), name="cpu_max_pool2d")
@@ -70,6 +68,4 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    if wl.block > 1:
-        return cpu_window_blocked.schedule(wl, target, cfg)
     return schedule_window(max_pool2d_graph(wl), target, cfg)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Sequence
 
+from autotune.ir.expr import FLOAT
 from autotune.ir.stmt import ForKind
+from autotune.ops.dtypes import element_bytes
 from autotune.schedule.definitions import OpGraph
 from autotune.schedule.schedule import Axis, Schedule, Stage
 from autotune.target import CudaLimits, Target
@@ -21,7 +23,8 @@ BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 MAX_VTHREADS = 8           # per block; more only bloats registers and code
 UNROLL_STEPS = (0, 16, 64, 512)
-FLOAT_BYTES = 4
+FLOAT_BYTES = element_bytes(FLOAT)
+HALF_BYTES = element_bytes("float16")  # bfloat16 too
 SHARED_ALIGN = 16
 
 

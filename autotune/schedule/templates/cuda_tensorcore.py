@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping
 
-from autotune.ir.stmt import WMMA_SHAPES, PrimFunc
+from autotune.ir.stmt import WARP, WMMA_SHAPES
 from autotune.ops import Workload
-from autotune.schedule.templates.cuda_common import limits
+from autotune.schedule.templates.cuda_common import FLOAT_BYTES, HALF_BYTES, limits
 from autotune.space import Choice, Config, ConfigSpace
 from autotune.target import CudaLimits, Target
 
-WARP = 32
-HALF_BYTES, FLOAT_BYTES = 2, 4
 SHARED_ALIGN = 128           # bytes each shared tile is declared aligned to
 FRAGMENT_ALIGN = 32          # wmma loads/stores need 256-bit aligned pointers
 STAGING_PAD = 4              # floats added to a staging row (keeps ldm a multiple of 4)
@@ -191,13 +189,23 @@ def k_tiles(t: Tiling, K: int) -> tuple[int, int]:
     return tiles, -(-tiles // t.split_k)
 
 
+def tile_counts(M: int, N: int, bm: int, bn: int) -> tuple[int, int]:
+    """Output tiles of bm x bn along M (rows) and along N (columns): the grid's y and x."""
+    return -(-M // bm), -(-N // bn)
+
+
+def output_tiles(batch: int, M: int, N: int, bm: int, bn: int) -> int:
+    """Output tiles of the whole launch (every image or batch element's)."""
+    rows, cols = tile_counts(M, N, bm, bn)
+    return batch * rows * cols
+
+
 def workspace_bytes(t: Tiling, wl: Workload) -> int:
     """Bytes of split-K's float32 partial tiles (0 without a split)."""
     if t.split_k == 1:
         return 0
     batch, M, N, _ = gemm_dims(wl)
-    tiles = batch * -(-M // t.bm) * -(-N // t.bn)
-    return t.split_k * tiles * t.bm * t.bn * FLOAT_BYTES
+    return t.split_k * output_tiles(batch, M, N, t.bm, t.bn) * t.bm * t.bn * FLOAT_BYTES
 
 
 def split_reason(t: Tiling, wl: Workload, lim: CudaLimits) -> str | None:
@@ -266,7 +274,7 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
     unit = 16
     while True:
         bm, bn = wm * fm * unit, wn * fn * unit
-        if batch * -(-M // bm) * -(-N // bn) >= lim.multiprocessors or max(bm, bn) <= 32:
+        if output_tiles(batch, M, N, bm, bn) >= lim.multiprocessors or max(bm, bn) <= 32:
             break
         if bm >= bn:
             wm, fm = _halve(wm, fm)
@@ -281,7 +289,7 @@ def default_values(wl: Workload, lim: CudaLimits) -> dict[str, object]:
         deeper = (s for s in LARGE_STAGES
                   if tiling_reason(tiling({**values, "stages": s, "split_k": 1}), lim) is None)
         values["stages"] = next(deeper, 2)
-    blocks = batch * -(-M // bm) * -(-N // bn)
+    blocks = output_tiles(batch, M, N, bm, bn)
     return {"split_k": _default_split(wl, lim, values, blocks, K), **values}
 
 
@@ -310,9 +318,3 @@ def _shrink(extent: int, warps: int, frags: int, unit: int = 16) -> tuple[int, i
 def _halve(warps: int, frags: int) -> tuple[int, int]:
     """Half the fragments a side of the tile holds, fragments per warp first."""
     return (warps, frags // 2) if frags > 1 else (warps // 2, frags)
-
-
-def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
-    """The kernel of ``cfg`` as a loop AST (see `cuda_tensorcore_lower`)."""
-    from autotune.schedule.templates.cuda_tensorcore_lower import lower_tensorcore
-    return lower_tensorcore(wl, tiling(cfg), sm_version(limits(target)) >= 80)

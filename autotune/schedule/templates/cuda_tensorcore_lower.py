@@ -57,7 +57,14 @@ from autotune.schedule.templates.cuda_tensorcore import (
     Tiling,
     gemm_dims,
     k_tiles,
+    limits,
+    output_tiles,
+    sm_version,
+    tile_counts,
+    tiling,
 )
+from autotune.space import Config
+from autotune.target import Target
 
 ZERO = Const(0.0, FLOAT)
 
@@ -137,6 +144,11 @@ def _buffers(wl: Workload) -> dict[str, Buffer]:
     return {a.name: Buffer(a.name, a.shape, a.dtype) for a in wl.arg_specs}
 
 
+def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
+    """The kernel of ``cfg`` as a loop AST: cp.async copies from sm_80 on."""
+    return lower_tensorcore(wl, tiling(cfg), sm_version(limits(target)) >= 80)
+
+
 def lower_tensorcore(wl: Workload, t: Tiling, async_copies: bool = True) -> PrimFunc:
     """The tensor-core kernel of ``wl`` tiled by ``t`` (see the module docstring); without
     ``async_copies`` (below sm_80) every fill is by element stores."""
@@ -171,9 +183,9 @@ class _Kernel:
         split = t.split_k
         # the image (batch element) and the k range of the block: bz itself without a split
         self.image: Expr = self.bz if split == 1 else self.bz // split
-        self.tiles_m, self.tiles_n = -(-self.M // t.bm), -(-self.N // t.bn)
+        self.tiles_m, self.tiles_n = tile_counts(self.M, self.N, t.bm, t.bn)
         self.per_split = k_tiles(t, self.K)[1]
-        self.n_tiles = self.batch * self.tiles_m * self.tiles_n  # output tiles of the launch
+        self.n_tiles = output_tiles(self.batch, self.M, self.N, t.bm, t.bn)
         self.workspaces: tuple[Buffer, ...] = ()
         if split > 1:
             self.partials = Buffer("split_partials", (split * self.n_tiles * t.bm * t.bn,),

@@ -26,16 +26,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping
 
-from autotune.ir.stmt import PrimFunc
+from autotune.ir.stmt import WARPGROUP
 from autotune.ops import Workload
+from autotune.ops.dtypes import MBARRIER, element_bytes
 from autotune.ops.layout import NHWC
-from autotune.schedule.templates.cuda_common import limits
+from autotune.schedule.templates.cuda_common import HALF_BYTES, limits
 from autotune.schedule.templates.cuda_tensorcore import gemm_dims
 from autotune.space import Choice, Config, ConfigSpace
 from autotune.target import CudaLimits, Target
 
-WARPGROUP = 128
-HALF_BYTES = 2
 BLOCK_K = 64                  # halves per 128-byte swizzled row
 TMA_ALIGN = 16                # bytes: a TMA tensor's row stride (and base) must be multiples
 BOX_N = 64                    # columns of one B box (one 128-byte swizzled row)
@@ -56,7 +55,7 @@ PRODUCER_REGS = 40
 REG_FILE = 65536              # registers of a multiprocessor (one block per SM)
 MAX_REGS = 240                # setmaxnreg's useful ceiling for a consumer
 OTHER_REGS = 64               # a consumer's registers besides accumulators (addresses, epilogue)
-BARRIER_BYTES = 8
+BARRIER_BYTES = element_bytes(MBARRIER)
 
 
 @dataclass(frozen=True)
@@ -305,9 +304,3 @@ def _default_tile_w(wl: Workload, bm: int) -> int:
     fits = [w for w in TILE_WS if bm % w == 0 and w * sw <= MAX_BOX
             and bm // w * wl.pair("stride")[0] <= MAX_BOX]
     return min(fits, key=lambda w: (-(-ow // w) * w - ow, -w))
-
-
-def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
-    """The kernel of ``cfg`` as a loop AST (see `cuda_wgmma_lower`)."""
-    from autotune.schedule.templates.cuda_wgmma_lower import lower_wgmma
-    return lower_wgmma(wl, tiling(cfg), limits(target).multiprocessors)

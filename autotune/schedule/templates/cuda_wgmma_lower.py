@@ -35,6 +35,8 @@ from typing import Callable
 
 from autotune.ir.expr import FLOAT, Const, Expr, Load, Var, all_of, cmp, minimum
 from autotune.ir.stmt import (
+    WARP,
+    WARPGROUP,
     Allocate,
     AtomicAdd,
     Buffer,
@@ -70,16 +72,24 @@ from autotune.schedule.templates.cuda_wgmma import (
     BOX_N,
     HALF_BYTES,
     PRODUCER_REGS,
-    WARPGROUP,
     WgmmaTiling,
     k_tiles,
+    limits,
     tile_counts,
+    tiling,
 )
+from autotune.space import Config
+from autotune.target import Target
 
 SWIZZLE = 128                      # bytes: one row of BLOCK_K halves
 SWIZZLE_ATOM = 8 * SWIZZLE         # bytes of 8 swizzled rows: the descriptors' group stride
 K_STEP = 16                        # the k of one wgmma
 ZERO = Const(0.0, FLOAT)
+
+
+def lower(wl: Workload, target: Target, cfg: Config) -> PrimFunc:
+    """The kernel of ``cfg`` as a loop AST, its persistent grid sized to the target."""
+    return lower_wgmma(wl, tiling(cfg), limits(target).multiprocessors)
 
 
 def lower_wgmma(wl: Workload, t: WgmmaTiling, multiprocessors: int) -> PrimFunc:
@@ -300,7 +310,7 @@ class _Kernel:
         ``in_tile`` its row in the block's BM x BN tile, ``col0`` (even) its first column."""
         t = self.t
         c = self.tx // WARPGROUP - 1
-        lane, warp = self.tx % 32, self.tx % WARPGROUP // 32
+        lane, warp = self.tx % WARP, self.tx % WARPGROUP // WARP
         i, q, h = Var("i_out"), Var("q_out"), Var("h_out")
         in_tile = (c * t.m_tiles + i) * 64 + warp * 16 + lane // 4 + h * 8
         col0 = q * 8 + lane % 4 * 2

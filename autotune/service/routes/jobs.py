@@ -10,6 +10,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from autotune.db import JobRecord
+from autotune.ops import Workload
 from autotune.service import queries
 from autotune.service.cache import cached_json, json_body, json_response
 from autotune.service.deps import (
@@ -44,6 +45,7 @@ from autotune.service.schemas import (
 )
 from autotune.service.sources import SourceResult
 from autotune.service.validation import MAX_ID, MAX_OFFSET, JobId, JSONBodyRoute, check_job
+from autotune.target import Target
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JSONBodyRoute)
 
@@ -157,9 +159,6 @@ async def top_configs(db: DbDep, sources: SourcesDep, cache: CacheDep, job_id: J
     on GPU targets). Each is made once, off the request threads, and cached; ``source_error``
     says why a config has none (e.g. not ready within the service's source timeout).
     """
-    from autotune.ops import Workload
-    from autotune.target import Target
-
     def load() -> tuple[list, Optional[Workload], Optional[Target], Optional[str]]:
         job = _job(db, job_id)
         trials = db.top(job.workload_key, job.target_key, k)

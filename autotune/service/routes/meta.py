@@ -9,6 +9,9 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import Response
 
 import autotune
+from autotune.api import first_valid
+from autotune.ops import OPS
+from autotune.search.registry import describe_tuners
 from autotune.service.cache import json_body, json_response
 from autotune.service.deps import CacheDep, DbDep, ManagerDep, ReadAccess, SettingsDep, SourcesDep
 from autotune.service.http import json_content
@@ -40,8 +43,6 @@ async def get_best(db: DbDep, cache: CacheDep,
                    ) -> Response:
     """The fastest valid record of a workload on a target (what `autotune.best(url=...)` reads)."""
     def make() -> bytes:
-        from autotune.api import first_valid
-
         wl = parse_workload_query(workload)
         tgt = _target(target)
         key = tgt.key
@@ -66,16 +67,12 @@ def _target(spec: str) -> Target:
 @router.get("/ops", dependencies=[ReadAccess])
 def list_ops() -> list[dict[str, Any]]:
     """The operators that can be tuned, with their parameters."""
-    from autotune.ops import OPS
-
     return [spec.describe() for spec in OPS.values()]
 
 
 @router.get("/tuners", dependencies=[ReadAccess])
 def list_tuners() -> list[dict[str, Any]]:
     """The search strategies, with their options."""
-    from autotune.search.registry import describe_tuners
-
     return describe_tuners()
 
 

@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, Field
 
 from autotune.db import model_runs as runs
+from autotune.ops import Workload
 from autotune.service.cache import cached_json
 from autotune.service.deps import CacheDep, DbDep, ReadAccess
 from autotune.service.routes.dashboard import STATIC_DIR
@@ -136,8 +137,6 @@ def _detail(db: DbDep, run_id: int) -> ModelRunDetail:
 
 
 def _key(task: Any) -> str:
-    from autotune.ops import Workload
-
     return Workload.from_dict(task["workload"]).key
 
 

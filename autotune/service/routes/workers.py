@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from autotune.measure.provenance import device_name
 from autotune.service.cache import cached_json
 from autotune.service.deps import CacheDep, DbDep, ReadAccess
 
@@ -87,8 +88,6 @@ def _public(view: dict[str, Any]) -> dict[str, Any]:
 
 def _local(key: str, executor: Any) -> WorkerPublic:
     """This host's executor of a target, shown as a worker."""
-    from autotune.measure.provenance import device_name
-
     inner = executor.inner
     host = socket.gethostname()
     target = getattr(inner, "target", None)

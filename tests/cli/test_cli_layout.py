@@ -2,7 +2,7 @@
 channel count the block does not divide is a usage error naming it."""
 from __future__ import annotations
 
-from tests.test_cli import db, run  # noqa: F401
+from tests.cli.test_cli import db, run  # noqa: F401
 
 CONV = ["conv2d", "-p", "N=1", "-p", "C=16", "-p", "H=8", "-p", "W=8", "-p", "K=16",
         "-p", "R=3", "-p", "S=3", "-p", "stride=1", "-p", "pad=1"]
@@ -31,11 +31,11 @@ def tiny_resnet():
 
 
 def test_bench_model_runs_the_blocked_layouts(capsys, db) -> None:  # noqa: F811
-    code, out, err = run(capsys, "bench-model", "tests.test_cli_layout:tiny_resnet",
+    code, out, err = run(capsys, "bench-model", "tests.cli.test_cli_layout:tiny_resnet",
                          "--layout", "auto", "--repeat", "2")
     assert code == 0, err
     diff = float(out.split("max abs diff")[1])
     assert diff < 1e-4, out
-    code, _, err = run(capsys, "bench-model", "tests.test_cli_layout:tiny_resnet",
+    code, _, err = run(capsys, "bench-model", "tests.cli.test_cli_layout:tiny_resnet",
                        "--layout", "nhwc")
     assert code == 2 and "invalid choice: 'nhwc'" in err

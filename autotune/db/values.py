@@ -97,7 +97,7 @@ class ApiKeyRecord:
     revoked: bool
 
 
-def _utc(value: Optional[datetime]) -> Optional[datetime]:
+def utc(value: Optional[datetime]) -> Optional[datetime]:
     # SQLite returns naive datetimes, PostgreSQL the session's zone; every stored time is UTC.
     if value is None:
         return None
@@ -140,19 +140,19 @@ def job_record(row: JobRow, workload_key: str, target_key: str) -> JobRecord:
         error=row.error,
         best_gflops=row.best_gflops,
         trials_done=row.trials_done,
-        created_at=_utc(row.created_at),  # type: ignore[arg-type]
-        started_at=_utc(row.started_at),
-        finished_at=_utc(row.finished_at),
-        updated_at=_utc(row.updated_at),
+        created_at=utc(row.created_at),  # type: ignore[arg-type]
+        started_at=utc(row.started_at),
+        finished_at=utc(row.finished_at),
+        updated_at=utc(row.updated_at),
         owner=row.owner,
-        lease_expires_at=_utc(row.lease_expires_at),
+        lease_expires_at=utc(row.lease_expires_at),
         waiting=row.waiting,
         model_run_id=row.model_run_id,
     )
 
 
 def api_key_record(row: ApiKeyRow) -> ApiKeyRecord:
-    created = _utc(row.created_at)
+    created = utc(row.created_at)
     assert created is not None
     return ApiKeyRecord(id=row.id, name=row.name, prefix=row.prefix, created_at=created,
                         revoked=row.revoked)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_cli import TASK, db, run, synthetic  # noqa: F401
+from tests.cli.test_cli import TASK, db, run, synthetic  # noqa: F401
 
 
 def test_prepacked_records_are_their_own(capsys, db, synthetic) -> None:  # noqa: F811
