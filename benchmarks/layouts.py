@@ -50,7 +50,7 @@ def tuned(wl: autotune.Workload, target: autotune.Target, trials: int, tuner: st
 
 def transform_seconds(c: int, h: int, block: int) -> float:
     x = torch.rand(1, c, h, h)
-    step = LayoutTransform(block, True)
+    step = LayoutTransform(1, block)
     best = float("inf")
     for _ in range(ROUNDS * 10):
         start = time.perf_counter()

@@ -255,8 +255,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
         # torch runs the layer in NCHW: a blocked layer's inputs are unblocked once, untimed
-        block = getattr(wl, "block", 1)
-        plain = args if block == 1 else tuple(LayoutTransform(block, False)(x) for x in args)
+        blocks = getattr(mods[0], "in_blocks", [1] * len(args))
+        plain = tuple(LayoutTransform(b, 1)(x) for x, b in zip(args, blocks))
         calls = {"ours": lambda: mods[0](*args), "torch": lambda: mods[0].forward_torch(*plain)}
         kernel_only = bare_kernel(mods[0], args)
         if kernel_only is not None:
@@ -333,9 +333,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved rounds of eager, torch.compile, the engines and "
                              "autotune")
-    parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
-                        help="conv layouts on llvm: nchw, or auto (channel-blocked between "
-                             "consecutive convs; see compile_model)")
+    parser.add_argument("--layout", default=None, choices=("nchw", "auto"),
+                        help="layouts on llvm: nchw, or auto (channel-blocked from the "
+                             "first conv to the global pool; see compile_model); default: "
+                             "compile_model's (auto on llvm, nchw on cuda)")
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"engines beside torch on llvm targets, comma-separated "
                              f"({', '.join(ENGINES)}; empty for none)")
@@ -345,8 +346,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import autotune
+    from autotune.frontend.layouts import check_layout_mode
 
     target = autotune.Target(args.target)
+    args.layout = check_layout_mode(args.layout, target)
     device = torch.device("cuda" if target.kind == "cuda" else "cpu")
     engines = [e for e in args.engines.split(",") if e] if target.kind == "llvm" else []
     for name in engines:

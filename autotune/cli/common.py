@@ -66,7 +66,8 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, then one activation: relu, "
                         "relu6, hardswish, hardsigmoid, sigmoid, silu, gelu; residual adds a "
-                        "second tensor of the output's shape; none for max_pool2d)")
+                        "second tensor of the output's shape; none for max_pool2d and the "
+                        "channelwise ops)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="element type of every argument (default float32); float16 and "
                         "bfloat16 are for matmul, batch_matmul and conv2d on cuda targets "
@@ -76,9 +77,11 @@ def add_task(p: argparse.ArgumentParser) -> None:
                         "packed once beforehand, as a compiled model runs it: its own "
                         "records; llvm targets only")
     p.add_argument("--layout", default="NCHW", metavar="LAYOUT",
-                   help="conv2d's data and output layout: NCHW (default), NCHW<x>c with "
-                        "channels blocked by x, as in NCHW16c (llvm targets), or NHWC "
-                        "(cuda -arch=sm_90a, half dtypes): its own records")
+                   help="data and output layout: NCHW (default), NCHW<x>c with channels "
+                        "blocked by x, as in NCHW16c (conv2d, depthwise_conv2d, max_pool2d "
+                        "and the channelwise ops; llvm targets), conv2d's IN>OUT, as in "
+                        "NCHW>NCHW16c, or conv2d's NHWC (cuda -arch=sm_90a, half dtypes): "
+                        "its own records")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
     add_db(p)
 

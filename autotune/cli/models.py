@@ -49,9 +49,11 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                    help="a function returning (model, example_inputs), e.g. "
                         "benchmarks.models:resnet18")
     p.add_argument("--target", default="llvm", help="target spec (default: llvm, this CPU)")
-    p.add_argument("--layout", default="nchw", choices=["nchw", "auto"],
-                   help="conv layouts: nchw (default), or auto: channel-blocked NCHW<lanes>c "
-                        "where the channels allow, transformed at the chains' edges (llvm)")
+    p.add_argument("--layout", default=None, choices=["nchw", "auto"],
+                   help="layouts: nchw, or auto: channel-blocked NCHW<x>c from the first "
+                        "conv to the global pool where the channels allow (llvm), "
+                        "channels-last half convs on Hopper (cuda); default: auto on llvm, "
+                        "nchw on cuda")
     p.add_argument("--db", metavar="URL", default=None,
                    help="database URL or SQLite file path (default: $AUTOTUNE_DB_URL or "
                         "sqlite:///autotune.db)")

@@ -44,7 +44,7 @@ def autotune_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return compile_graph(gm, list(example_inputs), target=opts.get("target", "llvm"),
-                         db=opts.get("db", SETTINGS_DB), layout=opts.get("layout", "nchw"))
+                         db=opts.get("db", SETTINGS_DB), layout=opts.get("layout"))
 
 
 def modularize(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:

@@ -24,8 +24,8 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 class KernelGroup(nn.Module):
     """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul,
-    max-pool) of a compiled model: what its kernel computes, and the same on torch
-    (``forward_torch``)."""
+    max-pool, global average pool, channel gate) of a compiled model: what its kernel
+    computes, and the same on torch (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:
@@ -46,6 +46,11 @@ class KernelGroup(nn.Module):
             wl = self.workload
             return F.max_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
                                 wl.pair("pad"))
+        if self.kind == "avgpool":  # to the node's shape: (N, C) or (N, C, 1, 1)
+            pooled = xs[0].mean((2, 3), keepdim=True)
+            return pooled.reshape(pooled.shape[0], *self.out_shape[1:])
+        if self.kind == "gate":
+            return xs[0] * xs[1]
         # the folded constants in the activation's dtype (autocast casts again where on)
         params = [p.to(xs[0].dtype) for p in self.torch_params()]
         bias = params[1] if len(params) > 1 else None

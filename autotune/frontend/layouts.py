@@ -1,10 +1,13 @@
 """Blocked layouts across a compiled model's layers (`compile_model(layout="auto")`).
 
-A conv run in NCHW[x]c (x = the target's vector lanes) reads and writes contiguous vectors
-of channels; consecutive blocked layers pass their tensors on blocked, so a model pays a
-transform only where a chain of them starts (after a torch op such as a max-pool) and where
-a torch op, an NCHW layer or the model's output needs NCHW. `choose_layouts` picks each
-conv's layout; `insert_transforms` puts the transforms into the rewritten graph.
+Convs, depthwise convs and max-pools run in NCHW[x]c (x: the target's vector lanes, or half
+of them where the lanes do not divide a tensor's channels): each reads and writes
+contiguous vectors of channels, and consecutive blocked layers pass their tensors on
+blocked, from the model's first conv (which reads the image in NCHW and writes blocked
+channels) to the last layer before a torch op (an average pool, a classifier's flatten),
+where a transform returns to NCHW. `default_layouts` gives every layer its layout,
+`choose_layouts` keeps a layer NCHW where the records say so, and `insert_transforms`
+puts the transforms into the rewritten graph.
 """
 from __future__ import annotations
 
@@ -18,103 +21,107 @@ from torch import fx, nn
 
 from autotune.frontend.channels_last import channels_last
 from autotune.frontend.torch import Match
-from autotune.ops import Workload
-from autotune.ops.layout import NCHW, blocked
+from autotune.ops import Workload, prepackable
+from autotune.ops.layout import LAYOUT_OPS, NCHW, mixed
 from autotune.target import Target
 
 LAYOUTS = ("nchw", "auto")
+# ops whose output has 1 x 1 pixels: its NCHW[x]c form is its NCHW one, which users read
+POOLED_OPS = ("global_avg_pool2d",)
 # the best record's cost (s) of a workload, None when it has none
 CostOf = Callable[[Workload], Optional[float]]
 
 
 class LayoutTransform(nn.Module):
-    """NCHW to NCHW[block]c (``to_blocked``) or back, as a contiguous copy."""
+    """A tensor from NCHW[source]c to NCHW[target]c (a block of 1: NCHW), as a contiguous
+    copy."""
 
-    def __init__(self, block: int, to_blocked: bool) -> None:
+    def __init__(self, source: int, target: int) -> None:
         super().__init__()
-        self.block, self.to_blocked = block, to_blocked
+        self.source, self.target = source, target
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.to_blocked:
-            n, c, h, w = x.shape
-            return x.reshape(n, c // self.block, self.block, h, w).permute(0, 1, 3, 4, 2) \
-                .contiguous()
-        n, co, h, w, ci = x.shape
-        return x.permute(0, 1, 4, 2, 3).reshape(n, co * ci, h, w).contiguous()
+        if self.source > 1:  # to NCHW: a view where the next step copies anyway
+            n, co, h, w, ci = x.shape
+            x = x.permute(0, 1, 4, 2, 3).reshape(n, co * ci, h, w)
+        if self.target == 1:
+            return x.contiguous()
+        n, c, h, w = x.shape
+        return x.reshape(n, c // self.target, self.target, h, w).permute(0, 1, 3, 4, 2) \
+            .contiguous()
 
     def extra_repr(self) -> str:
-        return f"{'to' if self.to_blocked else 'from'} NCHW{self.block}c"
+        def name(block: int) -> str:
+            return "NCHW" if block == 1 else f"NCHW{block}c"
+        return f"{name(self.source)} to {name(self.target)}"
 
 
-def check_layout_mode(layout: str, target: Target) -> None:
-    """ValueError unless ``layout`` is one of `LAYOUTS` ("auto": blocked convs on llvm,
-    channels-last convs on cuda, `autotune.frontend.channels_last`)."""
+def check_layout_mode(layout: Optional[str], target: Target) -> str:
+    """``layout`` for ``target`` (None: "auto" on llvm, where the blocked model is the
+    faster on AVX2 and AVX-512 hosts alike, "nchw" on cuda); ValueError unless it is one of
+    `LAYOUTS` ("auto": blocked layers on llvm, channels-last convs on cuda,
+    `autotune.frontend.channels_last`)."""
+    if layout is None:
+        return "auto" if target.kind == "llvm" else "nchw"
     if layout not in LAYOUTS:
         raise ValueError(f"compile_model: layout={layout!r}; expected one of "
                          f"{', '.join(LAYOUTS)}")
     if layout == "auto" and target.kind not in ("llvm", "cuda"):
         raise ValueError(f"compile_model: layout='auto' is for llvm (blocked convs) and cuda "
                          f"(channels-last convs) targets, not {target.kind}")
+    return layout
 
 
-# a blocked chain needs this many convs per layout transform at its edges
-CONVS_PER_TRANSFORM = 2
-
-
-def blockable(wl: Workload, block: int) -> bool:
-    """Whether ``wl`` (a conv2d in NCHW) can run in NCHW[block]c."""
-    return (wl.op == "conv2d" and wl.layout == NCHW and wl.dim("C") % block == 0
-            and wl.dim("K") % block == 0)
+def channel_block(channels: int, lanes: int) -> int:
+    """The block of a tensor of ``channels`` in a blocked model: the vector lanes, or half
+    of them, whichever divides the channels first; 1 (NCHW) when neither does."""
+    return next((b for b in (lanes, lanes // 2) if b > 1 and channels % b == 0), 1)
 
 
 def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
-    """``matches`` with the blockable convs of each worthwhile chain in NCHW[lanes]c: the
-    layouts `choose_layouts` gives without records, which `tune_model(layout="auto")`
-    tunes. A chain is a set of blockable convs linked by reading each other's outputs; it
-    runs blocked when it has at least `CONVS_PER_TRANSFORM` convs for each transform at its
-    edges (a lone conv would pay one on each side; MobileNet-V2's pairs of 1x1 convs,
-    split by depthwise convs, ran its model 1.4x slower blocked than in NCHW)."""
+    """``matches`` in the layouts a blocked model runs without records, which
+    `tune_model(layout="auto")` tunes. In graph order, each tensor a conv writes is blocked
+    by `channel_block` of its channels, and a depthwise conv or max-pool keeps the block of
+    the tensor it reads (a global average pool too, whose 1 x 1 output is then NCHW as
+    well; a channel gate keeps its data's); a conv reads its data in the block its
+    producer wrote (NCHW from a torch op or the model's input: the first conv reads the
+    image as it is), as ``IN>OUT`` when the two differ. A blocked depthwise conv takes its
+    prepacked form (its weight packed once into vectors of channels). What cannot be
+    blocked (a conv whose output channels no block divides, a depthwise conv with a
+    multiplier, a layer reading NCHW but a conv) stays NCHW. On cuda: channels-last convs
+    (`autotune.frontend.channels_last`)."""
     if target.kind == "cuda":
         return channels_last(matches, target)
-    block = target.vector_lanes
-    can = {m.nodes[-1]: m for m in matches if blockable(m.workload, block)}
-    chain = {name: name for name in can}
-
-    def root(name: str) -> str:
-        while chain[name] != name:
-            chain[name] = chain[chain[name]]
-            name = chain[name]
-        return name
-
-    for out, m in can.items():
-        for name in m.inputs:
-            if name in can:
-                chain[root(name)] = root(out)
-    members: dict[str, set[str]] = {}
-    for name in can:
-        members.setdefault(root(name), set()).add(name)
-    read_by_chain = {name for m in can.values() for name in m.inputs}
-    blocked_outs: set[str] = set()
-    for outs in members.values():
-        if len(outs) < 2:
+    lanes = target.vector_lanes
+    block: dict[str, int] = {}  # a kernel's output node -> its block
+    chosen = []
+    for m in matches:
+        wl = m.workload
+        bi = block.get(m.inputs[0], 1)
+        bo = 1
+        if wl.op == "conv2d" and wl.layout == NCHW:
+            bo = channel_block(wl.dim("K"), lanes)
+        elif wl.op in LAYOUT_OPS and wl.layout == NCHW and \
+                (wl.op != "depthwise_conv2d" or wl.dim("multiplier") == 1):
+            bo = bi
+        if bo == 1:
+            chosen.append(m)
             continue
-        entries = {name for out in outs for name in can[out].inputs if name not in outs}
-        # an output no conv of the chain reads goes to a torch op, another layer or the
-        # model's output: back to NCHW (one a chain conv also reads is not counted here)
-        exits = {out for out in outs if out not in read_by_chain}
-        if len(outs) >= CONVS_PER_TRANSFORM * (len(entries) + len(exits)):
-            blocked_outs |= outs
-    return [replace(m, workload=replace(m.workload, layout=blocked(block)))
-            if m.nodes[-1] in blocked_outs else m for m in matches]
+        if wl.op not in POOLED_OPS:
+            block[m.nodes[-1]] = bo
+        layout = mixed(bi, bo) if wl.op == "conv2d" else mixed(bo, bo)
+        chosen.append(replace(m, workload=replace(
+            wl, layout=layout, prepacked=wl.prepacked or prepackable(wl.op, layout))))
+    return chosen
 
 
 def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,
                    cost_of: CostOf) -> list[Match]:
-    """``matches`` with the convs `default_layouts` picks in NCHW[lanes]c, unless both
-    forms have records and the NCHW one is faster counting the
-    transforms each would need next to its neighbours' layouts (one pass in graph order);
-    a conv whose NCHW form alone has records stays NCHW."""
-    block = target.vector_lanes
+    """``matches`` in the layouts `default_layouts` gives, except that a layer whose NCHW
+    form alone has records stays NCHW, and so does one whose two forms both have records
+    where the NCHW one is faster counting the transforms each would need next to its
+    neighbours' layouts (one pass in graph order)."""
+    lanes = target.vector_lanes
     chosen = default_layouts(matches, target)
     producer = {m.nodes[-1]: i for i, m in enumerate(matches)}
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -138,9 +145,12 @@ def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,
         out = nodes[m.nodes[-1]]
         users = [producer_of_input(matches, chosen, u.name) for u in out.users]
         ins = [(name, blocked_at(name)) for name in m.inputs]
-        t_in = [_transform_seconds(nodes[name], block) for name, _ in ins]
-        t_out = _transform_seconds(out, block)
-        as_blocked = fast + sum(t for t, (_, b) in zip(t_in, ins) if not b) \
+        t_in = [_transform_seconds(nodes[name], lanes) for name, _ in ins]
+        t_out = _transform_seconds(out, lanes)
+        # the data of a conv reading NCHW into a blocked output needs no transform
+        reads_plain = chosen[i].workload.in_block == 1
+        as_blocked = fast + sum(t for k, (t, (_, b)) in enumerate(zip(t_in, ins))
+                                if not b and not (k == 0 and reads_plain)) \
             + (t_out if any(u is not True for u in users) else 0.0)
         as_plain = plain + sum(t for t, (_, b) in zip(t_in, ins) if b) \
             + (t_out if any(u is True for u in users) else 0.0)
@@ -159,14 +169,14 @@ def producer_of_input(matches: Sequence[Match], chosen: Sequence[Match], user: s
     return None
 
 
-def _transform_seconds(node: fx.Node, block: int) -> float:
-    """What transforming ``node``'s tensor takes, timed on this host (median of 5)."""
+def _transform_seconds(node: fx.Node, lanes: int) -> float:
+    """What blocking ``node``'s tensor takes, timed on this host (median of 5)."""
     meta = node.meta.get("tensor_meta")
     shape = tuple(meta.shape) if meta is not None else ()
-    if len(shape) != 4 or shape[1] % block:
+    if len(shape) != 4 or channel_block(shape[1], lanes) == 1:
         return 0.0
     x = torch.rand(shape)
-    step = LayoutTransform(block, True)
+    step = LayoutTransform(1, channel_block(shape[1], lanes))
     times = []
     for _ in range(5):
         start = time.perf_counter()
@@ -175,38 +185,48 @@ def _transform_seconds(node: fx.Node, block: int) -> float:
     return median(times)
 
 
-def insert_transforms(gm: fx.GraphModule, block_of: Callable[[fx.Node], int]) -> int:
-    """Put a `LayoutTransform` wherever a node's layout (``block_of``: its output's block,
-    1 for NCHW) differs from what a user reads (a blocked kernel its block, anything else
-    NCHW): one per tensor and layout, shared by its users. Returns how many were put."""
+# a node's output block (1: NCHW), and the block a node reads at an argument position
+OutBlock = Callable[[fx.Node], int]
+InBlock = Callable[[fx.Node, int], int]
+
+
+def insert_transforms(gm: fx.GraphModule, out_block: OutBlock, in_block: InBlock) -> int:
+    """Put a `LayoutTransform` wherever a node's layout (``out_block``, 1 for NCHW and for
+    anything but a module) differs from what a user reads there (``in_block`` of a kernel
+    module and the argument's position; NCHW for anything else): one per tensor and layout,
+    shared by its users. Returns how many were put."""
     count = 0
     for node in list(gm.graph.nodes):
-        have = block_of(node) if node.op == "call_module" else 1
+        have = out_block(node) if node.op == "call_module" else 1
         made: dict[int, fx.Node] = {}
-        for user in list(node.users):
-            need = block_of(user) if user.op == "call_module" else 1
-            if need == have:
-                continue
+
+        def reading(need: int) -> fx.Node:
+            nonlocal count
             if need not in made:
-                source = node
-                if have > 1:  # to NCHW first (then on to another block, if one is needed)
-                    if 1 not in made:
-                        made[1] = _transform(gm, node, have, False, count)
-                        count += 1
-                    source = made[1]
-                if need > 1:
-                    made[need] = _transform(gm, source, need, True, count)
-                    count += 1
-            user.replace_input_with(node, made[need])
+                made[need] = _transform(gm, node, have, need, count)
+                count += 1
+            return made[need]
+
+        for user in list(node.users):
+            if user.op != "call_module" or user.kwargs:
+                if have != 1:
+                    user.replace_input_with(node, reading(1))
+                continue
+            args = list(user.args)
+            for pos, arg in enumerate(args):
+                need = in_block(user, pos)
+                if arg is node and need != have:
+                    args[pos] = reading(need)
+            user.args = tuple(args)
     gm.graph.lint()
     gm.recompile()
     return count
 
 
-def _transform(gm: fx.GraphModule, node: fx.Node, block: int, to_blocked: bool, k: int
+def _transform(gm: fx.GraphModule, node: fx.Node, source: int, target: int, k: int
                ) -> fx.Node:
-    name = f"autotune_{'to' if to_blocked else 'from'}_blocked_{k}"
-    gm.add_submodule(name, LayoutTransform(block, to_blocked))
+    name = f"autotune_layout_{k}"
+    gm.add_submodule(name, LayoutTransform(source, target))
     with gm.graph.inserting_after(node):
         return gm.graph.call_module(name, (node,))
 

@@ -25,6 +25,7 @@ from torch import fx, nn
 from autotune.codegen.llvm.runtime import ALIGN, BoundCall
 from autotune.codegen.llvm.sequence import CallSequence
 from autotune.frontend.groups import KernelGroup
+from autotune.frontend.layouts import LayoutTransform
 from autotune.ops import aligned_empty
 from autotune.target import Target
 
@@ -32,7 +33,8 @@ _FLOAT_BYTES = 4
 # ops that view their input (the plan binds their result once where the input is bound once)
 _VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
 _VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze")
-_VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity)
+# (a layout transform of 1 x 1 pixels is a view too: both layouts are alike there)
+_VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity, LayoutTransform)
 
 
 @dataclass
@@ -138,8 +140,8 @@ class ModelPlan:
 
     def _static_view(self, node: fx.Node, modules: dict[str, Any]) -> bool:
         """Whether ``node`` only views a value bound once (a kernel's output): a flatten,
-        reshape or view of it, or a module that returns it in eval mode (dropout, identity).
-        The view is then bound once too."""
+        reshape or view of it, or a module that returns it in eval mode (dropout, identity,
+        a layout transform of 1 x 1 pixels). The view is then bound once too."""
         if not node.all_input_nodes or any(a not in self._values for a in node.all_input_nodes):
             return False
         if node.op == "call_module":
@@ -150,7 +152,9 @@ class ModelPlan:
                   (node.op == "call_method" and node.target in _VIEW_METHODS)):
             return False
         value = self._eval(node, self._values, modules)
-        if not isinstance(value, torch.Tensor) or not value.is_contiguous():
+        source = self._values[node.all_input_nodes[0]]
+        if not isinstance(value, torch.Tensor) or not value.is_contiguous() or \
+                value.data_ptr() != source.data_ptr():  # a copy (a layout transform's)
             return False
         self._values[node] = value
         return True

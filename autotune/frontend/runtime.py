@@ -36,6 +36,7 @@ from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.layouts import (
+    POOLED_OPS,
     LayoutTransform,
     check_layout_mode,
     choose_layouts,
@@ -64,9 +65,14 @@ class KernelModule(KernelGroup):
     def __init__(self, match: Match, kernel: "Kernel", pack: "Kernel | None",
                  in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
                  conv_args: dict[str, Any]) -> None:
-        block = match.workload.block  # a blocked conv reads and writes NCHW[block]c
-        super().__init__(match, [blocked_shape(tuple(s), block) for s in in_shapes],
-                         blocked_shape(tuple(out_shape), block), conv_args)
+        # a blocked layer reads its data in NCHW[in_block]c, a residual and its output in
+        # NCHW[block]c
+        self.in_blocks = [match.workload.in_block] + [match.workload.block] * (len(in_shapes) - 1)
+        # a pooled 1 x 1 output is alike in both layouts: the node's own shape
+        self.out_block = 1 if match.workload.op in POOLED_OPS else match.workload.block
+        super().__init__(match, [blocked_shape(tuple(s), b) for s, b in zip(in_shapes,
+                                                                              self.in_blocks)],
+                         blocked_shape(tuple(out_shape), self.out_block), conv_args)
         self.kernel = kernel
         self.params = match.params  # numpy, 64-byte aligned: torch's fallback reads these
         self.kernel_params = match.params  # what the kernel takes: the weight packed, if it is
@@ -81,11 +87,10 @@ class KernelModule(KernelGroup):
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         if not self._fits(xs):
-            block = self.workload.block
-            if block == 1:
+            if self.workload.block == 1:
                 return self.forward_torch(*xs)
-            plain = [LayoutTransform(block, False)(x) for x in xs]
-            return LayoutTransform(block, True)(self.forward_torch(*plain))
+            plain = [LayoutTransform(b, 1)(x) for x, b in zip(xs, self.in_blocks)]
+            return LayoutTransform(1, self.out_block)(self.forward_torch(*plain))
         out = torch.empty(self.out_shape, dtype=torch.float32)
         if self._call is not None:
             ptrs = [x.data_ptr() for x in xs]
@@ -123,7 +128,8 @@ class PlannedKernel:
 
 
 def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-               db: DbArg = SETTINGS_DB, layout: str = "nchw") -> tuple[PlannedKernel, ...]:
+               db: DbArg = SETTINGS_DB, layout: str | None = None
+               ) -> tuple[PlannedKernel, ...]:
     """The kernels `compile_model` would build for ``model`` on ``target`` with ``layout``,
     one per workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
@@ -136,7 +142,7 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
 
 
 def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  db: DbArg = SETTINGS_DB, layout: str | None = None,
                   cuda_graphs: bool | None = None) -> nn.Module:
     """``model`` (an eval-mode copy) with its supported operators on autotune's kernels: the
     best records in ``db``, else the default schedules (with a `NoTunedScheduleWarning`, once
@@ -145,9 +151,11 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     result with ``.to()`` to run elsewhere), and with ``cuda_graphs`` (None: where the
     example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
     autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
-    for when a call runs eagerly). ``layout``: "nchw" runs every layer in NCHW;
-    "auto" runs convs in NCHW[lanes]c on llvm where `layouts.choose_layouts` says so, with
-    `LayoutTransform` modules where a blocked chain starts and ends, and on cuda in NHWC
+    for when a call runs eagerly). ``layout`` (None: "auto" on llvm, "nchw" on cuda):
+    "nchw" runs every layer in NCHW;
+    "auto" runs convs, depthwise convs, max-pools and the channelwise ops in NCHW[x]c on
+    llvm where `layouts.choose_layouts` says so, with `LayoutTransform` modules where a
+    torch op or a layer in another layout reads a blocked tensor, and convs on cuda in NHWC
     where the Hopper wgmma kernels take them (`autotune.frontend.channels_last`: their
     activations are channels_last tensors)."""
     tgt = _supported(as_target(target))
@@ -159,12 +167,13 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
 
 
 def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetArg = "llvm",
-                  db: DbArg = SETTINGS_DB, layout: str = "nchw",
+                  db: DbArg = SETTINGS_DB, layout: str | None = None,
                   cuda_graphs: bool | None = None) -> nn.Module:
     """`compile_model` of a graph already traced and shape-propagated at ``inputs`` (its
     modules in eval mode), rewritten in place (on cuda, wrapped in a `CudaGraphModel`
     with ``cuda_graphs``)."""
     tgt = _supported(as_target(target))
+    layout = check_layout_mode(layout, tgt)
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
@@ -183,21 +192,25 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
     if layout == "auto":
         modules = dict(gm.named_modules())
 
-        def block_of(node: fx.Node) -> int:
+        def out_block(node: fx.Node) -> int:
             module = modules.get(str(node.target))
-            return module.workload.block if isinstance(module, KernelModule) else 1
+            return module.out_block if isinstance(module, KernelModule) else 1
 
-        insert_transforms(gm, block_of)
+        def in_block(node: fx.Node, pos: int) -> int:
+            module = modules.get(str(node.target))
+            return module.in_blocks[pos] if isinstance(module, KernelModule) else 1
+
+        insert_transforms(gm, out_block, in_block)
     if all(isinstance(x, torch.Tensor) for x in inputs):
         plan_model_run(gm, inputs, tgt)
     return gm
 
 
-def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str
+def _matches(gm: fx.GraphModule, tgt: Target, db: DbArg, layout: str | None
              ) -> tuple[list[Match], list[Match]]:
     """The graph's matches, and them in the layouts ``layout`` chooses (by the records in
     ``db`` where both layouts of a conv have some)."""
-    check_layout_mode(layout, tgt)
+    layout = check_layout_mode(layout, tgt)
     matches, _ = match_model(gm, prepack=prepacks(tgt), pools=runs_pools(tgt), target=tgt)
     if layout == "nchw":
         return matches, matches

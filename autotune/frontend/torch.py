@@ -71,7 +71,7 @@ class Match:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     params: tuple[np.ndarray, ...]
-    kind: str  # "conv", "linear", "matmul" or "pool"
+    kind: str  # "conv", "linear", "matmul", "pool", "avgpool" or "gate"
     place: str
     cast: bool = False
 
@@ -103,6 +103,8 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
     for node in gm.graph.nodes:
         try:
             found = _max_pool(node, modules) if pools else None
+            if found is None and pools:
+                found = _channelwise(node, modules)
             if found is None:
                 found = _match(node, modules, claimed)
             if found is not None and target is not None:
@@ -119,26 +121,27 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
 
 
 def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
-            target: Any = "llvm", layout: str = "nchw") -> ModelTasks:
+            target: Any = "llvm", layout: Optional[str] = None) -> ModelTasks:
     """The tasks of ``model`` at ``example_inputs`` (batch as given): each distinct workload
     with how many times a forward pass runs it, largest FLOP share first, and the
     operators left to torch because autotune has no kernel for them. ``target`` (a spec
     or `Target`; default this CPU, as `tune_model`'s): the workloads `compile_model` runs
     and `tune_model` tunes there (on llvm the max-pools too, and the prepacked forms;
     None: no target, every layer in its usual form and the pools left to torch);
-    ``layout="auto"`` (llvm): its convs in the blocked layouts it runs without records
+    ``layout`` as `compile_model` takes it: under "auto" on llvm (its default there), the
+    layers in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)
     matches, unsupported = match_model(trace(model, as_tuple(example_inputs)),
                                        prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
-    if layout != "nchw":
+    if target is not None and layout != "nchw":
         from autotune.frontend.layouts import check_layout_mode, default_layouts
         from autotune.target import Target
 
-        tgt = Target(target or "llvm") if not isinstance(target, Target) else target
-        check_layout_mode(layout, tgt)
-        matches = default_layouts(matches, tgt)
+        tgt = target if isinstance(target, Target) else Target(target)
+        if check_layout_mode(layout, tgt) == "auto":
+            matches = default_layouts(matches, tgt)
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 
@@ -269,6 +272,58 @@ def _max_pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     wl = _workload("max_pool2d", [], dict(N=n, C=c, H=h, W=w, R=kernel[0], S=kernel[1],
                                            stride=stride, pad=_pair(given.get("padding", 0))))
     return Match(wl, (node.name,), (x.name,), (), "pool", _place(node))
+
+
+_MUL_FUNCS = (operator.mul, operator.imul, torch.mul)
+_MEAN_FUNCS = (torch.mean,)
+
+
+def _channelwise(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    """A global average pool of float32 NCHW data (``nn.AdaptiveAvgPool2d(1)``,
+    ``F.adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3))`` with or without ``keepdim``) as
+    global_avg_pool2d, or a tensor times a per-channel gate of shape [N, C, 1, 1] (either
+    operand order) as channel_mul; None for another node."""
+    if _is_global_pool(node, modules):
+        x = _input(node, 0, "global_avg_pool2d")
+        shape = _shape(x)
+        if shape is None or len(shape) != 4 or meta_dtype(x) != torch.float32:
+            return None
+        n, c, h, w = shape
+        wl = _workload("global_avg_pool2d", [], dict(N=n, C=c, H=h, W=w))
+        return Match(wl, (node.name,), (x.name,), (), "avgpool", _place(node))
+    is_mul = ((node.op == "call_function" and node.target in _MUL_FUNCS)
+              or (node.op == "call_method" and node.target in ("mul", "mul_")))
+    if not is_mul or node.kwargs or len(node.args) != 2 or \
+            not all(isinstance(a, fx.Node) for a in node.args):
+        return None
+    a, b = node.args
+    shapes = (_shape(a), _shape(b))
+    for data, gate, (sd, sg) in ((a, b, shapes), (b, a, shapes[::-1])):
+        if sd is not None and sg is not None and len(sd) == 4 and \
+                tuple(sg) == (sd[0], sd[1], 1, 1) and tuple(sd[2:]) != (1, 1) and \
+                meta_dtype(data) == meta_dtype(gate) == torch.float32:
+            n, c, h, w = sd
+            wl = _workload("channel_mul", [], dict(N=n, C=c, H=h, W=w))
+            return Match(wl, (node.name,), (data.name, gate.name), (), "gate", _place(node))
+    return None
+
+
+def _is_global_pool(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` averages its input over the last two dimensions, to 1 x 1 or away."""
+    if node.op == "call_module":
+        mod = modules[str(node.target)]
+        return isinstance(mod, nn.AdaptiveAvgPool2d) and mod.output_size in (1, (1, 1))
+    if node.op == "call_function" and node.target is F.adaptive_avg_pool2d:
+        size = node.args[1] if len(node.args) > 1 else node.kwargs.get("output_size")
+        return size in (1, (1, 1), [1, 1])
+    if (node.op == "call_function" and node.target in _MEAN_FUNCS) or \
+            (node.op == "call_method" and node.target == "mean"):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        rest = {k: v for k, v in node.kwargs.items() if k != "dim"}
+        if rest not in ({}, {"keepdim": True}, {"keepdim": False}) or len(node.args) > 2:
+            return False
+        return isinstance(dims, (tuple, list)) and sorted(d % 4 for d in dims) == [2, 3]
+    return False
 
 
 def _pair(value: Any) -> tuple[int, int]:

@@ -103,12 +103,13 @@ def tune_tasks(model: ModelTasks, *, trials: int, target: TargetArg = "llvm",
 
 
 def tune_model(model: Any, example_inputs: Any, *, trials: int = 1000,
-               target: TargetArg = "llvm", db: DbArg = SETTINGS_DB, layout: str = "nchw",
+               target: TargetArg = "llvm", db: DbArg = SETTINGS_DB,
+               layout: Optional[str] = None,
                **kwargs: Any) -> ModelTuneResult:
     """Extract ``model``'s tasks at ``example_inputs`` for ``target`` (`autotune.extract`:
-    on llvm, the prepacked forms `compile_model` runs; with ``layout="auto"``, convs in the
-    blocked layouts it runs) and tune them with one budget of ``trials`` (`tune_tasks`
-    takes the other arguments)."""
+    on llvm, the prepacked forms `compile_model` runs, and under ``layout="auto"``, its
+    default there, the blocked layouts it runs) and tune them with one budget of
+    ``trials`` (`tune_tasks` takes the other arguments)."""
     from autotune.frontend.torch import extract
 
     tgt = as_target(target)

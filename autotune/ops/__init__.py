@@ -14,6 +14,7 @@ from autotune.ops.workload import (
     Workload,
     WorkloadError,
     aligned_empty,
+    prepackable,
     workload,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     "dtype_info",
     "op_dtypes",
     "op_spec",
+    "prepackable",
     "workload",
 ]

@@ -30,6 +30,7 @@ from autotune.ops.layout import (
     NCHW,
     from_layout,
     layout_block,
+    layout_blocks,
     layout_refusal,
     layout_shape,
     to_layout,
@@ -44,6 +45,15 @@ _WIRE_KEYS = ("op", "params", "epilogue", "dtype", "prepacked", "layout")
 # Ops whose second input a model holds constant (a conv's weight, a linear layer's matrix):
 # their prepacked form reads it packed by a separate kernel (`autotune.schedule.prepack`).
 PREPACKABLE_OPS: frozenset[str] = frozenset({"conv2d", "matmul"})
+# ... and those whose blocked layouts do (a depthwise conv's NCHW kernels read the weight as
+# given: the prepacked form would be the same kernel under a second key)
+BLOCKED_PREPACKABLE_OPS: frozenset[str] = frozenset({"depthwise_conv2d"})
+
+
+def prepackable(op: str, layout: str = "NCHW") -> bool:
+    """Whether ``op`` in ``layout`` has a prepacked form."""
+    return op in PREPACKABLE_OPS or (op in BLOCKED_PREPACKABLE_OPS
+                                     and layout_block(layout) > 1)
 
 
 class WorkloadError(ValueError):
@@ -96,12 +106,17 @@ def _check_epilogue(spec: OpSpec, chain: tuple[str, ...]) -> None:
         raise WorkloadError(f"{spec.name}: takes no epilogue, got {list(chain)}", ("epilogue",))
 
 
-def _check_prepacked(op: str, prepacked: object) -> None:
+def _check_prepacked(op: str, prepacked: object, layout: object) -> None:
     if not isinstance(prepacked, bool):
         raise ValueError(f"workload: field 'prepacked' must be a boolean, got {prepacked!r}")
-    if prepacked and op not in PREPACKABLE_OPS:
+    if prepacked and op in BLOCKED_PREPACKABLE_OPS and isinstance(layout, str):
+        if not prepackable(op, layout):
+            raise ValueError(f"{op}: has a prepacked form in a blocked layout only "
+                             f"(NCHW<x>c), not {layout}")
+    elif prepacked and op not in PREPACKABLE_OPS:
         raise ValueError(f"{op}: has no constant operand to prepack; only "
-                         f"{', '.join(sorted(PREPACKABLE_OPS))} have a prepacked form")
+                         f"{', '.join(sorted(PREPACKABLE_OPS | BLOCKED_PREPACKABLE_OPS))} "
+                         f"have a prepacked form (depthwise_conv2d in a blocked layout)")
 
 
 @dataclass(frozen=True)
@@ -120,8 +135,9 @@ class Workload:
 
     `param_items` holds the params in table order, defaults filled, pairs as (h, w).
     ``prepacked``: the form whose constant operand is packed beforehand, once, as a compiled
-    model runs it; its own database key (only ops in `PREPACKABLE_OPS`). ``layout``: conv2d's
-    data and output in NCHW or channel-blocked NCHW[x]c (`autotune.ops.layout`); its own key.
+    model runs it; its own database key (only ops in `PREPACKABLE_OPS`). ``layout``: the data
+    and output of a conv or pool op in NCHW or channel-blocked NCHW[x]c, a conv2d's in two
+    of those (``IN>OUT``) or NHWC (`autotune.ops.layout`); its own key.
     """
 
     op: str
@@ -134,13 +150,13 @@ class Workload:
     def __post_init__(self) -> None:
         spec = op_spec(self.op)
         _check_dtype(self.op, self.dtype)
-        _check_prepacked(self.op, self.prepacked)
         items = self.param_items
         values = dict(items.items() if isinstance(items, Mapping) else items)
         if len(values) != len(items):
             raise ValueError(f"{self.op}: a parameter is given twice in {items!r}")
         normalized = spec.normalize(values)
         _check_layout(self.op, self.layout, normalized)
+        _check_prepacked(self.op, self.prepacked, self.layout)
         object.__setattr__(self, "param_items", tuple(normalized.items()))
         object.__setattr__(self, "epilogue", canonical_epilogue(self.op, self.epilogue))
         _check_epilogue(spec, self.epilogue)
@@ -177,8 +193,13 @@ class Workload:
 
     @property
     def block(self) -> int:
-        """Channels per block of the layout (1 for NCHW)."""
+        """Channels per block of the output's layout (1 for NCHW)."""
         return layout_block(self.layout)
+
+    @property
+    def in_block(self) -> int:
+        """Channels per block of the data's layout (1 for NCHW)."""
+        return layout_blocks(self.layout)[0]
 
     @property
     def channels(self) -> int:
@@ -320,12 +341,12 @@ class Workload:
         dtype = data.get("dtype", "float32")
         with _blame("dtype"):
             _check_dtype(op, dtype)
-        prepacked = data.get("prepacked", False)
-        with _blame("prepacked"):
-            _check_prepacked(op, prepacked)
         layout = data.get("layout", NCHW)
         with _blame("layout"):
             layout_block(layout)
+        prepacked = data.get("prepacked", False)
+        with _blame("prepacked"):
+            _check_prepacked(op, prepacked, layout)
         with _blame("params"):  # what is left: checks across parameters
             return cls(op, tuple(params.items()), chain, dtype, prepacked, layout)
 

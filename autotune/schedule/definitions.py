@@ -187,36 +187,79 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
 
 @lru_cache(maxsize=GRAPHS)
 def conv2d_blocked_graph(wl: Workload) -> OpGraph:
-    """conv2d in NCHW[x]c: out[n, ko, y, x, ki] = sum_{co,r,s,ci}
-    pad(data)[n, co, y*sh + r*dh, x*sw + s*dw, ci] * Wp[ko, co, r, s, ci, ki], the KCRS weight
-    packed to Wp[K/x, C/x, R, S, x(c), x(k)] so that a vector of output channels is
-    contiguous at every (input channel, tap)."""
+    """conv2d in NCHW[x]c (data blocked by bi, output by bo; a block of 1 is NCHW):
+    out[n, ko, y, x, ki] = sum_{co,r,s,ci} pad(data)[n, co, y*sh + r*dh, x*sw + s*dw, ci]
+    * Wp[ko, co, r, s, ci, ki], the KCRS weight packed to Wp[K/bo, C/bi, R, S, bi, bo] so
+    that a vector of output channels is contiguous at every (input channel, tap)."""
     N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
-    (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
-    b = wl.block
-    data, weight = placeholder("data", (N, C // b, H, W, b)), placeholder("weight", (K, C, R, S))
-    extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * b + axes[4])
-    pad = None
-    if ph or pw:
-        pad = compute("data_pad", (N, C // b, H + 2 * ph, W + 2 * pw, b),
-                      lambda n, c, h, w, ci: _guarded(data, (n, c, h - ph, w - pw, ci),
-                                                      [(h - ph, H), (w - pw, W)], lower=True),
-                      axis_names=["n", "c", "h", "w", "ci"])
+    (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")
+    bi, bo = wl.in_block, wl.block
+    # NCHW data (a block of 1) keeps its four dimensions
+    data = placeholder("data", (N, C, H, W) if bi == 1 else (N, C // bi, H, W, bi))
+    weight = placeholder("weight", (K, C, R, S))
+    extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * bo + axes[4])
+    pad = _padded(data, *wl.pair("pad")) if bi == 1 else _blocked_padded(data, wl.pair("pad"))
     src = pad or data
-    packed = compute("weight_pack", (K // b, C // b, R, S, b, b),
-                     lambda ko, co, r, s, ci, ki: weight[ko * b + ki, co * b + ci, r, s],
+    packed = compute("weight_pack", (K // bo, C // bi, R, S, bi, bo),
+                     lambda ko, co, r, s, ci, ki: weight[ko * bo + ki, co * bi + ci, r, s],
                      axis_names=["ko", "co", "r", "s", "ci", "ki"])
-    rco, rci = reduce_axis(C // b, "rco"), reduce_axis(b, "rci")
+    rco, rci = reduce_axis(C // bi, "rco"), reduce_axis(bi, "rci")
     rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
 
     def body(n, ko, y, x, ki):
-        return (src[n, rco.var, y * sh + rr.var * dh, x * sw + rs.var * dw, rci.var]
-                * packed[ko, rco.var, rr.var, rs.var, rci.var, ki])
+        at = (n, rco.var, y * sh + rr.var * dh, x * sw + rs.var * dw)
+        return src[at if bi == 1 else (*at, rci.var)] * packed[ko, rco.var, rr.var, rs.var,
+                                                                rci.var, ki]
 
     out = compute("out", wl.output_shape, body, [rco, rci, rr, rs], post=post,
                   axis_names=["n", "ko", "y", "x", "ki"])
     temps = [pad, packed] if pad else [packed]
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
+
+
+def _blocked_padded(data: Tensor, pad: tuple[int, int], fill: Const = ZERO) -> Tensor | None:
+    """NCHW[x]c ``data`` padded along H and W by ``pad`` with ``fill``; None without padding."""
+    ph, pw = pad
+    if ph == 0 and pw == 0:
+        return None
+    N, C, H, W, b = data.shape
+    return compute("data_pad", (N, C, H + 2 * ph, W + 2 * pw, b),
+                   lambda n, c, h, w, ci: _guarded(data, (n, c, h - ph, w - pw, ci),
+                                                   [(h - ph, H), (w - pw, W)], lower=True,
+                                                   fill=fill),
+                   axis_names=["n", "c", "h", "w", "ci"])
+
+
+@lru_cache(maxsize=GRAPHS)
+def window_blocked_graph(wl: Workload) -> OpGraph:
+    """A depthwise conv (multiplier 1) or a max-pool in NCHW[x]c: out[n, co, y, x, ci] =
+    sum (or max) over r, s of pad(data)[n, co, y*sh + r, x*sw + s, ci] (times Wp[co, r, s,
+    ci], the weight packed so that a vector of channels is contiguous at every tap)."""
+    N, C, H, W, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "R", "S"))
+    (sh, sw), b = wl.pair("stride"), wl.block
+    data = placeholder("data", (N, C // b, H, W, b))
+    pool = wl.op == "max_pool2d"
+    pad = _blocked_padded(data, wl.pair("pad"), NEG_INF if pool else ZERO)
+    src = pad or data
+    rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
+    names = ["n", "c", "y", "x", "ci"]
+    temps = [pad] if pad else []
+    if pool:
+        out = compute("out", wl.output_shape,
+                      lambda n, c, y, x, ci: src[n, c, y * sh + rr.var, x * sw + rs.var, ci],
+                      [rr, rs], axis_names=names, combiner="max")
+        return OpGraph([data], out, temps, pad=pad)
+    weight = placeholder("weight", (C, 1, R, S))
+    extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * b + axes[4])
+    packed = compute("weight_pack", (C // b, R, S, b),
+                     lambda co, r, s, ci: weight[co * b + ci, 0, r, s],
+                     axis_names=["co", "r", "s", "ci"])
+
+    def body(n, c, y, x, ci):
+        return src[n, c, y * sh + rr.var, x * sw + rs.var, ci] * packed[c, rr.var, rs.var, ci]
+
+    out = compute("out", wl.output_shape, body, [rr, rs], post=post, axis_names=names)
+    return OpGraph([data, weight, *extra], out, [*temps, packed], pad=pad, packed=packed)
 
 
 @lru_cache(maxsize=GRAPHS)
@@ -254,6 +297,30 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
                   lambda n, c, y, x: src[n, c, y * sh + rr.var, x * sw + rs.var], [rr, rs],
                   axis_names=["n", "c", "y", "x"], combiner="max", dtype=wl.dtype)
     return OpGraph([data], out, [pad] if pad else [], pad=pad)
+
+
+@lru_cache(maxsize=GRAPHS)
+def channelwise_graph(wl: Workload) -> OpGraph:
+    """global_avg_pool2d: out[n, c, 0, 0(, ci)] = sum over h, w of data[n, c, h, w(, ci)],
+    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * gate[n, c, 0, 0(, ci)]
+    (NCHW, or NCHW[x]c with the block's lane last)."""
+    N, C, H, W = (wl.dim(x) for x in "NCHW")
+    b = wl.block
+    blocked = b > 1
+    data = placeholder("data", (N, C // b, H, W, b) if blocked else (N, C, H, W))
+    names = ["n", "c", "y", "x", *(["ci"] if blocked else [])]
+    if wl.op == "global_avg_pool2d":
+        rh, rw = reduce_axis(H, "rh"), reduce_axis(W, "rw")
+        inv = Const(1.0 / (H * W), FLOAT)
+        out = compute("out", wl.output_shape,
+                      lambda n, c, i, j, *ci: data[(n, c, rh.var, rw.var, *ci)], [rh, rw],
+                      post=lambda acc, *axes: acc * inv, axis_names=names)
+        return OpGraph([data], out)
+    gate = placeholder("gate", (N, C // b, 1, 1, b) if blocked else (N, C, 1, 1))
+    out = compute("out", wl.output_shape,
+                  lambda n, c, y, x, *ci: data[(n, c, y, x, *ci)] * gate[(n, c, 0, 0, *ci)],
+                  axis_names=names)
+    return OpGraph([data, gate], out)
 
 
 def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False,

@@ -1,8 +1,9 @@
 """The demo of `make run` (`autotune serve --demo`): a small CNN tuned as a model run.
 
-`demo_cnn` is the model (seven convolutions and a classifier: seven distinct tasks, one of
-them run twice); `DemoRun` tunes it with ``autotune tune-model`` in a child process beside the
-service, so that the dashboard shows its jobs, the run and the local worker live.
+`demo_cnn` is the model (seven convolutions, a global average pool and a classifier: eight
+distinct tasks, one conv run twice); `DemoRun` tunes it with ``autotune tune-model`` in a
+child process beside the service, so that the dashboard shows its jobs, the run and the
+local worker live.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from autotune.settings import Settings
 
 DEMO_MODEL = "autotune.service.demo:demo_cnn"
 DEMO_NAME = "DemoCNN"  # the model's class name: its model run's name
-# About three minutes on two cores (seven tasks; about 1.5 s a trial with the tuner's work).
+# About three minutes on two cores (eight tasks; about 1.5 s a trial with the tuner's work).
 DEMO_TRIALS = 128
 
 

@@ -16,8 +16,9 @@ from autotune.db import JobRecord, TrialRecord
 from autotune.job_options import MAX_SEED, MAX_TRIALS, MEASURE_BOUNDS
 from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, PREPACKABLE_OPS, op_dtypes
 from autotune.ops.epilogue import ACTIVATIONS
-from autotune.ops.layout import LAYOUT_OPS, NCHW
+from autotune.ops.layout import LAYOUT_OPS, MIXED_OPS, NCHW, NHWC_OPS
 from autotune.ops.spec import OpSpec, ParamSpec
+from autotune.ops.workload import BLOCKED_PREPACKABLE_OPS
 from autotune.search.registry import TUNERS
 from autotune.target import MAX_SPEC_CHARS
 
@@ -47,9 +48,31 @@ _EPILOGUE_RULES: dict[str, Any] = {"uniqueItems": True, "maxItems": 3, "not": {"
 TARGET_PATTERN = (r"^[ \t]*(llvm([ \t]+-+(mcpu|cores|vector-bits)=[A-Za-z0-9_.-]+"
                   r"|[ \t]+-+mattr=[+-][A-Za-z0-9_.-]+(,[+-][A-Za-z0-9_.-]+)*)*"
                   r"|cuda([ \t]+-+arch=[A-Za-z0-9_.-]+)*)[ \t]*$")
-# NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), as `autotune.ops.layout.layout_block`
-# takes them (a test holds the two together).
-_LAYOUT_PATTERN = r"^(NHWC|NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?)$"
+# NHWC, or NCHW<x>c with 2 <= x <= MAX_BLOCK (64), or two of those as IN>OUT, as
+# `autotune.ops.layout.layout_blocks` takes them (a test holds the two together).
+_BLOCKED_PATTERN = r"NCHW([2-9]c|[1-5][0-9]c|6[0-4]c)?"
+_LAYOUT_PATTERN = rf"^(NHWC|{_BLOCKED_PATTERN}(>{_BLOCKED_PATTERN})?)$"
+
+
+def _layout_schema(op: str) -> dict[str, Any]:
+    """The layouts ``op`` takes (`autotune.ops.layout`): NCHW alone for an op without
+    blocked ones; NCHW<x>c for those in LAYOUT_OPS, NHWC and IN>OUT only for conv2d.
+    Which target runs which the job's check says (a 422 at the layout)."""
+    if op not in LAYOUT_OPS:
+        return {"const": NCHW}
+    if op in NHWC_OPS and op in MIXED_OPS:
+        return {}
+    nhwc = "NHWC|" if op in NHWC_OPS else ""
+    two = f"(>{_BLOCKED_PATTERN})?" if op in MIXED_OPS else ""
+    return {"pattern": f"^({nhwc}{_BLOCKED_PATTERN}{two})$"}
+
+
+def _blocked_prepacked() -> dict[str, Any]:
+    """A depthwise conv's prepacked form is blocked (`BLOCKED_PREPACKABLE_OPS`): unpacked,
+    or in a layout other than NCHW."""
+    return {"anyOf": [{"properties": {"prepacked": {"const": False}}},
+                      {"properties": {"layout": {"not": {"const": NCHW}}},
+                       "required": ["layout"]}]}
 
 
 def _param_schema(param: ParamSpec) -> dict[str, Any]:
@@ -65,8 +88,9 @@ def _param_schema(param: ParamSpec) -> dict[str, Any]:
 def _op_schema(op: str, spec: OpSpec) -> dict[str, Any]:
     """What a workload of ``op`` takes (one branch of WorkloadIn's ``oneOf`` on ``op``):
     its parameters by name, the required ones required, no others; its dtypes
-    (`autotune.ops.dtypes.op_dtypes`); no epilogue for an op without one (max_pool2d); a
-    blocked layout only for conv2d, the prepacked form only for conv2d and matmul."""
+    (`autotune.ops.dtypes.op_dtypes`); no epilogue for an op without one (max_pool2d); its
+    layouts (`_layout_schema`); the prepacked form only for conv2d and matmul, and for a
+    blocked depthwise conv (`_blocked_prepacked`)."""
     params = {"type": "object", "properties": {p.name: _param_schema(p) for p in spec.params},
               "required": [p.name for p in spec.params if p.required],
               "additionalProperties": False}
@@ -74,11 +98,13 @@ def _op_schema(op: str, spec: OpSpec) -> dict[str, Any]:
                                   "dtype": {"enum": list(op_dtypes(op))}}
     if not spec.epilogue:
         properties["epilogue"] = {"maxItems": 0}
-    if op not in LAYOUT_OPS:
-        properties["layout"] = {"const": NCHW}
-    if op not in PREPACKABLE_OPS:
+    layout = _layout_schema(op)
+    if layout:
+        properties["layout"] = layout
+    if op not in PREPACKABLE_OPS | BLOCKED_PREPACKABLE_OPS:
         properties["prepacked"] = {"const": False}
-    return {"properties": properties, "required": ["op", "params"]}
+    branch = {"properties": properties, "required": ["op", "params"]}
+    return {**branch, **_blocked_prepacked()} if op in BLOCKED_PREPACKABLE_OPS else branch
 
 
 _OP_SCHEMAS: Any = {"oneOf": [_op_schema(op, spec) for op, spec in OPS.items()]}
@@ -105,14 +131,18 @@ class WorkloadIn(BaseModel):
         default=False,
         description="tune the form whose constant operand (a conv's weight, matmul's B) is "
                     "packed once beforehand, as a compiled model runs it, instead of inside "
-                    "every call: its own records; conv2d and matmul on llvm targets only")
+                    "every call: its own records; conv2d, matmul and blocked "
+                    "depthwise_conv2d on llvm targets only")
     layout: str = Field(
-        default=NCHW, pattern=_LAYOUT_PATTERN, max_length=7,
-        description="conv2d's data and output layout: NCHW, NCHW<x>c with channels "
-                    "blocked by x (2 to 64; C and K multiples of x): data [N, C/x, H, W, x], "
-                    "output and residual [N, K/x, OH, OW, x] (llvm targets), or NHWC: data "
-                    "[N, H, W, C], weight [K, R, S, C], output and residual [N, OH, OW, K] "
-                    "(cuda -arch=sm_90a, half dtypes); its own records")
+        default=NCHW, pattern=_LAYOUT_PATTERN, max_length=15,
+        description="the data and output layout of conv2d, depthwise_conv2d (multiplier "
+                    "1) and max_pool2d: NCHW, NCHW<x>c with channels blocked by x (2 to "
+                    "64; C and K multiples of x): data [N, C/x, H, W, x], output and "
+                    "residual [N, K/x, OH, OW, x] (llvm targets); conv2d's data and output "
+                    "in two of those as IN>OUT (NCHW>NCHW16c: NCHW data, blocked output); "
+                    "or conv2d's NHWC: data [N, H, W, C], weight [K, R, S, C], output and "
+                    "residual [N, OH, OW, K] (cuda -arch=sm_90a, half dtypes); its own "
+                    "records")
     epilogue: list[StageName] = Field(
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "

@@ -21,6 +21,12 @@ def test_prepacked_records_are_their_own(capsys, db, synthetic) -> None:  # noqa
 
 
 def test_prepacked_without_a_constant_operand_is_a_usage_error(capsys, db) -> None:  # noqa: F811
-    code, _, err = run(capsys, "tune", "depthwise_conv2d", "-p", "N=1", "-p", "C=4", "-p", "H=8",
-                       "-p", "W=8", "-p", "R=3", "-p", "S=3", "--prepacked")
+    code, _, err = run(capsys, "tune", "max_pool2d", "-p", "N=1", "-p", "C=4", "-p", "H=8",
+                       "-p", "W=8", "-p", "R=3", "-p", "S=3", "-p", "stride=1", "-p", "pad=1",
+                       "--prepacked")
     assert code == 2 and "has no constant operand to prepack" in err
+    # a depthwise conv's weight is prepacked only in a blocked layout
+    code, _, err = run(capsys, "tune", "depthwise_conv2d", "-p", "N=1", "-p", "C=4", "-p", "H=8",
+                       "-p", "W=8", "-p", "R=3", "-p", "S=3", "-p", "stride=1", "-p", "pad=1",
+                       "--prepacked")
+    assert code == 2 and "prepacked form in a blocked layout only" in err

@@ -81,3 +81,35 @@ class TinyMobileNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.head(self.blocks(self.stem(x)))
         return self.fc(x.mean((2, 3)))
+
+
+class SqueezeExcite(nn.Module):
+    """MobileNet-V3's: a global average pool, two 1x1 convs, a hard sigmoid gate."""
+
+    def __init__(self, c: int, squeeze: int) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1, self.fc2 = nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+        self.relu, self.gate = nn.ReLU(), nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gate(self.fc2(self.relu(self.fc1(self.avgpool(x))))) * x
+
+
+class TinySENet(nn.Module):
+    """A MobileNet-V3-like stack: hardswish, a depthwise conv with squeeze-and-excitation,
+    a projection, and a classifier after a mean over the pixels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),
+                                nn.BatchNorm2d(16), nn.ReLU())
+        self.se = SqueezeExcite(16, 8)
+        self.project = nn.Sequential(nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32))
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.project(self.se(self.dw(self.stem(x))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))

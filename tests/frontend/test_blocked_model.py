@@ -1,5 +1,6 @@
-"""`compile_model(layout="auto")`: convs whose channels the vector lanes divide run in
-NCHW[lanes]c, chained without transforms; transforms only where a chain starts or ends."""
+"""`compile_model(layout="auto")`: convs, depthwise convs and max-pools run in NCHW[x]c from
+the first conv (which reads the image in NCHW) to the last blocked layer, with transforms only
+where a torch op or a layer in another layout reads a blocked tensor."""
 from __future__ import annotations
 
 import warnings
@@ -11,11 +12,10 @@ import torch
 import autotune
 from autotune.db import Database
 from autotune.driver import config_space
-from autotune.frontend import layouts
 from autotune.frontend.layouts import LayoutTransform, transforms
 from autotune.frontend.runtime import compile_model, kernel_modules, plan_model
 from autotune.measure import MeasureResult
-from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn
+from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, TinySENet, randomize_bn
 
 LLVM = autotune.Target("llvm")
 LANES = LLVM.vector_lanes
@@ -41,22 +41,16 @@ def _check(compiled: torch.nn.Module) -> None:
 
 
 @pytest.mark.skipif(16 % LANES != 0, reason="TinyResNet's 16-channel layers need lanes | 16")
-def test_blocked_chain_matches_torch_with_two_transforms() -> None:
+def test_blocked_model_matches_torch_without_transforms() -> None:
     compiled = _compiled()
-    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)
-               if m.kind == "conv"}
-    # the stem (3 input channels) stays NCHW; every other conv is blocked
-    assert layouts.pop("stem.0") == "NCHW"
-    assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 7
-    # the max-pool runs autotune's kernel in NCHW, between the stem and the blocked chain
-    (pool,) = [m for m in kernel_modules(compiled) if m.kind == "pool"]
-    assert (pool.place, pool.workload.layout) == ("stem.3", "NCHW")
-    # one into the blocked layout after the max-pool, one out of it before the avg-pool
-    steps = transforms(compiled)
-    assert [t.to_blocked for t in steps] == [True, False]
-    modules = dict(compiled.named_modules())
-    into = next(n for n in compiled.graph.nodes if modules.get(str(n.target)) is steps[0])
-    assert modules[str(into.args[0].target)] is pool
+    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
+    # the stem reads the image (3 channels) in NCHW and writes blocked channels; the
+    # max-pool, every other conv and the average pool run blocked; the classifier reads
+    # the pool's 1x1 output, alike in NCHW
+    assert layouts.pop("stem.0") == f"NCHW>NCHW{LANES}c"
+    assert layouts.pop("fc") == "NCHW"
+    assert set(layouts.values()) == {f"NCHW{LANES}c"} and len(layouts) == 9
+    assert transforms(compiled) == [] and compiled.forward.runs == 1
     _check(compiled)
     # other shapes fall back to torch, the blocked layers unblocking and reblocking
     model, _ = _model()
@@ -91,10 +85,12 @@ def test_records_choose_nchw_where_it_is_faster(tmp_path: Path) -> None:
     compiled = _compiled(db=url)
     layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
     assert layouts["layer2.conv1"] == "NCHW"
-    assert layouts["layer2.conv2"] == f"NCHW{LANES}c"
-    # its input comes from a blocked layer: one more transform, out of the blocked layout
-    # (shared with nothing else) and one into it for its output's blocked reader
-    assert len(transforms(compiled)) == 4
+    # its neighbours keep theirs: layer2.conv2 reads its NCHW output blocked (a transform)
+    assert layouts["layer2.conv2"] == layouts["layer2.down.0"] == f"NCHW{LANES}c"
+    # one out of the blocked layout into layer2.conv1 (layer1's output, which layer2.down
+    # reads blocked), one into it from layer2.conv1
+    assert sorted((t.source, t.target) for t in transforms(compiled)) == [(1, LANES),
+                                                                          (LANES, 1)]
     _check(compiled)
 
 
@@ -111,39 +107,86 @@ def test_auto_on_cuda_blocks_nothing() -> None:
 def test_extract_auto_gives_the_blocked_forms() -> None:
     model, inputs = _model()
     tasks = autotune.extract(model, inputs, target=LLVM, layout="auto")
-    convs = [t.workload for t in tasks.tasks if t.workload.op == "conv2d"]
-    assert {wl.layout for wl in convs} == {"NCHW", f"NCHW{LANES}c"}
-    assert isinstance(LayoutTransform(LANES, True), torch.nn.Module)
+    layouts = {t.workload.op: set() for t in tasks.tasks}
+    for t in tasks.tasks:
+        layouts[t.workload.op].add(t.workload.layout)
+    if 16 % LANES == 0:
+        assert layouts == {"conv2d": {f"NCHW>NCHW{LANES}c", f"NCHW{LANES}c"},
+                           "max_pool2d": {f"NCHW{LANES}c"},
+                           "global_avg_pool2d": {f"NCHW{LANES}c"}, "matmul": {"NCHW"}}
 
 
-@pytest.mark.parametrize("convs_per_transform", [2, 0.5])
-def test_mobilenet_chains_split_by_depthwise_convs_stay_nchw(monkeypatch, convs_per_transform
-                                                              ) -> None:
-    """The projections and expansions of TinyMobileNet link into one chain of 4 convs that
-    would need 5 transforms: under the default rule (2 convs per transform) it stays NCHW;
-    with the bar lowered it runs blocked, with the transforms worked out by hand for 16
-    lanes: on a host of other lanes, compiled for an AVX-512 CPU and not run."""
-    monkeypatch.setattr(layouts, "CONVS_PER_TRANSFORM", convs_per_transform)
+def _mobilenet_target() -> autotune.Target:
+    """The host where it has 16 lanes, else an AVX-512 CPU (compiled, not run)."""
+    return LLVM if LANES == 16 else autotune.Target("llvm -mcpu=skylake-avx512 -cores=2")
+
+
+def test_mobilenet_runs_blocked_throughout() -> None:
+    """TinyMobileNet's layers, worked out by hand for 16 lanes: blocked by 16 where 16
+    divides the channels, by 8 for its 24-channel projection (written by a conv reading
+    16-blocks, read by one writing them), the depthwise convs blocked and prepacked, and
+    no transform (the mean is a blocked kernel whose 1x1 output the classifier reads); on a
+    host of other lanes, compiled for an AVX-512 CPU and not run."""
     torch.manual_seed(0)
     model, inputs = randomize_bn(TinyMobileNet()), (torch.randn(1, 3, 32, 32),)
-    target = LLVM if LANES == 16 else autotune.Target("llvm -mcpu=skylake-avx512 -cores=2")
+    target = _mobilenet_target()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = compile_model(model, inputs, target=target, db=None, layout="auto")
-    blocked = [m.place for m in kernel_modules(compiled) if m.workload.layout != "NCHW"]
-    if convs_per_transform == 2:
-        assert blocked == [] and transforms(compiled) == []
-    else:
-        # the first expand conv reads the stem (3 channels) and feeds a depthwise conv:
-        # alone, it stays NCHW; each projection feeds the next block's expansion
-        assert blocked == ["blocks.0.block.6", "blocks.1.block.0", "blocks.1.block.6",
-                           "blocks.2.block.0"]
-        # into: block 0's projection (its input and its residual), block 1's projection;
-        # out of: the expansions of blocks 1 and 2 before their depthwise convs
-        assert sorted(t.to_blocked for t in transforms(compiled)) == [False, False, True,
-                                                                       True, True]
+    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
+    assert layouts.pop("stem.0") == "NCHW>NCHW16c"
+    assert layouts.pop("blocks.2.block.6") == "NCHW16c>NCHW8c"
+    assert layouts.pop("head.0") == "NCHW8c>NCHW16c"
+    assert layouts.pop("fc.1") == "NCHW"
+    assert set(layouts.values()) == {"NCHW16c"} and len(layouts) == 9
+    assert all(m.workload.prepacked for m in kernel_modules(compiled)
+               if m.workload.op == "depthwise_conv2d")
+    assert transforms(compiled) == []
     if target != LLVM:
         return
     with torch.no_grad():
         want, got = model(*inputs), compiled(*inputs)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    # other shapes: each layer unblocks, runs torch and blocks again
+    x = torch.randn(1, 3, 24, 24)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_layout_transforms_between_blocks() -> None:
+    x = torch.randn(2, 48, 3, 5)
+    to16 = LayoutTransform(1, 16)(x)
+    assert to16.shape == (2, 3, 3, 5, 16) and to16[1, 2, 0, 4, 5] == x[1, 37, 0, 4]
+    to8 = LayoutTransform(16, 8)(to16)
+    assert to8.shape == (2, 6, 3, 5, 8) and to8.is_contiguous()
+    assert torch.equal(LayoutTransform(8, 1)(to8), x)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "auto"])
+def test_squeeze_and_excitation_runs_as_generated_code(layout: str) -> None:
+    """The pools (a module and a function) and the gate are kernels: the whole model is one
+    native run, blocked without a single copying transform."""
+    torch.manual_seed(0)
+    model, inputs = randomize_bn(TinySENet()), (torch.randn(1, 3, 20, 20),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(model, inputs, target=LLVM, db=None, layout=layout)
+    ops = {m.place: m.workload.op for m in kernel_modules(compiled)}
+    assert ops["se.avgpool"] == ops["adaptive_avg_pool2d"] == "global_avg_pool2d"
+    assert ops["mul"] == "channel_mul"
+    plan = compiled.forward
+    assert (plan.kernels, plan.runs) == (len(ops), 1)
+    if layout == "auto" and LANES == 16:
+        # the squeeze's convs read and write 1x1 pixels: the pool's output as NCHW, the
+        # squeezed 8 channels blocked by 8
+        assert {m.place: m.workload.layout for m in kernel_modules(compiled)} == {
+            "stem.0": "NCHW>NCHW16c", "dw.0": "NCHW16c", "se.avgpool": "NCHW16c",
+            "se.fc1": "NCHW>NCHW8c", "se.fc2": "NCHW8c>NCHW16c", "mul": "NCHW16c",
+            "project.0": "NCHW16c", "adaptive_avg_pool2d": "NCHW16c", "fc": "NCHW"}
+    assert transforms(compiled) == []
+    with torch.no_grad():
+        want, got = model(*inputs), compiled(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    x = torch.randn(2, 3, 12, 12)  # other shapes: torch, each layer unblocked
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)

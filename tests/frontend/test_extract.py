@@ -54,7 +54,8 @@ def test_resnet_tasks_and_counts():
 
 def test_resnet_max_pool_is_a_task_on_llvm_only():
     def pools(target):
-        found = autotune.extract(TinyResNet(), (torch.randn(X),), target=target)
+        found = autotune.extract(TinyResNet(), (torch.randn(X),), target=target,
+                                 layout="nchw")
         assert found.unsupported == ()
         return {t.workload: t.nodes for t in found.tasks if t.workload.op == "max_pool2d"}
 
@@ -63,7 +64,8 @@ def test_resnet_max_pool_is_a_task_on_llvm_only():
     assert pools("cuda -arch=sm_80") == {} and pools(None) == {}  # stays in torch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no records: default configs
-        planned = plan_model(TinyResNet(), (torch.randn(X),), target="llvm", db=None)
+        planned = plan_model(TinyResNet(), (torch.randn(X),), target="llvm", db=None,
+                             layout="nchw")
     (pool,) = [p for p in planned if p.workload.op == "max_pool2d"]
     assert pool.places == ("stem.3",)
     assert pool.config == autotune.config_space(stem, autotune.Target("llvm")).default()
@@ -73,7 +75,7 @@ def test_resnet18_stem_pool_is_matched():
     from benchmarks.models import resnet18
 
     model, inputs = resnet18()
-    found = autotune.extract(model, inputs, target="llvm")
+    found = autotune.extract(model, inputs, target="llvm", layout="nchw")
     (pool,) = [t for t in found.tasks if t.workload.op == "max_pool2d"]
     assert pool.nodes == ("maxpool",)
     assert pool.workload == workload("max_pool2d", N=1, C=64, H=112, W=112, R=3, S=3, stride=2,

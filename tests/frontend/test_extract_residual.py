@@ -35,7 +35,7 @@ def left_in_torch(gm: fx.GraphModule) -> dict[str, int]:
 def compiled(model: nn.Module, x: torch.Tensor) -> fx.GraphModule:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoTunedScheduleWarning)
-        return autotune.compile_model(model, (x,), db=None)
+        return autotune.compile_model(model, (x,), db=None, layout="nchw")  # NCHW modules
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor) -> None:

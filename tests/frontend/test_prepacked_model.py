@@ -46,25 +46,27 @@ def _forms(tasks) -> dict[str, bool]:
 
 def test_extract_for_llvm_gives_the_constant_weight_layers_prepacked() -> None:
     model, inputs = Net(), _inputs()
-    found = autotune.extract(model, inputs, target="llvm")
+    found = autotune.extract(model, inputs, target="llvm", layout="nchw")
     # matmul: the linear layer (a constant B) and the product of two activations (none)
     assert sorted((t.workload.op, t.workload.prepacked) for t in found.tasks) == [
         ("conv2d", True), ("depthwise_conv2d", False), ("matmul", False), ("matmul", True)]
-    assert autotune.extract(model, inputs) == found  # this CPU is the default target
+    # this CPU is the default target
+    assert autotune.extract(model, inputs, layout="nchw") == found
     assert not any(t.workload.prepacked for t in autotune.extract(model, inputs,
                                                                   target=None).tasks)
     assert not any(t.workload.prepacked for t in autotune.extract(
         model, inputs, target="cuda -arch=sm_90").tasks)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        planned = plan_model(model, inputs, target=LLVM, db=None)
+        planned = plan_model(model, inputs, target=LLVM, db=None, layout="nchw")
     assert {k.workload for k in planned} == {t.workload for t in found.tasks}
 
 
 def test_compile_model_runs_the_prepacked_record(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, inputs = randomize_bn(Net()), _inputs()
-    conv = next(t.workload for t in autotune.extract(model, inputs, target=LLVM).tasks
+    conv = next(t.workload for t in autotune.extract(model, inputs, target=LLVM,
+                                                     layout="nchw").tasks
                 if t.workload.op == "conv2d")
     space = config_space(conv, LLVM)
     default = space.default().to_dict()["knobs"]
@@ -78,7 +80,7 @@ def test_compile_model_runs_the_prepacked_record(tmp_path: Path) -> None:
     db.dispose()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the other layers run their defaults
-        compiled = autotune.compile_model(model, inputs, target=LLVM, db=url)
+        compiled = autotune.compile_model(model, inputs, target=LLVM, db=url, layout="nchw")
     (module,) = [m for m in kernel_modules(compiled) if m.workload == conv]
     assert module.kernel.func.attrs["config_index"] == chosen.index
     assert module.kernel.pack is not None

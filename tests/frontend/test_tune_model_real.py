@@ -56,8 +56,8 @@ def test_tune_model_then_compile_model(tmp_path: Path):
 
 
 class Blockable(nn.Module):
-    """Two residual blocks of two 16-channel convs: a blocked chain on a CPU of 8 or 16
-    lanes (4 convs for its 2 transforms, at least the 2 per transform a chain needs)."""
+    """Two residual blocks of two 16-channel convs: blocked on a CPU of 8 or 16 lanes, the
+    first conv reading the NCHW input as it is."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,14 +82,16 @@ def test_tune_model_tunes_the_blocked_layouts_compile_model_runs(tmp_path: Path)
     assert result.trials_done == 4 and not result.failed
     db = Database(url)
     run = db.get_run(result.run_id)
-    assert {t["workload"].get("layout") for t in run.tasks} == {f"NCHW{lanes}c"}
+    assert {t["workload"].get("layout") for t in run.tasks} == {f"NCHW>NCHW{lanes}c",
+                                                                f"NCHW{lanes}c"}
     db.dispose()
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoTunedScheduleWarning)  # every kernel has a record
         compiled = autotune.compile_model(model, (x,), db=url, layout="auto")
     from autotune.frontend.layouts import transforms
 
-    assert len(transforms(compiled)) == 2  # into the chain at the input, out at the output
+    # the input blocked for the first residual add, the output back to NCHW
+    assert len(transforms(compiled)) == 2
     with torch.no_grad():
         want = model(x)
         assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())

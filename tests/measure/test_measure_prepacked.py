@@ -16,6 +16,7 @@ from autotune.measure.correctness import WorkloadData
 from autotune.measure.run_worker import measure
 from autotune.measure.timing import CacheFlusher
 from autotune.ops import PREPACKABLE_OPS, Workload, WorkloadError
+from autotune.ops.workload import BLOCKED_PREPACKABLE_OPS
 from autotune.schedule.prepack import PACKED_OPERAND, pack_operand
 from autotune.space import Config
 
@@ -39,12 +40,15 @@ def test_the_prepacked_form_is_its_own_key_and_the_usual_key_is_unchanged() -> N
     assert "prepacked" not in usual.to_dict() and packed.to_dict()["prepacked"] is True
     assert Workload.from_json(packed.key) == packed and Workload.from_json(usual.key) == usual
     assert str(packed) == f"{usual} prepacked"
-    assert set(PACKED_OPERAND) == PREPACKABLE_OPS
+    assert set(PACKED_OPERAND) == PREPACKABLE_OPS | BLOCKED_PREPACKABLE_OPS
 
 
 @pytest.mark.parametrize("data, message", [
     ({"op": "depthwise_conv2d", "params": {"N": 1, "C": 4, "H": 8, "W": 8, "R": 3, "S": 3,
                  "stride": 1, "pad": 1},
+      "prepacked": True}, "in a blocked layout only"),
+    ({"op": "max_pool2d", "params": {"N": 1, "C": 16, "H": 8, "W": 8, "R": 3, "S": 3,
+                 "stride": 1, "pad": 1}, "layout": "NCHW16c",
       "prepacked": True}, "no constant operand"),
     ({"op": "matmul", "params": {"M": 2, "N": 3, "K": 4}, "prepacked": 1}, "boolean"),
 ])

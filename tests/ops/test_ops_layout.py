@@ -1,11 +1,18 @@
-"""conv2d's blocked layout NCHW[x]c: shapes, key, wire form, reference, refusals."""
+"""Blocked layouts NCHW[x]c of conv2d, depthwise_conv2d and max_pool2d, and conv2d's data and
+output in two layouts (IN>OUT): shapes, key, wire form, reference, refusals."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from autotune.ops import Workload, WorkloadError, workload
-from autotune.ops.layout import from_blocked, layout_block, to_blocked
+from autotune.ops.layout import (
+    blocked_shape,
+    from_blocked,
+    layout_block,
+    layout_blocks,
+    to_blocked,
+)
 
 PARAMS = dict(N=1, C=16, H=6, W=5, K=32, R=3, S=3, stride=2, pad=1)
 
@@ -67,12 +74,61 @@ def test_refusals_name_the_field(changes: dict, field: str) -> None:
         workload("conv2d", layout=layout, **{**PARAMS, **changes})
 
 
-def test_blocked_layout_is_conv2d_only() -> None:
+def test_blocked_layouts_are_the_conv_and_pool_ops_only() -> None:
     with pytest.raises(WorkloadError) as err:
         Workload.from_dict({"op": "matmul", "params": {"M": 8, "N": 8, "K": 8},
                             "layout": "NCHW8c"})
     assert err.value.field == "layout" and "no blocked layout" in str(err.value)
     assert layout_block("NCHW") == 1 and layout_block("NCHW16c") == 16
+    with pytest.raises(WorkloadError) as err:
+        workload("depthwise_conv2d", layout="NCHW8c>NCHW16c", **{
+            k: v for k, v in PARAMS.items() if k != "K"})
+    assert err.value.field == "layout" and "only conv2d takes two" in str(err.value)
+
+
+@pytest.mark.parametrize("op", ["depthwise_conv2d", "max_pool2d"])
+def test_window_ops_blocked_reference_is_the_nchw_one_blocked(op: str) -> None:
+    params = {k: v for k, v in PARAMS.items() if k != "K"}
+    chain = ["bias", "residual", "relu6"] if op == "depthwise_conv2d" else []
+    wl = workload(op, layout="NCHW8c", epilogue=chain, **params)
+    plain = workload(op, epilogue=chain, **params)
+    assert [a.shape for a in wl.arg_specs][0] == (1, 2, 6, 5, 8)
+    assert wl.output_shape == (1, 2, 3, 3, 8) and wl.flops() == plain.flops()
+    args = wl.random_args(3)
+    nchw = [from_blocked(a) if a.ndim == 5 else a for a in args]
+    np.testing.assert_allclose(wl.reference(args), to_blocked(plain.reference(nchw), 8),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout, blocks", [("NCHW>NCHW16c", (1, 16)),
+                                            ("NCHW16c>NCHW8c", (16, 8)),
+                                            ("NCHW8c>NCHW32c", (8, 32))])
+def test_a_conv_reads_one_layout_and_writes_another(layout: str, blocks: tuple) -> None:
+    chain = ["bias", "residual", "relu"]
+    wl = workload("conv2d", layout=layout, epilogue=chain, **PARAMS)
+    assert layout_blocks(layout) == blocks and (wl.in_block, wl.block) == blocks
+    assert Workload.from_json(wl.key) == wl and str(wl).endswith(f" {layout}")
+    shapes = {a.name: a.shape for a in wl.arg_specs}
+    assert shapes["data"] == blocked_shape((1, 16, 6, 5), blocks[0])
+    assert shapes["residual"] == shapes["out"] == blocked_shape((1, 32, 3, 3), blocks[1])
+    plain = workload("conv2d", epilogue=chain, **PARAMS)
+    args = wl.random_args(4)
+    nchw = [from_blocked(a) if a.ndim == 5 else a for a in args]
+    np.testing.assert_allclose(wl.reference(args), to_blocked(plain.reference(nchw), blocks[1]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["NCHW16c>NCHW16c", "NCHW>NCHW", "NCHW>NHWC", "NHWC>NCHW8c",
+                                    "NCHW8c>NCHW8c>NCHW16c", "NCHW8c>"])
+def test_two_layouts_must_differ_and_be_nchw_or_blocked(layout: str) -> None:
+    with pytest.raises(ValueError, match="unknown layout"):
+        layout_blocks(layout)
+
+
+def test_blocked_data_is_written_blocked() -> None:
+    with pytest.raises(WorkloadError, match="NCHW output comes from NCHW data") as err:
+        workload("conv2d", layout="NCHW8c>NCHW", **PARAMS)
+    assert err.value.field == "layout"
 
 
 def test_api_schema_bounds_the_layout() -> None:
@@ -100,11 +156,15 @@ def test_api_schema_pattern_is_the_validators_range() -> None:
         name = f"NCHW{x}c"
         valid = 2 <= x <= MAX_BLOCK
         assert bool(re.fullmatch(_LAYOUT_PATTERN, name)) == valid, name
+        mixed = f"NCHW>{name}"
+        assert bool(re.fullmatch(_LAYOUT_PATTERN, mixed)) == valid, mixed
         if valid:
-            assert layout_block(name) == x
+            assert layout_block(name) == x and layout_blocks(mixed) == (1, x)
         else:
             with pytest.raises(ValueError):
                 layout_block(name)
+            with pytest.raises(ValueError):
+                layout_blocks(mixed)
 
 
 def test_nhwc_reference_is_the_nchw_one_with_channels_last() -> None:

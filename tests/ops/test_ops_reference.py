@@ -103,8 +103,10 @@ SMALL = {
     "conv2d": dict(N=1, C=3, H=7, W=5, K=4, R=3, S=3, stride=1, pad=1),
     "depthwise_conv2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1, multiplier=2),
     "max_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1),
+    "global_avg_pool2d": dict(N=2, C=3, H=7, W=5),
+    "channel_mul": dict(N=2, C=3, H=7, W=5),
 }
-NO_EPILOGUE = {"max_pool2d"}
+NO_EPILOGUE = {"max_pool2d", "global_avg_pool2d", "channel_mul"}
 
 
 def naive(w, args):
@@ -118,6 +120,15 @@ def naive(w, args):
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], p["dilation"])
     elif w.op == "max_pool2d":
         out = naive_max_pool2d(args[0], p["R"], p["S"], p["stride"], p["pad"])
+    elif w.op == "global_avg_pool2d":  # a sum per channel, in loops, over its pixels
+        n, c, h, wd = args[0].shape
+        out = np.zeros((n, c, 1, 1))
+        for y in range(h):
+            for x in range(wd):
+                out[:, :, 0, 0] += args[0][:, :, y, x]
+        out /= h * wd
+    elif w.op == "channel_mul":
+        out = args[0].astype(np.float64) * args[1][:, :, :1, :1]
     else:
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], groups_of=p["multiplier"])
     names = [spec.name for spec in w.arg_specs]

@@ -167,7 +167,8 @@ def test_from_json_rejects_bad_text():
 # ---- invalid input -------------------------------------------------------------------
 
 BAD = [
-    ("unknown op", "softmax", {}, (), "float32", "op 'softmax'.*known ops: batch_matmul, conv2d"),
+    ("unknown op", "softmax", {}, (), "float32",
+     "op 'softmax'.*known ops: batch_matmul, channel_mul, conv2d"),
     ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float64", "dtype"),
     ("half pool", "max_pool2d", POOL, (), "float16",
      "dtype 'float16' is not supported for max_pool2d"),
@@ -308,12 +309,14 @@ def test_flops(w, flops):
 
 
 def test_ops_table_describe():
-    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "max_pool2d"}
+    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "max_pool2d",
+                        "global_avg_pool2d", "channel_mul"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
-        pool = name == "max_pool2d"  # takes no epilogue, runs on llvm only
+        # takes no epilogue, runs on llvm only
+        pool = name in ("max_pool2d", "global_avg_pool2d", "channel_mul")
         assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
                                                    "relu6", "hardswish", "hardsigmoid",
                                                    "sigmoid", "silu", "gelu"])

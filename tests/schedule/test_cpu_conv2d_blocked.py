@@ -1,6 +1,7 @@
 """The CPU template for conv2d in NCHW[x]c: real generated kernels against numpy (strides
-1 and 2, 1x1 / 3x3 / 7x7 windows, padding, residual and activation epilogues), sampled
-configs, the prepacked form, and a default register tile that fits the vector registers."""
+1 and 2, 1x1 / 3x3 / 7x7 windows, padding, residual and activation epilogues; NCHW data
+into blocked output, and one block into another), sampled configs, the prepacked form, and
+a default register tile that fits the vector registers."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +26,15 @@ CASES = [  # (params, epilogue, layout)
     (dict(N=1, C=32, H=8, W=7, K=16, R=1, S=1, stride=2, pad=0), [], "NCHW8c"),
     (dict(N=1, C=16, H=15, W=14, K=16, R=7, S=7, stride=2, pad=3), ["bias", "relu6"],
      "NCHW8c"),
+    # a model's first conv: NCHW data (3 channels), blocked output
+    (dict(N=1, C=3, H=17, W=15, K=32, R=7, S=7, stride=2, pad=3), ["bias", "relu"],
+     f"NCHW>NCHW{LANES}c"),
+    # a move between blocks (24 channels, which 16 does not divide), with a residual in the
+    # output's block
+    (dict(N=1, C=32, H=6, W=7, K=24, R=1, S=1, stride=1, pad=0), ["bias", "residual"],
+     "NCHW16c>NCHW8c"),
+    (dict(N=1, C=24, H=6, W=7, K=32, R=3, S=3, stride=1, pad=1), ["bias", "hardswish"],
+     "NCHW8c>NCHW16c"),
 ]
 
 
@@ -42,14 +52,15 @@ def test_default_config_matches_numpy(params: dict, epilogue: list, layout: str)
 
 
 def test_sampled_configs_match_numpy() -> None:
-    params, epilogue, layout = CASES[1]
-    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
-    sp = config_space(wl, LLVM)
-    rng = np.random.default_rng(0)
-    valid = [cfg for cfg in sp.sample(rng, 40) if not sp.invalid_reason(cfg)][:6]
-    assert len(valid) == 6
-    for cfg in valid:
-        _check(compile_kernel(wl, LLVM, cfg), wl)
+    for case in (1, 7):
+        params, epilogue, layout = CASES[case]
+        wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+        sp = config_space(wl, LLVM)
+        rng = np.random.default_rng(0)
+        valid = [cfg for cfg in sp.sample(rng, 40) if not sp.invalid_reason(cfg)][:4]
+        assert len(valid) == 4
+        for cfg in valid:
+            _check(compile_kernel(wl, LLVM, cfg), wl)
 
 
 def test_prepacked_blocked_conv_reads_the_weight_packed_by_blocks() -> None:
@@ -91,10 +102,12 @@ def test_cuda_refuses_a_blocked_layout() -> None:
     assert err.value.field == "layout"
 
 
+@pytest.mark.parametrize("case", [1, 7])
 @pytest.mark.parametrize("reduce", ["taps_channels", "channels_taps"])
 @pytest.mark.parametrize("unroll, pad", [("unroll", "inline"), ("none", "buffer")])
-def test_reduction_orders_and_padding_match_numpy(reduce: str, unroll: str, pad: str) -> None:
-    params, epilogue, layout = CASES[1]
+def test_reduction_orders_and_padding_match_numpy(case: int, reduce: str, unroll: str,
+                                                  pad: str) -> None:
+    params, epilogue, layout = CASES[case]
     wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
     values = config_space(wl, LLVM).default().to_dict()["knobs"]
     config = {"knobs": {**values, "reduce": reduce, "unroll_rs": unroll, "pad": pad}}

@@ -1,6 +1,6 @@
 """The registry, not the templates, picks the variant of a workload's template: the GEMV of
-a one-row matmul, the blocked conv of a channel-blocked layout; each makes its loop AST
-through the one `Template` interface, and keeps its op's kernel family."""
+a one-row matmul, the blocked conv, depthwise conv or pool of a channel-blocked layout; each
+makes its loop AST through the one `Template` interface, and keeps its op's kernel family."""
 from __future__ import annotations
 
 import autotune
@@ -8,6 +8,7 @@ from autotune import driver
 from autotune.schedule.templates import (
     CONV2D_BLOCKED,
     GEMV,
+    WINDOW_BLOCKED,
     LoopTemplate,
     ScheduleTemplate,
     get_template,
@@ -29,6 +30,12 @@ def test_variants_are_chosen_by_the_registry_and_keep_their_family() -> None:
     assert driver.kernel_family(blocked, LLVM) == "cpu_conv2d"
     assert driver.config_space(gemv, LLVM).name == GEMV.space(gemv, LLVM).name
     assert driver.config_space(blocked, LLVM).name == CONV2D_BLOCKED.space(blocked, LLVM).name
+    window = dict(N=1, C=16, H=8, W=8, R=3, S=3, stride=1, pad=1)
+    for op, family in (("depthwise_conv2d", "cpu_depthwise"), ("max_pool2d", "cpu_pool")):
+        wl = autotune.workload(op, layout="NCHW8c", **window)
+        assert template_for(wl, LLVM) is WINDOW_BLOCKED[op]
+        assert driver.kernel_family(wl, LLVM) == family
+        assert template_for(autotune.workload(op, **window), LLVM).name == family
 
 
 def test_each_template_makes_its_loop_ast_through_kernel() -> None:

@@ -140,7 +140,7 @@ def _pool(**params: Any) -> dict[str, Any]:
     ({"workload": _pool(stride=[2, 0])}, ["body", "workload", "params", "stride"]),
     ({"workload": _pool(dilation=2)}, ["body", "workload", "params", "dilation"]),
     ({"workload": {**_pool(), "epilogue": ["relu"]}}, ["body", "workload", "epilogue"]),
-    ({"workload": {**_pool(), "layout": "NCHW16c"}}, ["body", "workload", "layout"]),
+    ({"workload": {**_pool(), "layout": "NCHW>NCHW8c"}}, ["body", "workload", "layout"]),
 ])
 def test_bad_submissions_name_the_field(serve, body, loc) -> None:
     client = serve()

@@ -18,7 +18,8 @@ from autotune.service.demo import DEMO_NAME
 from tests.service.service_helpers import FAST_MEASURE, free_port, wait_for
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
-TRIALS = 7  # seven tasks: one trial each
+TASKS = 8  # the demo model's distinct layers
+TRIALS = TASKS  # one trial each
 
 
 def _serve(tmp_path: Path, port: int, log: Path) -> subprocess.Popen:
@@ -59,12 +60,12 @@ def test_the_demo_tunes_a_model_run_to_watch(tmp_path: Path) -> None:
 
         wait_for(lambda: run().get("state") == "running", 120, what="the demo's model run")
         assert run()["name"] == DEMO_NAME and run()["budget"] == TRIALS
-        assert run()["tasks"] == 7
+        assert run()["tasks"] == TASKS
         wait_for(lambda: "demo model run is done" in log.read_text(), 300,
                  what="the demo run to finish")
         assert run()["state"] == "done"
         jobs = httpx.get(f"{base}/jobs", params={"limit": 50}, timeout=5).json()["items"]
-        assert len(jobs) == 7 and all(j["trials_done"] >= 1 for j in jobs), jobs
+        assert len(jobs) == TASKS and all(j["trials_done"] >= 1 for j in jobs), jobs
         assert all(j["state"] == "done" for j in jobs)
         detail = httpx.get(f"{base}/model-runs/{run()['id']}", timeout=5).json()
         assert detail["estimated_latency_s"] > 0
@@ -77,7 +78,7 @@ def test_the_demo_tunes_a_model_run_to_watch(tmp_path: Path) -> None:
     assert f"dashboard at http://127.0.0.1:{port}/" in text
     assert "press Ctrl-C to stop" in text, text
     demo_log = (tmp_path / "autotune-demo.log").read_text()
-    assert demo_log.count("model run 1: 7/7 trials") == 1, demo_log
+    assert demo_log.count(f"model run 1: {TASKS}/{TASKS} trials") == 1, demo_log
 
     # Served again over the same database: the finished run is not started again.
     proc = _serve(tmp_path, port := free_port(), log)

@@ -34,9 +34,11 @@ EXAMPLES = 30  # per operation
 # Where a schema-valid request may get a 422: fields checked against tables a JSON schema
 # does not hold (see the module docstring). Anything else refused is a schema that lies.
 # (A job's dtype is refused by its target: a half dtype on a CPU target; so is its op:
-# max_pool2d on a cuda target.)
+# max_pool2d on a cuda target; and its layout: NHWC on sm_90a's half convs only, blocked
+# layouts on llvm only, two layouts for conv2d only.)
 SEMANTIC = (("body", "workload", "params"), ("body", "workload", "dtype"),
-            ("body", "workload", "op"), ("body", "target"), ("body", "tuner_options"),
+            ("body", "workload", "op"), ("body", "workload", "layout"), ("body", "target"),
+            ("body", "tuner_options"),
             ("query", "workload", "params"), ("query", "target"))
 # What the published schema states: a 422 saying one of these to a schema-valid request is
 # a schema looser than validation (the two classes issue 37 found: an op's parameters were
@@ -154,6 +156,29 @@ def test_the_schema_requires_each_ops_params_and_a_known_target_kind() -> None:
         (number,) = [s for s in measure["properties"][name]["anyOf"] if s["type"] != "null"]
         assert (number["minimum"], number["maximum"]) == (MEASURE_BOUNDS[name].minimum,
                                                           MEASURE_BOUNDS[name].maximum)
+
+
+def test_the_schema_gives_each_op_its_layouts_and_prepacked_form() -> None:
+    """Blocked layouts for the ops that have them, two layouts and NHWC for conv2d only,
+    and a depthwise conv's prepacked form only when it is blocked, as validation says."""
+    valid = jsonschema.Draft202012Validator(OPENAPI["components"]["schemas"]["WorkloadIn"]) \
+        .is_valid
+    window = {"N": 1, "C": 16, "H": 8, "W": 8, "R": 3, "S": 3, "stride": 1, "pad": 1}
+    conv = {"op": "conv2d", "params": {**window, "K": 16}}
+    pool = {"op": "max_pool2d", "params": window}
+    gate = {"op": "channel_mul", "params": {"N": 1, "C": 16, "H": 8, "W": 8}}
+    dw = {"op": "depthwise_conv2d", "params": window}
+    mm = {"op": "matmul", "params": {"M": 16, "N": 16, "K": 16}}
+    for body, layout, ok in ((conv, "NCHW>NCHW16c", True), (conv, "NHWC", True),
+                             (pool, "NCHW16c", True), (gate, "NCHW8c", True),
+                             (pool, "NCHW>NCHW16c", False), (dw, "NHWC", False),
+                             (mm, "NCHW16c", False), (conv, "NCHW1c", False)):
+        assert valid({**body, "layout": layout}) == ok, (body["op"], layout)
+    assert valid({**dw, "layout": "NCHW16c", "prepacked": True})
+    assert not valid({**dw, "prepacked": True})
+    assert not valid({**dw, "layout": "NCHW", "prepacked": True})
+    assert not valid({**pool, "layout": "NCHW16c", "prepacked": True})
+    assert valid({**conv, "prepacked": True})
 
 
 @schema.parametrize()

@@ -5,8 +5,10 @@ batch_matmul and conv2d on cuda take ``cuda_tensorcore`` (wmma), depthwise_conv2
 its template in every dtype (CUDA cores, float32 accumulation). `template_for` then picks
 a variant where the workload's shape, layout or target calls for one: on sm_90a a half
 matmul, batch_matmul or NHWC conv2d whose rows TMA can copy takes ``cuda_wgmma``; on a CPU
-a one-row matmul (a GEMV) takes ``cpu_gemv`` and a channel-blocked conv2d
-``cpu_conv2d_blocked``. Each comes as a `Template` (``template.py``), whichever way it
+a one-row matmul (a GEMV) takes ``cpu_gemv``, a channel-blocked conv2d
+``cpu_conv2d_blocked`` and a channel-blocked depthwise conv or max-pool
+``cpu_window_blocked``; global_avg_pool2d and channel_mul take ``cpu_channelwise`` in
+every layout. Each comes as a `Template` (``template.py``), whichever way it
 makes its loop AST.
 """
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import TYPE_CHECKING, Mapping
 
 from autotune.ops.dtypes import HALF_DTYPES
 from autotune.schedule.templates import (
+    cpu_channelwise,
     cpu_conv2d,
     cpu_conv2d_blocked,
     cpu_depthwise,
     cpu_gemv,
     cpu_matmul,
     cpu_pool,
+    cpu_window_blocked,
     cuda_conv2d,
     cuda_depthwise,
     cuda_matmul,
@@ -36,8 +40,8 @@ if TYPE_CHECKING:
     from autotune.ops import Workload
     from autotune.target import Target
 
-__all__ = ["GEMV", "WGMMA", "LoopTemplate", "ScheduleTemplate", "Template", "get_template",
-           "template_for"]
+__all__ = ["GEMV", "WGMMA", "WINDOW_BLOCKED", "LoopTemplate", "ScheduleTemplate", "Template",
+           "get_template", "template_for"]
 
 CPU_MATMUL = ScheduleTemplate("cpu_matmul", "cpu_matmul", cpu_matmul.space, cpu_matmul.schedule)
 CPU_CONV2D = ScheduleTemplate("cpu_conv2d", "cpu_conv2d", cpu_conv2d.space, cpu_conv2d.schedule)
@@ -52,6 +56,13 @@ WGMMA = LoopTemplate("cuda_wgmma", "cuda_wgmma", cuda_wgmma.space, cuda_wgmma_lo
 GEMV = ScheduleTemplate("cpu_gemv", "cpu_matmul", cpu_gemv.space, cpu_gemv.schedule)
 CONV2D_BLOCKED = ScheduleTemplate("cpu_conv2d_blocked", "cpu_conv2d", cpu_conv2d_blocked.space,
                                   cpu_conv2d_blocked.schedule)
+# the blocked window ops, each in its op's kernel family
+WINDOW_BLOCKED: Mapping[str, Template] = MappingProxyType({
+    op: ScheduleTemplate("cpu_window_blocked", family, cpu_window_blocked.space,
+                         cpu_window_blocked.schedule)
+    for op, family in (("depthwise_conv2d", "cpu_depthwise"), ("max_pool2d", "cpu_pool"))})
+CPU_CHANNELWISE = ScheduleTemplate("cpu_channelwise", "cpu_channelwise", cpu_channelwise.space,
+                                   cpu_channelwise.schedule)
 
 # (op, target kind, half dtype) -> template
 _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
@@ -62,6 +73,8 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
         "cpu_depthwise", "cpu_depthwise", cpu_depthwise.space, cpu_depthwise.schedule),
     ("max_pool2d", "llvm", False): ScheduleTemplate("cpu_pool", "cpu_pool", cpu_pool.space,
                                                     cpu_pool.schedule),
+    ("global_avg_pool2d", "llvm", False): CPU_CHANNELWISE,
+    ("channel_mul", "llvm", False): CPU_CHANNELWISE,
     ("matmul", "cuda", False): CUDA_MATMUL,
     ("batch_matmul", "cuda", False): CUDA_MATMUL,
     ("conv2d", "cuda", False): ScheduleTemplate("cuda_conv2d", "cuda_conv2d",
@@ -95,4 +108,6 @@ def template_for(workload: Workload, target: Target) -> Template:
         return GEMV
     if target.kind == "llvm" and workload.op == "conv2d" and workload.block > 1:
         return CONV2D_BLOCKED  # channel-blocked data and output
+    if target.kind == "llvm" and workload.op in WINDOW_BLOCKED and workload.block > 1:
+        return WINDOW_BLOCKED[workload.op]
     return get_template(workload.op, target.kind, workload.dtype)

@@ -168,3 +168,7 @@ CONV_ORDERS = [("k0", "y0", "x0", "k1", "y1", "x1"), ("k0", "y0", "x0", "y1", "x
                ("y0", "x0", "k0", "k1", "y1", "x1"), ("k0", "y0", "k1", "x0", "y1", "x1"),
                ("k0", "k1", "y0", "x0", "y1", "x1"), ("y0", "k0", "x0", "y1", "k1", "x1")]
 MAX_CONV_REG_TILE = 512  # accumulator floats: beyond this the tile spills and unrolling explodes
+# Orders of a window op's outer tile loops (channels c, rows y, columns x), shared by the
+# depthwise and pool templates in NCHW and channel-blocked layouts.
+WINDOW_ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
+                 ("c0", "y0", "c1", "x0", "y1", "x1"), ("y0", "c0", "x0", "c1", "y1", "x1")]

@@ -1,7 +1,9 @@
-"""CPU template for conv2d in a channel-blocked layout (NCHW[x]c).
+"""CPU template for conv2d in a channel-blocked layout (NCHW[x]c; the data may be in
+another block, or NCHW: a model's first conv).
 
 A vector of x output channels is contiguous in the output (and a residual), and the weight
-is packed to [K/x, C/x, R, S, x(c), x(k)]: the register tile is output pixels (y2 x x2)
+is packed to [K/x, C/y, R, S, y(c), x(k)] (y: the data's block): the register tile is output
+pixels (y2 x x2)
 by k2 channel blocks, each step broadcasting one input value per pixel and loading k2
 weight vectors, and the write-back stores whole vectors (oneDNN's nChw16c direct conv).
 Output channel blocks, rows and columns are tiled in three levels; the reduction runs over
@@ -45,7 +47,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
         Split("tile_k", wl.dim("K") // b, 3, max_inner=4),  # channel blocks per tile
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=16),
-        Split("tile_rc", wl.dim("C") // b, 2, max_inner=32),
+        Split("tile_rc", wl.dim("C") // wl.in_block, 2, max_inner=32),
         Reorder("order", ORDERS),
         Choice("pad", ["inline", "buffer"]),
         # taps then a block's channels (innermost: the weight vectors and input values one
@@ -81,15 +83,15 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     broadcast, channel vectors reloaded); input channel blocks so one block's weight and
     input micro-panels fit half of L1; k1 channel-block tiles whose weights fit half of L2;
     whole rows per tile; outer loops fused until every core has 4+ tasks."""
-    b, C, R, S = wl.block, wl.dim("C"), wl.dim("R"), wl.dim("S")
+    b, bi, C, R, S = wl.block, wl.in_block, wl.dim("C"), wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
     k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k * b, tail_use(tile_k.extent, k)
                                         * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
                                        for k in innermost_factors(tile_k)
                                        for y in innermost_factors(tile_y)
                                        for x in innermost_factors(tile_x)])
-    panel = R * S * b * (k2 * b + (y2 + R - 1) * (x2 + S - 1)) * 4  # one channel block's
-    rc1 = fit_count(facts.l1d // 2, panel, C // b)
+    panel = R * S * bi * (k2 * b + (y2 + R - 1) * (x2 + S - 1)) * 4  # one channel block's
+    rc1 = fit_count(facts.l1d // 2, panel, C // bi)
     k1 = fit_count(facts.l2 // 2, k2 * b * C * R * S * 4, tile_k.extent // k2)
     tk = nearest_split(tile_k, (k1, k2))
     ty = nearest_split(tile_y, (1, y2))
@@ -114,7 +116,7 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     v = vector_width(wl.block, target.vector_lanes)
     g = conv2d_blocked_graph(wl)
     s = g.schedule()
-    _schedule_pad(s, g.pad, cfg["pad"], v)
+    schedule_blocked_pad(s, g.pad, cfg["pad"], target.vector_lanes)
     out = s.cache_write(g.output, "local")
     st = s[g.output]
     n, k, y, x, ki = st.axis
@@ -148,16 +150,20 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     return s
 
 
-def _schedule_pad(s: Schedule, pad, mode: str, v: int) -> None:
-    """Inline the zero padding into its readers, or materialise it once (in parallel, a
-    vector of channels at a time)."""
+def schedule_blocked_pad(s: Schedule, pad, mode: str, lanes: int) -> None:
+    """Inline the padding of NCHW[x]c data into its readers, or materialise it once (in
+    parallel, a vector of channels at a time; along rows for NCHW data, a block of 1)."""
     if pad is None:
         return
     ps: Stage = s[pad]
     if mode == "inline":
         ps.compute_inline()
         return
-    n, c, h, w, ci = ps.axis
+    n, c, h, w, *ci = ps.axis
     ps.parallel(ps.fuse(n, c))
-    _, cv = ps.split(ci, factor=v)
+    if not ci:  # NCHW
+        _, wv = ps.split(w, factor=lanes)
+        ps.vectorize(wv)
+        return
+    _, cv = ps.split(ci[0], factor=vector_width(pad.shape[-1], lanes))
     ps.vectorize(cv)

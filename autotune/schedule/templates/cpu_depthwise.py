@@ -1,4 +1,5 @@
-"""CPU template for depthwise_conv2d (NCHW, channel multiplier m).
+"""CPU template for depthwise_conv2d (NCHW, channel multiplier m; a blocked layout takes
+the `cpu_window_blocked` variant).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
 register reuse from a (rows x columns) accumulator tile vectorised along output columns, with
@@ -14,6 +15,7 @@ from autotune.schedule.definitions import OpGraph, depthwise_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
+    WINDOW_ORDERS,
     all_of,
     fit_count,
     innermost_factors,
@@ -32,8 +34,7 @@ from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder,
 from autotune.target import Target
 from autotune.target.cpu_facts import CpuFacts, facts_of
 
-ORDERS = [("c0", "y0", "x0", "c1", "y1", "x1"), ("c0", "c1", "y0", "x0", "y1", "x1"),
-          ("c0", "y0", "c1", "x0", "y1", "x1"), ("y0", "c0", "x0", "c1", "y1", "x1")]
+ORDERS = WINDOW_ORDERS
 MAX_REG_TILE = 256
 # Register tile rows at a stride along y: consecutive output rows share few input rows (one
 # of three taps at stride 2), so a tall tile reuses little and gathers more. MobileNet-V2's

@@ -1,4 +1,5 @@
-"""CPU template for max_pool2d (NCHW).
+"""CPU template for max_pool2d (NCHW; a blocked layout takes the `cpu_window_blocked`
+variant).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
 the work per task from a (rows x columns) tile of running maxima vectorised along output
