@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from autotune.frontend.torch import Match
+from autotune.frontend.tasks import Match
 from autotune.ops import Workload, WorkloadError
 from autotune.ops.layout import NHWC
 from autotune.schedule.templates import WGMMA, template_for

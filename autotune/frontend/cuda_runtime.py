@@ -23,7 +23,7 @@ from autotune.codegen.cuda.runtime import CudaKernel, load_cuda_kernel
 from autotune.driver import lower
 from autotune.frontend.groups import KernelGroup, ModuleMaker
 from autotune.frontend.precision import as_torch, autocast_dtype, torch_dtype
-from autotune.frontend.torch import Match
+from autotune.frontend.tasks import Match
 from autotune.ops import Workload
 from autotune.ops.layout import NHWC
 from autotune.space import Config

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.frontend.torch import Match
+from autotune.frontend.tasks import Match
 from autotune.ops.epilogue import ACTIVATIONS
 
 # each epilogue activation on torch

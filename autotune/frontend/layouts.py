@@ -20,7 +20,7 @@ import torch
 from torch import fx, nn
 
 from autotune.frontend.channels_last import channels_last
-from autotune.frontend.torch import Match
+from autotune.frontend.tasks import Match
 from autotune.ops import Workload, prepackable
 from autotune.ops.layout import LAYOUT_OPS, NCHW, mixed
 from autotune.target import Target

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from autotune.ops import Workload
 
 
@@ -57,3 +59,22 @@ class ModelTasks:
     def flops(self) -> int:
         """FLOPs of one forward pass over the tasks (what torch keeps is not counted)."""
         return sum(t.weight * t.workload.flops() for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class Match:
+    """A group of graph nodes one kernel replaces: ``nodes`` (fx node names: main op, then a
+    BatchNorm, a residual add and a ReLU or ReLU6 when fused), the nodes feeding its activation
+    ``inputs`` (the main op's, then the residual's), and its constant ``params`` in kernel
+    order (folded weight, then per-channel epilogue vectors; none for matmuls of two
+    activations). The kernel takes ``inputs[0]``, ``params``, ``inputs[1:]``: the residual
+    is the last epilogue argument. ``place`` names the main op (its module's path).
+    ``cast``: a float32 activation is cast to the workload's half dtype first (autocast)."""
+
+    workload: Workload
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    params: tuple[np.ndarray, ...]
+    kind: str  # "conv", "linear", "matmul", "pool", "avgpool" or "gate"
+    place: str
+    cast: bool = False

@@ -17,16 +17,16 @@ from __future__ import annotations
 import copy
 import operator
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from math import prod
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from autotune.frontend.layouts import check_layout_mode, default_layouts
 from autotune.frontend.precision import (
     PrecisionError,
     group_dtype,
@@ -34,8 +34,9 @@ from autotune.frontend.precision import (
     stored,
     symbolic_trace,
 )
-from autotune.frontend.tasks import ModelTasks, Task, Unsupported
+from autotune.frontend.tasks import Match, ModelTasks, Task, Unsupported
 from autotune.ops import PREPACKABLE_OPS, Workload, WorkloadError, op_spec, workload
+from autotune.target import Target
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
 _RELU6_FUNCS = (F.relu6,)
@@ -55,25 +56,6 @@ _MAX_POOL_FUNCS = (F.max_pool2d, torch.max_pool2d, F.max_pool2d_with_indices)
 # F.max_pool2d's arguments in order (torch.max_pool2d has the first six)
 _MAX_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
                   "return_indices")
-
-
-@dataclass(frozen=True)
-class Match:
-    """A group of graph nodes one kernel replaces: ``nodes`` (fx node names: main op, then a
-    BatchNorm, a residual add and a ReLU or ReLU6 when fused), the nodes feeding its activation
-    ``inputs`` (the main op's, then the residual's), and its constant ``params`` in kernel
-    order (folded weight, then per-channel epilogue vectors; none for matmuls of two
-    activations). The kernel takes ``inputs[0]``, ``params``, ``inputs[1:]``: the residual
-    is the last epilogue argument. ``place`` names the main op (its module's path).
-    ``cast``: a float32 activation is cast to the workload's half dtype first (autocast)."""
-
-    workload: Workload
-    nodes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    params: tuple[np.ndarray, ...]
-    kind: str  # "conv", "linear", "matmul", "pool", "avgpool" or "gate"
-    place: str
-    cast: bool = False
 
 
 def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
@@ -136,9 +118,6 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
                                        prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
     if target is not None and layout != "nchw":
-        from autotune.frontend.layouts import check_layout_mode, default_layouts
-        from autotune.target import Target
-
         tgt = target if isinstance(target, Target) else Target(target)
         if check_layout_mode(layout, tgt) == "auto":
             matches = default_layouts(matches, tgt)
@@ -167,8 +146,6 @@ def _target(target: Any) -> Any:
     """``target`` (a spec or `Target`) as a `Target`; None for None."""
     if target is None:
         return None
-    from autotune.target import Target
-
     return Target(target) if isinstance(target, str) else target
 
 

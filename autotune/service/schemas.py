@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.db import JobRecord, TrialRecord
 from autotune.job_options import MAX_SEED, MAX_TRIALS, MEASURE_BOUNDS
-from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, PREPACKABLE_OPS, op_dtypes
+from autotune.ops import DTYPES, EPILOGUE_STAGES, OPS, PREPACKABLE_OPS, Workload, op_dtypes
 from autotune.ops.epilogue import ACTIVATIONS
 from autotune.ops.layout import LAYOUT_OPS, MIXED_OPS, NCHW, NHWC_OPS
 from autotune.ops.spec import OpSpec, ParamSpec
@@ -425,8 +425,6 @@ class Health(BaseModel):
 def _workload_view(key: str) -> tuple[str, str, str]:
     """(wire JSON in the op table's order, label, short label) of a workload key; keys never
     change."""
-    from autotune.ops import Workload
-
     try:
         wl = Workload.from_json(key)
     except ValueError:  # a record of an op this version no longer knows
