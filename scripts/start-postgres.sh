@@ -67,10 +67,15 @@ if ! ready; then
     fi
     log "starting server on 127.0.0.1:$PORT"
     # Socket dir inside the data dir: /var/run/postgresql may not exist or be writable.
-    # 9>&-: the daemonized server must not inherit (and forever hold) the lock.
-    as_pg "$BINDIR/pg_ctl" -D "$PGDIR" -l "$PGDIR/server.log" -w -t 60 \
+    # The daemonized server must hold none of the descriptors above 2 it would inherit:
+    # this script's lock (fd 9), a lock its caller took around the tests (flock), a pipe a
+    # CI runner reads to its end; each would stay held for the server's whole life.
+    ( for fd in /proc/"$BASHPID"/fd/*; do
+          fd=${fd##*/}; [[ "$fd" -gt 2 ]] && eval "exec $fd>&-" 2>/dev/null
+      done
+      as_pg "$BINDIR/pg_ctl" -D "$PGDIR" -l "$PGDIR/server.log" -w -t 60 \
         -o "-c listen_addresses=127.0.0.1 -p $PORT -k $PGDIR -c fsync=off -c max_connections=200" \
-        start >/dev/null 9>&- || { log "server failed to start; tail of log:"; tail -n 20 "$PGDIR/server.log" >&2; exit 1; }
+        start >/dev/null ) || { log "server failed to start; tail of log:"; tail -n 20 "$PGDIR/server.log" >&2; exit 1; }
     for _ in $(seq 1 30); do ready && break; sleep 1; done
     ready || { log "server not accepting connections"; exit 1; }
 fi
