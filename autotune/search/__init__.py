@@ -10,7 +10,8 @@ from autotune.search.registry import (
                                       tuner_class,
                                       tuner_options,
 )
-from autotune.search.result import Progress, Retimed, TuneResult
+from autotune.search.result import Progress, TuneResult
+from autotune.search.retime import Retimed
 from autotune.search.session import TuningSession
 from autotune.search.store import ProgressSink, SearchStore
 

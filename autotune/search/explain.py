@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Optional
 from autotune.search.retime import NOISE_RATIO, RETIME_ROUNDS
 
 if TYPE_CHECKING:
-    from autotune.search.result import Retimed, TuneResult
+    from autotune.search.result import TuneResult
+    from autotune.search.retime import Retimed
 
 
 def short(result: "TuneResult") -> str:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from autotune.search.explain import short
+from autotune.search.retime import Retimed
 
 if TYPE_CHECKING:
     from autotune.measure.result import MeasureResult
@@ -30,43 +33,6 @@ class Progress:
     last_batch: tuple[tuple["Config", "MeasureResult"], ...]
     job_id: Optional[int] = None
     elapsed_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Retimed:
-    """One member of a re-timing window (`autotune.search.retime`); costs in seconds.
-
-    ``retimed_cost`` is the fastest of its rounds' medians in the window (None when no round
-    of it was valid; ``costs``: every repeat of its rounds); ``first_cost`` its first
-    measurement's, never pooled with it. ``status``: ``ok`` (the window was accepted: its
-    figures rank its members), ``noisy`` (on every attempt the window ran ``ratio`` times
-    slower than its members' first measurements, past `retime.NOISE_RATIO`, or one member
-    past `retime.OUTLIER_RATIO`: set aside, it changes no figure) or ``failed`` (no member
-    had a valid round: set aside too).
-    """
-
-    config_index: int
-    first_cost: float
-    retimed_cost: Optional[float]
-    costs: tuple[float, ...] = ()
-    error: str = "none"  # a failed round's error kind ("none" when every round was valid)
-    error_msg: str = ""
-    disqualified: bool = False  # a round crashed or answered wrong: the record stops being valid
-    status: str = "ok"
-    attempts: int = 1  # how many times the window was measured (noisy ones measured again)
-    ratio: Optional[float] = None  # the window's median re-timed / first cost over its members
-    measured_by: Optional[Mapping[str, Any]] = None
-
-    def record(self) -> Mapping[str, Any]:
-        """What its record keeps in ``extra["retime"]``."""
-        out: dict[str, Any] = {"status": self.status, "attempts": self.attempts,
-                               "ratio": self.ratio, "first_cost": self.first_cost,
-                               "retimed_cost": self.retimed_cost, "costs": list(self.costs)}
-        if self.error != "none":
-            out["error"], out["error_msg"] = self.error, self.error_msg
-        if self.measured_by is not None:
-            out["measured_by"] = dict(self.measured_by)
-        return out
 
 
 @dataclass(frozen=True)
@@ -127,6 +93,4 @@ class TuneResult:
         return self.default_cost / self.best_cost
 
     def __repr__(self) -> str:
-        from autotune.search.explain import short
-
         return f"TuneResult({short(self)})"

@@ -25,12 +25,11 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from autotune.measure.executor import Executor
 from autotune.measure.result import ErrorKind, MeasureInput, MeasureResult
 from autotune.ops import Workload
-from autotune.search.result import Retimed
 from autotune.space import Config
 from autotune.target import Target
 
@@ -57,6 +56,44 @@ RETIME_PAUSE_S = 1.0
 
 # Re-run failures that mean the kernel itself is broken, not the moment it ran in.
 DISQUALIFY = frozenset({ErrorKind.WRONG_ANSWER, ErrorKind.RUNTIME})
+
+
+@dataclass(frozen=True)
+class Retimed:
+    """One member of a re-timing window; costs in seconds.
+
+    ``retimed_cost`` is the fastest of its rounds' medians in the window (None when no round
+    of it was valid; ``costs``: every repeat of its rounds); ``first_cost`` its first
+    measurement's, never pooled with it. ``status``: ``ok`` (the window was accepted: its
+    figures rank its members), ``noisy`` (on every attempt the window ran ``ratio`` times
+    slower than its members' first measurements, past `retime.NOISE_RATIO`, or one member
+    past `retime.OUTLIER_RATIO`: set aside, it changes no figure) or ``failed`` (no member
+    had a valid round: set aside too).
+    """
+
+    config_index: int
+    first_cost: float
+    retimed_cost: Optional[float]
+    costs: tuple[float, ...] = ()
+    error: str = "none"  # a failed round's error kind ("none" when every round was valid)
+    error_msg: str = ""
+    disqualified: bool = False  # a round crashed or answered wrong: the record stops being valid
+    status: str = "ok"
+    attempts: int = 1  # how many times the window was measured (noisy ones measured again)
+    ratio: Optional[float] = None  # the window's median re-timed / first cost over its members
+    measured_by: Optional[Mapping[str, Any]] = None
+
+    def record(self) -> Mapping[str, Any]:
+        """What its record keeps in ``extra["retime"]``."""
+        out: dict[str, Any] = {"status": self.status, "attempts": self.attempts,
+                               "ratio": self.ratio, "first_cost": self.first_cost,
+                               "retimed_cost": self.retimed_cost, "costs": list(self.costs)}
+        if self.error != "none":
+            out["error"], out["error_msg"] = self.error, self.error_msg
+        if self.measured_by is not None:
+            out["measured_by"] = dict(self.measured_by)
+        return out
+
 
 Record = Callable[[Sequence[Retimed], bool], Any]  # (members, accepted): writes a window
 

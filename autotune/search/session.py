@@ -44,8 +44,8 @@ from autotune.ops import Workload
 from autotune.records import TrialRecord
 from autotune.search.base import Tuner, TuningTask
 from autotune.search.registry import DEFAULT_TUNER, make_tuner
-from autotune.search.result import Progress, Retimed, TuneResult
-from autotune.search.retime import DEFAULT_RETIME, Candidate, Standing, run_window
+from autotune.search.result import Progress, TuneResult
+from autotune.search.retime import DEFAULT_RETIME, Candidate, Retimed, Standing, run_window
 from autotune.search.store import JobStopped, TrialStore
 from autotune.space import Config
 from autotune.target import Target

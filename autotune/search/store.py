@@ -10,7 +10,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 from autotune.measure.result import MeasureResult
 from autotune.ops import Workload
 from autotune.records import TrialRecord
-from autotune.search.result import Retimed
+from autotune.search.retime import Retimed
 from autotune.space import Config
 from autotune.target import Target
 
