@@ -98,6 +98,23 @@ def parallel_outer(st: Stage, loops: Sequence[Axis], count: int) -> Axis:
     return fused
 
 
+def schedule_window_taps(out: Stage, cfg: Config) -> None:
+    """The accumulator stage of a window op (depthwise conv, pool): the R x S window outside
+    the register tile (``rs_inner`` False: accumulators stay live across taps) or inside
+    it, the tile unrolled with its last axis vectorised, and the taps unrolled on
+    ``unroll_rs``."""
+    rr, rs = out.reduce_axis
+    spatial = list(out.axis)
+    order = [*spatial[:-2], rr, rs, *spatial[-2:]] if cfg["rs_inner"] else [rr, rs, *spatial]
+    out.reorder(*order)
+    for a in spatial[:-1]:
+        out.unroll(a)
+    out.vectorize(spatial[-1])
+    if cfg["unroll_rs"] == "unroll":
+        out.unroll(rr)
+        out.unroll(rs)
+
+
 def register_tile_limit(splits: Sequence[str], limit: int) -> Callable[[Config], str | None]:
     """A validity predicate: the product of the innermost factors of ``splits`` (the
     accumulator tile) may not exceed ``limit`` floats, beyond which it spills and the

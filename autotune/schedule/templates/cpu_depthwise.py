@@ -24,6 +24,7 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     register_tile_limit,
+    schedule_window_taps,
     tail_use,
     unroll_limit,
     vector_registers,
@@ -150,15 +151,5 @@ def schedule_window(g: OpGraph, target: Target, cfg: Config) -> Schedule:
     parallel_outer(st, outer, cfg["parallel"] + 1)
 
     out.compute_at(st, outer[-1])
-    rr, rs = out.reduce_axis
-    spatial = list(out.axis)
-    # window outside the tile keeps accumulators live across taps; inside reuses a loaded row
-    order = [*spatial[:-2], rr, rs, *spatial[-2:]] if cfg["rs_inner"] else [rr, rs, *spatial]
-    out.reorder(*order)
-    for a in spatial[:-1]:
-        out.unroll(a)
-    out.vectorize(spatial[-1])
-    if cfg["unroll_rs"] == "unroll":
-        out.unroll(rr)
-        out.unroll(rs)
+    schedule_window_taps(out, cfg)  # with the window inside the tile, a loaded row is reused
     return s

@@ -26,6 +26,7 @@ from autotune.schedule.templates.common import (
     parallel_outer,
     register_tile,
     register_tile_limit,
+    schedule_window_taps,
     tail_use,
     unroll_limit,
     vector_registers,
@@ -115,18 +116,8 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
     st.vectorize(civ)
 
     out.compute_at(st, outer[-1])
-    rr, rs = out.reduce_axis
-    spatial = list(out.axis)
-    # the window outside the tile keeps accumulators live across taps; inside, a tap's
-    # loaded weight vector serves one pixel at a time
-    order = [*spatial[:-2], rr, rs, *spatial[-2:]] if cfg["rs_inner"] else [rr, rs, *spatial]
-    out.reorder(*order)
-    for a in spatial[:-1]:
-        out.unroll(a)
-    out.vectorize(spatial[-1])
-    if cfg["unroll_rs"] == "unroll":
-        out.unroll(rr)
-        out.unroll(rs)
+    # with the window inside the tile, a tap's loaded weight vector serves one pixel at a time
+    schedule_window_taps(out, cfg)
 
     if g.packed is not None:
         ps = s[g.packed]
