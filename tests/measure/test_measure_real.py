@@ -45,4 +45,8 @@ def test_random_matmul_configs_are_built_checked_and_timed():
     assert all(r.error in (ErrorKind.NONE, ErrorKind.INSTANTIATION) for r in results), \
         [(r.error, r.error_msg[:200]) for r in results if not r.ok]
     ok = [r for r in results if r.ok]
-    assert ok and all(len(r.costs) == 3 and r.cost > 0 for r in ok)
+    assert ok and all(r.cost > 0 for r in ok)
+    # a busy host (CI's builds beside the runner) may cut the repeats short: fewer costs,
+    # then, but at least one, and said so
+    assert all(len(r.costs) == 3 or (r.extra.get("truncated") and 1 <= len(r.costs) < 3)
+               for r in ok), [(len(r.costs), r.extra) for r in ok]
