@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import lru_cache
+from math import prod
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -90,7 +91,20 @@ def _lower_parts(workload: Workload, target: Target, config: Config | int | dict
     for f in (func, pack):
         if f is not None:
             f.attrs.update(workload=workload.key, config_index=cfg.index)
+    shapes = _arg_shapes(workload, func)
+    if shapes is not None:
+        func.attrs["arg_shapes"] = shapes
     return func, pack
+
+
+def _arg_shapes(workload: Workload, func: PrimFunc) -> tuple[tuple[int, ...], ...] | None:
+    """The workload's argument shapes where the loop AST views an argument in another shape
+    of the same size (a grouped conv's [N, C, H, W] data as [N*G, C/G, H, W]), so that the
+    kernel takes the workload's arrays; None when every buffer has its argument's shape."""
+    specs = {spec.name: spec.shape for spec in workload.arg_specs}
+    shapes = tuple(specs[b.name] if b.name in specs and b.shape != specs[b.name]
+                   and prod(specs[b.name]) == prod(b.shape) else b.shape for b in func.args)
+    return None if shapes == tuple(b.shape for b in func.args) else shapes
 
 
 def _valid_config(workload: Workload, target: Target, config: Config | int | dict | None

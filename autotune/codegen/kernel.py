@@ -24,6 +24,10 @@ class Kernel:
         self.target = target
         # host arrays in each argument's storage dtype (float16; bfloat16 as uint16 bits)
         self.arg_dtypes = tuple(storage_dtype(b.dtype) for b in func.args)
+        # the arrays' shapes: the buffers', unless the loop AST views an argument in another
+        # shape of the same size (`autotune.driver`: a grouped conv's images by group)
+        self.arg_shapes: tuple[tuple[int, ...], ...] = tuple(
+            func.attrs.get("arg_shapes") or (b.shape for b in func.args))
 
     @property
     def name(self) -> str:
@@ -52,9 +56,10 @@ class Kernel:
             raise TypeError(f"kernel {self.name!r} takes {len(bufs)} arrays ({names}), "
                             f"got {len(arrays)}")
         last = len(bufs) - 1
-        for i, (a, b, dt) in enumerate(zip(arrays, bufs, self.arg_dtypes)):
+        for i, (a, b, dt, shape) in enumerate(zip(arrays, bufs, self.arg_dtypes,
+                                                  self.arg_shapes)):
             # fast path first: this runs on every call
-            if (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == b.shape
+            if (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
                     and a.flags.c_contiguous and (i < last or a.flags.writeable)):
                 continue
             self._arg_error(i, b, a, is_output=i == last)
@@ -66,8 +71,8 @@ class Kernel:
         if a.dtype != self.arg_dtypes[i]:
             held = "" if b.dtype == self.arg_dtypes[i].name else f" (held as {self.arg_dtypes[i]})"
             raise TypeError(f"{what}: expected dtype {b.dtype}{held}, got {a.dtype}")
-        if a.shape != b.shape:
-            raise ValueError(f"{what}: expected shape {b.shape}, got {a.shape}")
+        if a.shape != self.arg_shapes[i]:
+            raise ValueError(f"{what}: expected shape {self.arg_shapes[i]}, got {a.shape}")
         if not a.flags.c_contiguous:
             raise ValueError(f"{what}: array must be C-contiguous (use np.ascontiguousarray)")
         if is_output and not a.flags.writeable:

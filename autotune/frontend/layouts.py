@@ -88,7 +88,9 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     image as it is), as ``IN>OUT`` when the two differ. A blocked depthwise conv takes its
     prepacked form (its weight packed once into vectors of channels). What cannot be
     blocked (a conv whose output channels no block divides, a depthwise conv with a
-    multiplier, a layer reading NCHW but a conv) stays NCHW. On cuda: channels-last convs
+    multiplier, a layer reading NCHW but a conv, a grouped conv whose groups' channels the
+    blocks do not divide) stays NCHW; a grouped conv is blocked as a conv, by a block of
+    one group's output channels. On cuda: channels-last convs
     (`autotune.frontend.channels_last`)."""
     if target.kind == "cuda":
         return channels_last(matches, target)
@@ -101,6 +103,11 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
         bo = 1
         if wl.op == "conv2d" and wl.layout == NCHW:
             bo = channel_block(wl.dim("K"), lanes)
+        elif wl.op == "group_conv2d" and wl.layout == NCHW:
+            # a block holds channels of one group, on both sides
+            groups = wl.dim("groups")
+            if (wl.dim("C") // groups) % bi == 0:
+                bo = channel_block(wl.dim("K") // groups, lanes)
         elif wl.op in LAYOUT_OPS and wl.layout == NCHW and \
                 (wl.op != "depthwise_conv2d" or wl.dim("multiplier") == 1):
             bo = bi
@@ -109,7 +116,7 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
             continue
         if wl.op not in POOLED_OPS:
             block[m.nodes[-1]] = bo
-        layout = mixed(bi, bo) if wl.op == "conv2d" else mixed(bo, bo)
+        layout = mixed(bi, bo) if wl.op in ("conv2d", "group_conv2d") else mixed(bo, bo)
         chosen.append(replace(m, workload=replace(
             wl, layout=layout, prepacked=wl.prepacked or prepackable(wl.op, layout))))
     return chosen

@@ -410,9 +410,9 @@ def _conv(node: fx.Node, conv: nn.Conv2d, modules: dict[str, nn.Module], claimed
             raise _Unsupported(op, f"depthwise conv with dilation {tuple(conv.dilation)}; "
                                f"depthwise_conv2d has none")
         params.update(multiplier=k // c)
-    else:
-        raise _Unsupported("conv2d", f"groups={conv.groups} is neither 1 nor the channel "
-                           f"count {c}")
+    else:  # c and k are multiples of groups: torch's Conv2d checks
+        op = "group_conv2d"
+        params.update(K=k, dilation=tuple(conv.dilation), groups=conv.groups)
     nodes = [node]
     after = _user(node)
     bn = _batchnorm(after, modules)

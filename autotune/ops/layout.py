@@ -26,12 +26,14 @@ import numpy as np
 NCHW = "NCHW"
 NHWC = "NHWC"
 # op -> the channel counts a block must divide (data's, output's)
-LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "depthwise_conv2d": ("C", "C"),
+LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "group_conv2d": ("C", "K"),
+                                          "depthwise_conv2d": ("C", "C"),
                                           "max_pool2d": ("C", "C"),
                                           "global_avg_pool2d": ("C", "C"),
                                           "channel_mul": ("C", "C")}
 NHWC_OPS = ("conv2d",)
-MIXED_OPS = ("conv2d",)  # ops whose data and output may be in different layouts
+# ops whose data and output may be in different layouts
+MIXED_OPS = ("conv2d", "group_conv2d")
 MAX_BLOCK = 64  # channels per block: a few AVX-512 vectors at most
 _BLOCKED = re.compile(r"NCHW([1-9][0-9]?)c")
 _MIXED = ">"  # IN>OUT
@@ -95,8 +97,8 @@ def layout_refusal(op: str, layout: str, params: Mapping[str, Any]
         return "", (f"{op}: has no blocked layout; only {', '.join(sorted(LAYOUT_OPS))} "
                     f"take one")
     if blocks[0] != blocks[1] and op not in MIXED_OPS:
-        return "", (f"{op}: reads and writes one layout; only {', '.join(MIXED_OPS)} takes "
-                    f"two ({layout})")
+        return "", (f"{op}: reads and writes one layout; only {' and '.join(MIXED_OPS)} "
+                    f"take two ({layout})")
     if blocks[1] == 1:
         return "", (f"{op}: {layout}: blocked data is written blocked (its kernels store "
                     f"vectors of output channels); NCHW output comes from NCHW data")
@@ -108,6 +110,10 @@ def layout_refusal(op: str, layout: str, params: Mapping[str, Any]
         if size % block:
             return name, (f"{op}: layout {layout} needs {name}={size} to be a multiple of "
                           f"{block}")
+        groups = int(params.get("groups", 1))
+        if (size // groups) % block:  # a block holds channels of one group
+            return "groups", (f"{op}: layout {layout} needs {name}/groups={size // groups} "
+                              f"to be a multiple of {block}")
     return None
 
 

@@ -44,7 +44,7 @@ _ALIGN = 64  # bytes; a cache line, and the widest vector load (AVX-512)
 _WIRE_KEYS = ("op", "params", "epilogue", "dtype", "prepacked", "layout")
 # Ops whose second input a model holds constant (a conv's weight, a linear layer's matrix):
 # their prepacked form reads it packed by a separate kernel (`autotune.schedule.prepack`).
-PREPACKABLE_OPS: frozenset[str] = frozenset({"conv2d", "matmul"})
+PREPACKABLE_OPS: frozenset[str] = frozenset({"conv2d", "group_conv2d", "matmul"})
 # ... and those whose blocked layouts do (a depthwise conv's NCHW kernels read the weight as
 # given: the prepacked form would be the same kernel under a second key)
 BLOCKED_PREPACKABLE_OPS: frozenset[str] = frozenset({"depthwise_conv2d"})
@@ -217,7 +217,7 @@ class Workload:
         return self._conv_out_axis(3)
 
     def _conv_out_axis(self, axis: int) -> int:
-        if self.op not in ("conv2d", "depthwise_conv2d", "max_pool2d"):
+        if self.op not in ("conv2d", "group_conv2d", "depthwise_conv2d", "max_pool2d"):
             raise AttributeError(f"{self.op} has no spatial output axes")
         return self.spec.output_shape(self.params)[axis]  # NCHW, whatever the layout
 

@@ -43,11 +43,13 @@ class OpGraph:
         return Schedule(self.output, self.inputs, self.temps, self.order)
 
 
-def _epilogue(wl: Workload, channel_axis: int, channel_of=None):
+def _epilogue(wl: Workload, channel_axis: int, channel_of=None, out_shape=None):
     """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue;
     ``channel_of(axes)``: the channel a per-channel vector is read at (default: the axis
-    ``channel_axis``)."""
-    vecs = {a.name: placeholder(a.name, a.shape, a.dtype) for a in _epilogue_args(wl)}
+    ``channel_axis``); ``out_shape``: the output's shape as the graph views it (a residual
+    is viewed so too)."""
+    vecs = {a.name: placeholder(a.name, out_shape if a.name == "residual" and out_shape
+                                else a.shape, a.dtype) for a in _epilogue_args(wl)}
     if not wl.epilogue:
         return [], None
 
@@ -150,37 +152,69 @@ def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO) -> Tensor | None
                    axis_names=["n", "c", "h", "w"], dtype=data.dtype)
 
 
+def conv_groups(wl: Workload) -> tuple[int, int, int, int]:
+    """(groups, images, input channels, output channels) of a conv2d or group_conv2d as its
+    kernels compute it: [N, C, H, W] is [N*G, C/G, H, W] in memory, so G groups are a conv
+    over N*G images, of C/G channels each, image b reading the weights of group b % G."""
+    g = wl.dim("groups") if wl.op == "group_conv2d" else 1
+    return g, wl.dim("N") * g, wl.dim("C") // g, wl.dim("K") // g
+
+
+def _group_of(n: Expr, batch: int, groups: int) -> Expr:
+    """The group of image ``n`` of the N*G a grouped conv computes (n itself when N is 1)."""
+    return n if batch == 1 else n % groups
+
+
 @lru_cache(maxsize=GRAPHS)
 def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     """out[n, k, y, x] = sum_{c,r,s} pad(data)[n, c, y*sh + r*dh, x*sw + s*dw] * w[k, c, r, s];
-    with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]."""
-    N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
+    with ``pack``, the weight is read from Wp[k // pack, c, r, s, k % pack]. A grouped conv
+    is computed over N*G images of C/G channels (`conv_groups`), with weight w[g, k, c, r, s]
+    and Wp[g, k // pack, c, r, s, k % pack] for the image's group g."""
+    N, H, W, R, S = (wl.dim(x) for x in ("N", "H", "W", "R", "S"))
+    G, B, C, K = conv_groups(wl)
     (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
-    data = placeholder("data", (N, C, H, W), wl.dtype)
-    weight = placeholder("weight", (K, C, R, S), wl.dtype)
-    extra, post = _epilogue(wl, 1)
+    grouped = G > 1
+    data = placeholder("data", (B, C, H, W), wl.dtype)
+    weight = placeholder("weight", (G, K, C, R, S) if grouped else (K, C, R, S), wl.dtype)
+    out_shape = (B, K, wl.out_h, wl.out_w)
+    extra, post = _epilogue(wl, 1, channel_of=(lambda axes: _group_of(axes[0], N, G) * K
+                                               + axes[1]) if grouped else None,
+                            out_shape=out_shape if grouped else None)
     pad = _padded(data, ph, pw)
     src = pad or data
     rc, rr, rs = reduce_axis(C, "rc"), reduce_axis(R, "rr"), reduce_axis(S, "rs")
     temps = [pad] if pad else []
     packed = None
-    if pack:
+    if pack and grouped:
+        packed = compute("weight_pack", (G, ceil(K / pack), C, R, S, pack),
+                         lambda g, ko, c, r, s, ki: _guarded(
+                             weight, (g, ko * pack + ki, c, r, s), [(ko * pack + ki, K)]),
+                         axis_names=["g", "ko", "c", "r", "s", "ki"])
+        temps.append(packed)
+
+        def w_at(n, k):
+            return packed[_group_of(n, N, G), k // pack, rc.var, rr.var, rs.var, k % pack]
+    elif pack:
         packed = compute("weight_pack", (ceil(K / pack), C, R, S, pack),
                          lambda ko, c, r, s, ki: _guarded(weight, (ko * pack + ki, c, r, s),
                                                           [(ko * pack + ki, K)]),
                          axis_names=["ko", "c", "r", "s", "ki"])
         temps.append(packed)
 
-        def w_at(k):
+        def w_at(n, k):
             return packed[k // pack, rc.var, rr.var, rs.var, k % pack]
+    elif grouped:
+        def w_at(n, k):
+            return weight[_group_of(n, N, G), k, rc.var, rr.var, rs.var]
     else:
-        def w_at(k):
+        def w_at(n, k):
             return weight[k, rc.var, rr.var, rs.var]
 
     def body(n, k, y, x):
-        return src[n, rc.var, y * sh + rr.var * dh, x * sw + rs.var * dw] * w_at(k)
+        return src[n, rc.var, y * sh + rr.var * dh, x * sw + rs.var * dw] * w_at(n, k)
 
-    out = compute("out", wl.output_shape, body, [rc, rr, rs], post=post,
+    out = compute("out", out_shape, body, [rc, rr, rs], post=post,
                   axis_names=["n", "k", "y", "x"], dtype=wl.dtype)
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
 
@@ -190,17 +224,26 @@ def conv2d_blocked_graph(wl: Workload) -> OpGraph:
     """conv2d in NCHW[x]c (data blocked by bi, output by bo; a block of 1 is NCHW):
     out[n, ko, y, x, ki] = sum_{co,r,s,ci} pad(data)[n, co, y*sh + r*dh, x*sw + s*dw, ci]
     * Wp[ko, co, r, s, ci, ki], the KCRS weight packed to Wp[K/bo, C/bi, R, S, bi, bo] so
-    that a vector of output channels is contiguous at every (input channel, tap)."""
-    N, C, H, W, K, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "K", "R", "S"))
+    that a vector of output channels is contiguous at every (input channel, tap). A grouped
+    conv runs over N*G images of C/G channels (`conv_groups`; a block holds channels of one
+    group), image n of group g reading Wp[g*K/(G*bo) + ko, ...]."""
+    N, H, W, R, S = (wl.dim(x) for x in ("N", "H", "W", "R", "S"))
+    G, B, C, K = conv_groups(wl)
     (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")
     bi, bo = wl.in_block, wl.block
     # NCHW data (a block of 1) keeps its four dimensions
-    data = placeholder("data", (N, C, H, W) if bi == 1 else (N, C // bi, H, W, bi))
-    weight = placeholder("weight", (K, C, R, S))
-    extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * bo + axes[4])
+    data = placeholder("data", (B, C, H, W) if bi == 1 else (B, C // bi, H, W, bi))
+    weight = placeholder("weight", (G * K, C, R, S))
+
+    def k_block(n, ko):  # the output channel block of the whole conv
+        return ko if G == 1 else _group_of(n, N, G) * (K // bo) + ko
+
+    out_shape = (B, K // bo, wl.out_h, wl.out_w, bo)
+    extra, post = _epilogue(wl, 1, channel_of=lambda axes: k_block(axes[0], axes[1]) * bo
+                            + axes[4], out_shape=out_shape if G > 1 else None)
     pad = _padded(data, *wl.pair("pad")) if bi == 1 else _blocked_padded(data, wl.pair("pad"))
     src = pad or data
-    packed = compute("weight_pack", (K // bo, C // bi, R, S, bi, bo),
+    packed = compute("weight_pack", (G * K // bo, C // bi, R, S, bi, bo),
                      lambda ko, co, r, s, ci, ki: weight[ko * bo + ki, co * bi + ci, r, s],
                      axis_names=["ko", "co", "r", "s", "ci", "ki"])
     rco, rci = reduce_axis(C // bi, "rco"), reduce_axis(bi, "rci")
@@ -208,10 +251,10 @@ def conv2d_blocked_graph(wl: Workload) -> OpGraph:
 
     def body(n, ko, y, x, ki):
         at = (n, rco.var, y * sh + rr.var * dh, x * sw + rs.var * dw)
-        return src[at if bi == 1 else (*at, rci.var)] * packed[ko, rco.var, rr.var, rs.var,
-                                                                rci.var, ki]
+        return src[at if bi == 1 else (*at, rci.var)] * packed[k_block(n, ko), rco.var, rr.var,
+                                                                rs.var, rci.var, ki]
 
-    out = compute("out", wl.output_shape, body, [rco, rci, rr, rs], post=post,
+    out = compute("out", out_shape, body, [rco, rci, rr, rs], post=post,
                   axis_names=["n", "ko", "y", "x", "ki"])
     temps = [pad, packed] if pad else [packed]
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)

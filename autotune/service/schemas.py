@@ -56,7 +56,8 @@ _LAYOUT_PATTERN = rf"^(NHWC|{_BLOCKED_PATTERN}(>{_BLOCKED_PATTERN})?)$"
 
 def _layout_schema(op: str) -> dict[str, Any]:
     """The layouts ``op`` takes (`autotune.ops.layout`): NCHW alone for an op without
-    blocked ones; NCHW<x>c for those in LAYOUT_OPS, NHWC and IN>OUT only for conv2d.
+    blocked ones; NCHW<x>c for those in LAYOUT_OPS, NHWC only for conv2d, IN>OUT for
+    the convs (MIXED_OPS).
     Which target runs which the job's check says (a 422 at the layout)."""
     if op not in LAYOUT_OPS:
         return {"const": NCHW}
@@ -131,15 +132,16 @@ class WorkloadIn(BaseModel):
         default=False,
         description="tune the form whose constant operand (a conv's weight, matmul's B) is "
                     "packed once beforehand, as a compiled model runs it, instead of inside "
-                    "every call: its own records; conv2d, matmul and blocked "
-                    "depthwise_conv2d on llvm targets only")
+                    "every call: its own records; conv2d, group_conv2d, matmul and "
+                    "blocked depthwise_conv2d on llvm targets only")
     layout: str = Field(
         default=NCHW, pattern=_LAYOUT_PATTERN, max_length=15,
-        description="the data and output layout of conv2d, depthwise_conv2d (multiplier "
-                    "1) and max_pool2d: NCHW, NCHW<x>c with channels blocked by x (2 to "
-                    "64; C and K multiples of x): data [N, C/x, H, W, x], output and "
-                    "residual [N, K/x, OH, OW, x] (llvm targets); conv2d's data and output "
-                    "in two of those as IN>OUT (NCHW>NCHW16c: NCHW data, blocked output); "
+        description="the data and output layout of conv2d, group_conv2d, depthwise_conv2d "
+                    "(multiplier 1), max_pool2d, global_avg_pool2d and channel_mul: NCHW, "
+                    "NCHW<x>c with channels blocked by x (2 to 64; C and K multiples of x, "
+                    "C/groups and K/groups too): data [N, C/x, H, W, x], output and residual "
+                    "[N, K/x, OH, OW, x] (llvm targets); a conv's data and output in two "
+                    "of those as IN>OUT (NCHW>NCHW16c: NCHW data, blocked output); "
                     "or conv2d's NHWC: data [N, H, W, C], weight [K, R, S, C], output and "
                     "residual [N, OH, OW, K] (cuda -arch=sm_90a, half dtypes); its own "
                     "records")

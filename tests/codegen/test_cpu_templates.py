@@ -27,6 +27,14 @@ SHAPES = {
         dict(N=1, C=3, H=12, W=11, K=6, R=3, S=5, stride=(2, 1), pad=(0, 2)),
         dict(N=1, C=4, H=10, W=10, K=4, R=3, S=3, stride=1, pad=1, dilation=2),
     ],
+    "group_conv2d": [
+        dict(N=1, C=8, H=11, W=13, K=12, R=3, S=3, stride=1, pad=1, groups=4),
+        dict(N=2, C=6, H=9, W=9, K=4, R=1, S=1, stride=2, pad=0, groups=2),
+        dict(N=1, C=32, H=8, W=7, K=32, R=3, S=3, stride=2, pad=1, groups=2,
+             layout="NCHW8c"),
+        dict(N=2, C=64, H=6, W=6, K=32, R=3, S=3, stride=1, pad=1, groups=2,
+             layout="NCHW16c>NCHW8c", prepacked=True),
+    ],
     "depthwise_conv2d": [
         dict(N=1, C=4, H=11, W=13, R=3, S=3, stride=1, pad=1, multiplier=1),
         dict(N=2, C=3, H=9, W=10, R=3, S=3, stride=2, pad=0, multiplier=2),

@@ -28,6 +28,10 @@ SHAPES: dict[str, list[dict]] = {
         dict(N=2, C=4, H=7, W=7, K=8, R=3, S=3, stride=1, pad=1, dilation=2),
         dict(N=1, C=6, H=10, W=10, K=8, R=1, S=1, stride=1, pad=0),
     ],
+    "group_conv2d": [
+        dict(N=1, C=6, H=9, W=13, K=8, R=3, S=3, stride=2, pad=1, groups=2),
+        dict(N=2, C=8, H=7, W=7, K=12, R=3, S=3, stride=1, pad=1, dilation=2, groups=4),
+    ],
     "depthwise_conv2d": [
         dict(N=2, C=3, H=13, W=11, R=3, S=3, stride=2, pad=1),
         dict(N=1, C=3, H=16, W=16, R=3, S=3, stride=1, pad=1, multiplier=2),

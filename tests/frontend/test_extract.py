@@ -160,7 +160,7 @@ def test_functional_relu6_and_hardtanh_fuse():
 
 
 class Odd(nn.Module):
-    """Operators autotune has no kernel for, beside one it has."""
+    """Operators autotune has no kernel for, beside two it has."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -178,11 +178,16 @@ class Odd(nn.Module):
 def test_unsupported_operators_are_listed():
     found = autotune.extract(Odd(), torch.randn(2, 8, 6, 6), target=None)
     listed = {u.node: u.reason for u in found.unsupported}
-    assert set(listed) == {"grouped", "reflect", "dilated_dw", "conv1d", "matmul"}
-    assert "groups=2" in listed["grouped"] and "reflect" in listed["reflect"]
+    assert set(listed) == {"reflect", "dilated_dw", "conv1d", "matmul"}
+    assert "reflect" in listed["reflect"]
     assert "dilation" in listed["dilated_dw"] and "broadcast" in listed["matmul"]
-    (task,) = found.tasks  # conv2d has dilation: it is a task
-    assert task.workload.params["dilation"] == (2, 2)
+    tasks = {t.workload.op: t.workload for t in found.tasks}
+    assert set(tasks) == {"conv2d", "group_conv2d"}  # conv2d has dilation: it is a task
+    assert tasks["conv2d"].params["dilation"] == (2, 2)
+    # groups neither 1 nor the channel count: a grouped conv, its bias fused
+    assert tasks["group_conv2d"] == workload("group_conv2d", N=2, C=8, H=6, W=6, K=8, R=3,
+                                             S=3, stride=1, pad=1, groups=2,
+                                             epilogue=["bias"])
 
 
 class Attention(nn.Module):

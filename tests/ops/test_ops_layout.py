@@ -83,7 +83,7 @@ def test_blocked_layouts_are_the_conv_and_pool_ops_only() -> None:
     with pytest.raises(WorkloadError) as err:
         workload("depthwise_conv2d", layout="NCHW8c>NCHW16c", **{
             k: v for k, v in PARAMS.items() if k != "K"})
-    assert err.value.field == "layout" and "only conv2d takes two" in str(err.value)
+    assert err.value.field == "layout" and "only conv2d and group_conv2d take two" in str(err.value)
 
 
 @pytest.mark.parametrize("op", ["depthwise_conv2d", "max_pool2d"])

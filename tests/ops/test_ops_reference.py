@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.ops import OPS, workload
+from autotune.ops import OPS, WorkloadError, workload
 
 
 def naive_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -101,6 +101,7 @@ SMALL = {
     "matmul": dict(M=7, N=5, K=3),
     "batch_matmul": dict(B=2, M=3, N=5, K=7),
     "conv2d": dict(N=1, C=3, H=7, W=5, K=4, R=3, S=3, stride=1, pad=1),
+    "group_conv2d": dict(N=2, C=4, H=7, W=5, K=6, R=3, S=3, stride=2, pad=1, groups=2),
     "depthwise_conv2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1, multiplier=2),
     "max_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1),
     "global_avg_pool2d": dict(N=2, C=3, H=7, W=5),
@@ -118,6 +119,11 @@ def naive(w, args):
         out = naive_batch_matmul(args[0], args[1])
     elif w.op == "conv2d":
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], p["dilation"])
+    elif w.op == "group_conv2d":  # each group's channels by their own conv
+        g, cg, kg = p["groups"], p["C"] // p["groups"], p["K"] // p["groups"]
+        out = np.concatenate([naive_conv2d(args[0][:, i * cg:(i + 1) * cg],
+                                           args[1][i * kg:(i + 1) * kg], p["stride"], p["pad"],
+                                           p["dilation"]) for i in range(g)], axis=1)
     elif w.op == "max_pool2d":
         out = naive_max_pool2d(args[0], p["R"], p["S"], p["stride"], p["pad"])
     elif w.op == "global_avg_pool2d":  # a sum per channel, in loops, over its pixels
@@ -182,6 +188,30 @@ CONV_CASES = [
 @pytest.mark.parametrize("params", CONV_CASES, ids=lambda p: str(workload("conv2d", **p)))
 def test_conv2d_geometry(params):
     check(workload("conv2d", **params))
+
+
+@pytest.mark.parametrize("params", [
+    dict(N=1, C=6, H=7, W=7, K=9, R=3, S=3, stride=1, pad=1, groups=3),
+    dict(N=2, C=8, H=9, W=6, K=4, R=1, S=3, stride=(2, 1), pad=(0, 1), dilation=2, groups=4),
+    dict(N=1, C=4, H=5, W=5, K=8, R=3, S=3, stride=1, pad=1, groups=4),  # depthwise-like
+])
+def test_group_conv2d_matches_torch(params):
+    torch = pytest.importorskip("torch")
+    wl = workload("group_conv2d", epilogue=("bias",), **params)
+    args = wl.random_args(0)
+    want = torch.nn.functional.conv2d(
+        *(torch.from_numpy(a).double() for a in args[:3]), stride=params["stride"],
+        padding=params["pad"], dilation=params.get("dilation", 1), groups=params["groups"])
+    np.testing.assert_allclose(wl.reference(args), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_group_conv2d_refuses_groups_that_do_not_divide_the_channels():
+    with pytest.raises(ValueError, match="'groups'=3 must divide C=4"):
+        workload("group_conv2d", N=1, C=4, H=5, W=5, K=6, R=3, S=3, stride=1, pad=1, groups=3)
+    with pytest.raises(WorkloadError) as err:
+        workload("group_conv2d", N=1, C=32, H=5, W=5, K=32, R=3, S=3, stride=1, pad=1,
+                 groups=4, layout="NCHW16c")  # 8 channels a group: no block of 16
+    assert err.value.field == "params.groups"
 
 
 DEPTHWISE_CASES = [

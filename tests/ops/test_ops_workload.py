@@ -309,8 +309,8 @@ def test_flops(w, flops):
 
 
 def test_ops_table_describe():
-    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "max_pool2d",
-                        "global_avg_pool2d", "channel_mul"}
+    assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "group_conv2d", "depthwise_conv2d",
+                        "max_pool2d", "global_avg_pool2d", "channel_mul"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]

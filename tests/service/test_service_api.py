@@ -112,6 +112,11 @@ def _pool(**params: Any) -> dict[str, Any]:
                                            "stride": 2, "pad": 1, **params}}
 
 
+def _grouped(**params: Any) -> dict[str, Any]:
+    return {"op": "group_conv2d", "params": {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3,
+                                             "S": 3, "stride": 1, "pad": 1, **params}}
+
+
 @pytest.mark.parametrize("body, loc", [
     ({"workload": {"op": "nope", "params": {}}}, ["body", "workload", "op"]),
     ({"workload": _mm(K=-3)}, ["body", "workload", "params", "K"]),
@@ -141,6 +146,11 @@ def _pool(**params: Any) -> dict[str, Any]:
     ({"workload": _pool(dilation=2)}, ["body", "workload", "params", "dilation"]),
     ({"workload": {**_pool(), "epilogue": ["relu"]}}, ["body", "workload", "epilogue"]),
     ({"workload": {**_pool(), "layout": "NCHW>NCHW8c"}}, ["body", "workload", "layout"]),
+    # group_conv2d: groups divide both channel counts, and a block one group's channels
+    ({"workload": _grouped(groups=3)}, ["body", "workload", "params", "groups"]),
+    ({"workload": _grouped(groups=0)}, ["body", "workload", "params", "groups"]),
+    ({"workload": {**_grouped(groups=4), "layout": "NCHW8c"}},
+     ["body", "workload", "params", "groups"]),
 ])
 def test_bad_submissions_name_the_field(serve, body, loc) -> None:
     client = serve()

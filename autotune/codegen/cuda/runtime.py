@@ -179,10 +179,20 @@ class CudaKernel(Kernel):
                 cuda.memcpy_htod(dev, a)
             out, dev_out = arrays[-1], self._staging[-1]
             return [int(d) for d in self._staging], lambda: cuda.memcpy_dtoh(out, dev_out)
-        return [_pointer(a, b, i, self.name) for i, (a, b) in enumerate(zip(arrays, bufs))], None
+        return [_pointer(a, b, shape, i, self.name)
+                for i, (a, b, shape) in enumerate(zip(arrays, bufs, self.arg_shapes))], None
 
     def _launch(self, arrays: Sequence[Any]) -> None:  # Kernel's hook; __call__ is overridden
         self(*arrays)
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def _nbytes(b: Buffer) -> int:
@@ -197,25 +207,26 @@ def _zeroed(cuda: Any, b: Buffer) -> Any:
     return mem
 
 
-def _pointer(a: Any, b: Buffer, i: int, kernel: str) -> int:
-    """Device address of argument ``i``, checking shape and dtype where the object says."""
+def _pointer(a: Any, b: Buffer, shape: tuple[int, ...], i: int, kernel: str) -> int:
+    """Device address of argument ``i`` (``shape``: the array's), checking shape and dtype
+    where the object says."""
     what = f"argument {i} ({b.name}) of kernel {kernel!r}"
     dt = storage_dtype(b.dtype)
     if isinstance(a, np.ndarray):
         raise TypeError(f"{what}: mix of numpy and device arrays; pass all of one kind")
     iface = getattr(a, "__cuda_array_interface__", None)
     if iface is not None:
-        if tuple(iface["shape"]) != b.shape:
-            raise ValueError(f"{what}: expected shape {b.shape}, got {tuple(iface['shape'])}")
+        if tuple(iface["shape"]) != shape:
+            raise ValueError(f"{what}: expected shape {shape}, got {tuple(iface['shape'])}")
         if np.dtype(iface["typestr"]) != dt:
             raise TypeError(f"{what}: expected {_named(b, dt)}, got {np.dtype(iface['typestr'])}")
-        if iface.get("strides") not in (None, tuple(s * dt.itemsize for s in b.strides)):
+        if iface.get("strides") not in (None, _contiguous_strides(shape, dt.itemsize)):
             raise ValueError(f"{what}: device array must be C-contiguous")
         return int(iface["data"][0])
     gpudata = getattr(a, "gpudata", None)  # pycuda GPUArray
     if gpudata is not None:
-        if tuple(a.shape) != b.shape or np.dtype(a.dtype) != dt:
-            raise ValueError(f"{what}: expected {_named(b, dt)}{list(b.shape)}, got "
+        if tuple(a.shape) != shape or np.dtype(a.dtype) != dt:
+            raise ValueError(f"{what}: expected {_named(b, dt)}{list(shape)}, got "
                              f"{np.dtype(a.dtype)}{list(a.shape)}")
         return int(gpudata)
     try:

@@ -95,7 +95,7 @@ class CpuKernel(Kernel):
                 raise ValueError(f"kernel {self.name!r}: argument {i} cannot be fixed "
                                  f"(inputs are 0..{len(bufs) - 2})")
             if not (isinstance(a, np.ndarray) and a.dtype == np.float32
-                    and a.shape == bufs[i].shape and a.flags.c_contiguous):
+                    and a.shape == self.arg_shapes[i] and a.flags.c_contiguous):
                 self._arg_error(i, bufs[i], a, is_output=False)
             if a.ctypes.data % ALIGN:
                 raise ValueError(f"kernel {self.name!r}: fixed argument {i} "

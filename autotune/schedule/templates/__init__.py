@@ -2,10 +2,12 @@
 
 The registry keys on (operator, target kind, element type): float16/bfloat16 matmul,
 batch_matmul and conv2d on cuda take ``cuda_tensorcore`` (wmma), depthwise_conv2d keeps
-its template in every dtype (CUDA cores, float32 accumulation). `template_for` then picks
+its template in every dtype (CUDA cores, float32 accumulation), and group_conv2d (float32)
+takes conv2d's templates, which compute it as a conv over N*groups images. `template_for`
+then picks
 a variant where the workload's shape, layout or target calls for one: on sm_90a a half
 matmul, batch_matmul or NHWC conv2d whose rows TMA can copy takes ``cuda_wgmma``; on a CPU
-a one-row matmul (a GEMV) takes ``cpu_gemv``, a channel-blocked conv2d
+a one-row matmul (a GEMV) takes ``cpu_gemv``, a channel-blocked conv2d or group_conv2d
 ``cpu_conv2d_blocked`` and a channel-blocked depthwise conv or max-pool
 ``cpu_window_blocked``; global_avg_pool2d and channel_mul take ``cpu_channelwise`` in
 every layout. Each comes as a `Template` (``template.py``), whichever way it
@@ -47,6 +49,8 @@ CPU_MATMUL = ScheduleTemplate("cpu_matmul", "cpu_matmul", cpu_matmul.space, cpu_
 CPU_CONV2D = ScheduleTemplate("cpu_conv2d", "cpu_conv2d", cpu_conv2d.space, cpu_conv2d.schedule)
 CUDA_MATMUL = ScheduleTemplate("cuda_matmul", "cuda_matmul", cuda_matmul.space,
                                cuda_matmul.schedule)
+CUDA_CONV2D = ScheduleTemplate("cuda_conv2d", "cuda_conv2d", cuda_conv2d.space,
+                               cuda_conv2d.schedule)
 CUDA_DEPTHWISE = ScheduleTemplate("cuda_depthwise", "cuda_depthwise", cuda_depthwise.space,
                                   cuda_depthwise.schedule)
 TENSORCORE = LoopTemplate("cuda_tensorcore", "cuda_tensorcore", cuda_tensorcore.space,
@@ -69,6 +73,7 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
     ("matmul", "llvm", False): CPU_MATMUL,
     ("batch_matmul", "llvm", False): CPU_MATMUL,
     ("conv2d", "llvm", False): CPU_CONV2D,
+    ("group_conv2d", "llvm", False): CPU_CONV2D,
     ("depthwise_conv2d", "llvm", False): ScheduleTemplate(
         "cpu_depthwise", "cpu_depthwise", cpu_depthwise.space, cpu_depthwise.schedule),
     ("max_pool2d", "llvm", False): ScheduleTemplate("cpu_pool", "cpu_pool", cpu_pool.space,
@@ -77,8 +82,8 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
     ("channel_mul", "llvm", False): CPU_CHANNELWISE,
     ("matmul", "cuda", False): CUDA_MATMUL,
     ("batch_matmul", "cuda", False): CUDA_MATMUL,
-    ("conv2d", "cuda", False): ScheduleTemplate("cuda_conv2d", "cuda_conv2d",
-                                                cuda_conv2d.space, cuda_conv2d.schedule),
+    ("conv2d", "cuda", False): CUDA_CONV2D,
+    ("group_conv2d", "cuda", False): CUDA_CONV2D,
     ("depthwise_conv2d", "cuda", False): CUDA_DEPTHWISE,
     # half-precision workloads run on the tensor cores
     ("matmul", "cuda", True): TENSORCORE,
@@ -106,7 +111,8 @@ def template_for(workload: Workload, target: Target) -> Template:
         return WGMMA
     if target.kind == "llvm" and cpu_gemv.is_gemv(workload):
         return GEMV
-    if target.kind == "llvm" and workload.op == "conv2d" and workload.block > 1:
+    if target.kind == "llvm" and workload.op in ("conv2d", "group_conv2d") \
+            and workload.block > 1:
         return CONV2D_BLOCKED  # channel-blocked data and output
     if target.kind == "llvm" and workload.op in WINDOW_BLOCKED and workload.block > 1:
         return WINDOW_BLOCKED[workload.op]

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import conv2d_graph
+from autotune.schedule.definitions import conv2d_graph, conv_groups
 from autotune.schedule.schedule import Schedule, Stage
 from autotune.schedule.templates.common import (
     CONV_ORDERS,
@@ -42,11 +42,12 @@ MAX_REG_TILE = MAX_CONV_REG_TILE
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
     lanes = target.vector_lanes
+    _, _, channels, kernels = conv_groups(wl)  # per group (a grouped conv's)
     knobs: list[Knob] = [
-        Split("tile_k", wl.dim("K"), 3, max_inner=4 * lanes),
+        Split("tile_k", kernels, 3, max_inner=4 * lanes),
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=2 * lanes),
-        Split("tile_rc", wl.dim("C"), 2, max_inner=32),
+        Split("tile_rc", channels, 2, max_inner=32),
         Reorder("order", ORDERS),
         Choice("vec", ["k", "x"]),
         Choice("pack_w", [True, False]),
@@ -77,8 +78,9 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     `register_tile` (pixels broadcast, channel vectors reloaded); input channels blocked
     so one block's weight and input micro-panels fit half of L1; k1 channel tiles whose
     weights (k1*k2 x C x R x S) fit half of L2; whole rows per tile; outer loops fused until
-    every core has 4+ tasks."""
-    C, R, S = wl.dim("C"), wl.dim("R"), wl.dim("S")
+    every core has 4+ tasks. A grouped conv's sizes are one group's, its images N*G."""
+    _, images, C, K = conv_groups(wl)
+    R, S = wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
     k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k, tail_use(tile_k.extent, k)
                                         * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
@@ -87,7 +89,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
                                        for x in innermost_factors(tile_x)])
     panel = R * S * (k2 + (y2 + R - 1) * (x2 + S - 1)) * 4  # one input channel's micro-panels
     rc1 = fit_count(facts.l1d // 2, panel, 32)
-    k1 = fit_count(facts.l2 // 2, k2 * C * R * S * 4, wl.dim("K") // k2)
+    k1 = fit_count(facts.l2 // 2, k2 * C * R * S * 4, K // k2)
     tk = nearest_split(tile_k, (k1, k2))
     ty = nearest_split(tile_y, (1, y2))
     tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
@@ -103,7 +105,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         # a wide window (7x7) unrolled over the tile would exceed `unroll_limit`: a loop then
         "unroll_rs": "unroll" if y2 * x2 * vector_registers(k2, facts.lanes) * R * S
         <= MAX_UNROLLED else "none",
-        "parallel": parallel_levels([wl.dim("N") * tk[0], ty[0], tx[0]], facts, 3),
+        "parallel": parallel_levels([images * tk[0], ty[0], tx[0]], facts, 3),
     }
 
 
@@ -155,8 +157,8 @@ def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
 
     if g.packed is not None:
         ps = s[g.packed]
-        ko_, c_, r_, s_, ki = ps.axis
-        ps.parallel(ko_)
+        *outer_, c_, r_, s_, ki = ps.axis  # (group,) output channel tile
+        ps.parallel(ps.fuse(*outer_) if len(outer_) > 1 else outer_[0])
         _, kiv = ps.split(ki, factor=v)
         ps.vectorize(kiv)
     return s

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import conv2d_blocked_graph
+from autotune.schedule.definitions import conv2d_blocked_graph, conv_groups
 from autotune.schedule.schedule import Schedule, Stage
 from autotune.schedule.templates.common import (
     CONV_ORDERS,
@@ -43,11 +43,12 @@ MAX_REG_TILE = MAX_CONV_REG_TILE
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
     b = wl.block
+    _, _, channels, kernels = conv_groups(wl)  # per group (a grouped conv's)
     knobs: list[Knob] = [
-        Split("tile_k", wl.dim("K") // b, 3, max_inner=4),  # channel blocks per tile
+        Split("tile_k", kernels // b, 3, max_inner=4),  # channel blocks per tile
         Split("tile_y", wl.out_h, 3, max_inner=8),
         Split("tile_x", wl.out_w, 3, max_inner=16),
-        Split("tile_rc", wl.dim("C") // wl.in_block, 2, max_inner=32),
+        Split("tile_rc", channels // wl.in_block, 2, max_inner=32),
         Reorder("order", ORDERS),
         Choice("pad", ["inline", "buffer"]),
         # taps then a block's channels (innermost: the weight vectors and input values one
@@ -82,8 +83,10 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     """A register tile of (y2 x x2) pixels by k2 channel blocks by `register_tile` (pixels
     broadcast, channel vectors reloaded); input channel blocks so one block's weight and
     input micro-panels fit half of L1; k1 channel-block tiles whose weights fit half of L2;
-    whole rows per tile; outer loops fused until every core has 4+ tasks."""
-    b, bi, C, R, S = wl.block, wl.in_block, wl.dim("C"), wl.dim("R"), wl.dim("S")
+    whole rows per tile; outer loops fused until every core has 4+ tasks. A grouped conv's
+    sizes are one group's, its images N*G."""
+    _, images, C, _ = conv_groups(wl)
+    b, bi, R, S = wl.block, wl.in_block, wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
     k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k * b, tail_use(tile_k.extent, k)
                                         * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
@@ -108,7 +111,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         # channels first with the taps unrolled (the NCHW template's way)
         "reduce": "taps_channels",
         "unroll_rs": "none",
-        "parallel": parallel_levels([wl.dim("N") * tk[0], ty[0], tx[0]], facts, 3),
+        "parallel": parallel_levels([images * tk[0], ty[0], tx[0]], facts, 3),
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from itertools import permutations
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import conv2d_graph
+from autotune.schedule.definitions import conv2d_graph, conv_groups
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import nearest_split
 from autotune.schedule.templates.cuda_common import (
@@ -31,7 +31,8 @@ INNER_ORDERS = list(permutations(("rc", "ry", "rx")))
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    K, C, R, S = wl.dim("K"), wl.dim("C"), wl.dim("R"), wl.dim("S")
+    _, _, C, K = conv_groups(wl)  # per group: a grouped conv is a conv over N*G images
+    R, S = wl.dim("R"), wl.dim("S")
     splits = [
         Split("tile_f", K, 4, max_inner=8),
         Split("tile_y", wl.out_h, 4, max_inner=4),
