@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from math import gcd
 from statistics import median
 from typing import Callable, Optional, Sequence
 
@@ -90,24 +91,33 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     blocked (a conv whose output channels no block divides, a depthwise conv with a
     multiplier, a layer reading NCHW but a conv, a grouped conv whose groups' channels the
     blocks do not divide) stays NCHW; a grouped conv is blocked as a conv, by a block of
-    one group's output channels. On cuda: channels-last convs
+    one group's output channels, and a conv feeding one writes a block of its groups'
+    input channels where one fits; a conv computing a channel gate writes the block of the
+    data the gate scales (no transform between them). On cuda: channels-last convs
     (`autotune.frontend.channels_last`)."""
     if target.kind == "cuda":
         return channels_last(matches, target)
     lanes = target.vector_lanes
     block: dict[str, int] = {}  # a kernel's output node -> its block
+    grouped = _group_reads(matches)
+    # a channel gate's gate (squeeze-and-excitation's last conv) -> the data it scales
+    gated = {m.inputs[1]: m.inputs[0] for m in matches if m.workload.op == "channel_mul"}
     chosen = []
     for m in matches:
         wl = m.workload
         bi = block.get(m.inputs[0], 1)
         bo = 1
+        # a conv writes a block that the grouped convs reading its output can read too
         if wl.op == "conv2d" and wl.layout == NCHW:
-            bo = channel_block(wl.dim("K"), lanes)
+            bo = _block_for_readers(wl.dim("K"), grouped.get(m.nodes[-1]), lanes)
+            if m.nodes[-1] in gated:  # the gate in its data's block: the gate reads them alike
+                data_block = block.get(gated[m.nodes[-1]], 1)
+                bo = data_block if wl.dim("K") % data_block == 0 else bo
         elif wl.op == "group_conv2d" and wl.layout == NCHW:
             # a block holds channels of one group, on both sides
             groups = wl.dim("groups")
             if (wl.dim("C") // groups) % bi == 0:
-                bo = channel_block(wl.dim("K") // groups, lanes)
+                bo = _block_for_readers(wl.dim("K") // groups, grouped.get(m.nodes[-1]), lanes)
         elif wl.op in LAYOUT_OPS and wl.layout == NCHW and \
                 (wl.op != "depthwise_conv2d" or wl.dim("multiplier") == 1):
             bo = bi
@@ -120,6 +130,28 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
         chosen.append(replace(m, workload=replace(
             wl, layout=layout, prepacked=wl.prepacked or prepackable(wl.op, layout))))
     return chosen
+
+
+def _block_for_readers(channels: int, group_channels: int | None, lanes: int) -> int:
+    """The block of a conv's output of ``channels``: one that also divides the
+    ``group_channels`` of the grouped convs reading it, where there is one; else its own."""
+    if group_channels is not None:
+        capped = channel_block(gcd(channels, group_channels), lanes)
+        if capped > 1:
+            return capped
+    return channel_block(channels, lanes)
+
+
+def _group_reads(matches: Sequence[Match]) -> dict[str, int]:
+    """A tensor (its producer's output node) -> the input channels of one group of the
+    grouped convs that read it, which a block of it must divide (ResNeXt's 1x1 conv of 256
+    channels before a conv in groups of 8 writes a block of 8, not 16)."""
+    reads: dict[str, int] = {}
+    for m in matches:
+        if m.workload.op == "group_conv2d":
+            per_group = m.workload.dim("C") // m.workload.dim("groups")
+            reads[m.inputs[0]] = gcd(reads.get(m.inputs[0], 0), per_group)
+    return reads
 
 
 def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,

@@ -67,9 +67,38 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
         gm = symbolic_trace(module)
     except Exception as exc:  # data-dependent control flow and the like
         raise ValueError(f"cannot trace {type(model).__name__} with torch.fx: {exc}") from exc
+    _drop_identities(gm)
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return gm
+
+
+_IDENTITY_MODULES = (nn.Identity, nn.Dropout, nn.Dropout2d, nn.AlphaDropout)
+# functions that are the identity with training=False -> their positional parameters
+_IDENTITY_FUNCTIONS = {"stochastic_depth": ("input", "p", "mode", "training"),
+                       "dropout": ("input", "p", "training")}
+
+
+def _drop_identities(gm: fx.GraphModule) -> None:
+    """Take out what is the identity in eval mode (dropout; torchvision's stochastic depth,
+    EfficientNet's, traced as a call of ``stochastic_depth`` with ``training=False``), so
+    that an add after it can fuse into the conv before it as the residual stage."""
+    modules = dict(gm.named_modules())
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module":
+            identity = isinstance(modules.get(str(node.target)), _IDENTITY_MODULES)
+        elif node.op == "call_function" and \
+                getattr(node.target, "__name__", "") in _IDENTITY_FUNCTIONS:
+            names = _IDENTITY_FUNCTIONS[node.target.__name__]
+            given = {**dict(zip(names, node.args)), **node.kwargs}
+            identity = given.get("training", True) is False
+        else:
+            continue
+        if identity and node.args and isinstance(node.args[0], fx.Node):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
 
 
 def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = False,

@@ -118,29 +118,31 @@ class TinySENet(nn.Module):
 class ResNeXtBlock(nn.Module):
     """A bottleneck whose 3x3 conv is grouped (ResNeXt's): 1x1 -> grouped 3x3 -> 1x1 + x."""
 
-    def __init__(self, channels: int, width: int, groups: int, stride: int = 1) -> None:
+    def __init__(self, channels: int, width: int, groups: int, se: bool = False) -> None:
         super().__init__()
         self.reduce = nn.Sequential(nn.Conv2d(channels, width, 1, bias=False),
                                     nn.BatchNorm2d(width), nn.ReLU(inplace=True))
-        self.grouped = nn.Sequential(nn.Conv2d(width, width, 3, stride, 1, groups=groups,
+        self.grouped = nn.Sequential(nn.Conv2d(width, width, 3, 1, 1, groups=groups,
                                                bias=False),
                                      nn.BatchNorm2d(width), nn.ReLU(inplace=True))
+        self.se = SqueezeExcite(width, width // 4) if se else nn.Identity()  # RegNet-Y's
         self.expand = nn.Sequential(nn.Conv2d(width, channels, 1, bias=False),
                                     nn.BatchNorm2d(channels))
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu(self.expand(self.grouped(self.reduce(x))) + x)
+        return self.relu(self.expand(self.se(self.grouped(self.reduce(x)))) + x)
 
 
 class TinyResNeXt(nn.Module):
-    """A stem, two grouped bottlenecks (groups of 16 channels, then of 4) and a classifier."""
+    """A stem, two grouped bottlenecks (groups of 8 channels with squeeze-and-excitation,
+    then of 4) and a classifier."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32),
                                   nn.ReLU(inplace=True))
-        self.wide = ResNeXtBlock(32, 64, groups=4)   # 16 channels a group
+        self.wide = ResNeXtBlock(32, 64, groups=8, se=True)  # 8 channels a group
         self.narrow = ResNeXtBlock(32, 32, groups=8)  # 4 channels a group
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(32, 10)

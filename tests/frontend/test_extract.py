@@ -247,3 +247,40 @@ def test_extract_leaves_the_model_in_training_mode():
     model = TinyResNet().train()
     autotune.extract(model, torch.randn(X), target=None)
     assert model.training
+
+
+@torch.fx.wrap
+def stochastic_depth(x: torch.Tensor, p: float, mode: str, training: bool = True
+                     ) -> torch.Tensor:
+    """torchvision.ops.stochastic_depth's signature (fx keeps a wrapped call as one node):
+    random in training, the identity in eval."""
+    if not training or p == 0.0:
+        return x
+    keep = torch.rand(x.shape[0], 1, 1, 1) >= p
+    return x * keep / (1 - p)
+
+
+class EvalIdentities(nn.Module):
+    """Convs whose residual add follows dropout or stochastic depth, as EfficientNet's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = stochastic_depth(self.a(x), 0.2, "row", self.training) + x
+        y = F.dropout(self.drop(self.b(y)), 0.1, self.training) + y
+        return y
+
+
+def test_eval_identities_leave_the_graph_so_the_adds_fuse() -> None:
+    model, x = EvalIdentities().eval(), torch.randn(1, 8, 6, 6)
+    found = autotune.extract(model, (x,), target=None)
+    assert found.unsupported == ()
+    assert sorted(t.workload.epilogue for t in found.tasks) == [("bias", "residual")] * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoTunedScheduleWarning)
+        compiled = autotune.compile_model(model, (x,), target="llvm", db=None)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)

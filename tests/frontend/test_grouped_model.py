@@ -1,6 +1,6 @@
 """Grouped convolutions in a compiled model: each runs as a `group_conv2d` kernel, blocked
-where a block of channels fits in one group, in NCHW with transforms around it where not,
-and the model matches torch."""
+where a block of channels fits in one group, in NCHW after a transform where not, and the
+model matches torch."""
 from __future__ import annotations
 
 import warnings
@@ -31,16 +31,24 @@ def test_grouped_convs_run_on_kernels_and_match_torch(layout: str) -> None:
     grouped = {m.place: m.workload for m in kernel_modules(compiled)
                if m.workload.op == "group_conv2d"}
     assert set(grouped) == {"wide.grouped.0", "narrow.grouped.0"}
-    assert grouped["wide.grouped.0"].dim("groups") == 4
+    assert grouped["wide.grouped.0"].dim("groups") == 8
     assert grouped["narrow.grouped.0"].epilogue == ("bias", "relu")  # BN folded, ReLU fused
     if layout == "auto":
-        # a grouped conv reads the block its producer wrote when that block divides a
-        # group's channels, and writes a block of a group's output channels: the wide
-        # block's groups of 16 take one; those of 4 take none from a producer of 8 or 16
-        wide = channel_block(16, LANES)
+        # a grouped conv writes a block of a group's output channels, and its producer a
+        # block of a group's input channels where one fits (8 of a 16-lane host's 16):
+        # groups of 8 channels take one, groups of 4 a block of 4 only where that is half
+        # the lanes (AVX2)
+        wide, narrow = channel_block(8, LANES), channel_block(4, LANES)
         assert grouped["wide.grouped.0"].block == wide
-        narrow = channel_block(4, LANES) if 4 % channel_block(32, LANES) == 0 else 1
         assert grouped["narrow.grouped.0"].block == narrow
+        layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
+        for block, reduce in ((wide, "wide.reduce.0"), (narrow, "narrow.reduce.0")):
+            if block > 1:
+                assert layouts[reduce].endswith(f"NCHW{block}c"), layouts[reduce]
+        # the excitation's gate in the block of the data it scales: no transform there;
+        # the one transform, where there is one, reads the narrow grouped conv's input
+        assert layouts["wide.se.fc2"].endswith(f"NCHW{wide}c"), layouts["wide.se.fc2"]
+        assert len(transforms(compiled)) == (narrow == 1)
         if wide > 1 and narrow == 1:
             assert transforms(compiled)  # to NCHW around the narrow grouped conv
     with torch.no_grad():
