@@ -82,9 +82,10 @@ def unrolled_step(block: int, lanes: int, taps: int, cfg: Config) -> tuple[int, 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
     """A register tile of (y2 x x2) pixels by k2 channel blocks by `register_tile` (pixels
     broadcast, channel vectors reloaded); input channel blocks so one block's weight and
-    input micro-panels fit half of L1; k1 channel-block tiles whose weights fit half of L2;
-    whole rows per tile; outer loops fused until every core has 4+ tasks. A grouped conv's
-    sizes are one group's, its images N*G."""
+    input micro-panels fit half of L1; k1 channel-block tiles whose weights fit half of L2
+    (or one tile per task where rows give the cores too few); whole rows per tile; outer
+    loops fused until every core has 4+ tasks. A grouped conv's sizes are one group's, its
+    images N*G."""
     _, images, C, _ = conv_groups(wl)
     b, bi, R, S = wl.block, wl.in_block, wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
@@ -99,6 +100,12 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     tk = nearest_split(tile_k, (k1, k2))
     ty = nearest_split(tile_y, (1, y2))
     tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
+    if images * tk[0] * ty[0] * tx[0] < 4 * facts.cores and wl.out_h * wl.out_w > 1:
+        # too few row tiles to balance the cores: a task per channel tile instead, over
+        # every pixel (on a 2-core Rocket Lake, ResNet-50's 1x1 convs at 14x14 ran 7 tasks
+        # and 1.14-1.21x slower; MobileNet's at 7x7 1.06-1.22x). A 1 x 1 output (an
+        # excitation's) stays one task: its few microseconds do not pay for a fork.
+        tk = nearest_split(tile_k, (1, k2))
     return {
         "tile_k": tk,
         "tile_y": ty,
