@@ -91,9 +91,10 @@ def _lower_parts(workload: Workload, target: Target, config: Config | int | dict
     for f in (func, pack):
         if f is not None:
             f.attrs.update(workload=workload.key, config_index=cfg.index)
-    shapes = _arg_shapes(workload, func)
-    if shapes is not None:
-        func.attrs["arg_shapes"] = shapes
+    for f in (func, pack):  # the packing kernel takes the constant operand as given too
+        shapes = _arg_shapes(workload, f) if f is not None else None
+        if f is not None and shapes is not None:
+            f.attrs["arg_shapes"] = shapes
     return func, pack
 
 

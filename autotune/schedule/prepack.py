@@ -19,8 +19,9 @@ from autotune.ops import Workload, aligned_empty
 from autotune.schedule.schedule import Schedule
 
 # op -> (the constant operand's placeholder name, its packed tensor's name)
-PACKED_OPERAND = {"conv2d": ("weight", "weight_pack"), "matmul": ("B", "B_pack"),
-                  "depthwise_conv2d": ("weight", "weight_pack")}
+PACKED_OPERAND = {"conv2d": ("weight", "weight_pack"),
+                  "group_conv2d": ("weight", "weight_pack"),
+                  "matmul": ("B", "B_pack"), "depthwise_conv2d": ("weight", "weight_pack")}
 
 
 def split_packing(sch: Schedule, op: str) -> Optional[Schedule]:

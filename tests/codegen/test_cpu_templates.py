@@ -44,6 +44,14 @@ SHAPES = {
 }
 
 
+def _packed(wl, kernel, args: list) -> list:
+    """``args`` as ``kernel`` takes them: a prepacked kernel's weight packed by its packing
+    kernel (the output, last, is the same array)."""
+    from autotune.schedule.prepack import pack_operand
+
+    return args if kernel.pack is None else pack_operand(wl, kernel.pack, args)
+
+
 def _check_chunk(op: str, jobs: list[tuple[dict, tuple, int]]) -> list[str]:
     """Compile and run each (params, epilogue, config index); describe the failures."""
     import autotune
@@ -56,7 +64,7 @@ def _check_chunk(op: str, jobs: list[tuple[dict, tuple, int]]) -> list[str]:
         args = wl.random_args(index)
         ref = wl.reference(args)
         kernel = autotune.compile(wl, target, driver.config_space(wl, target).get(index))
-        kernel(*args)
+        kernel(*_packed(wl, kernel, args))
         err = float(np.nanmax(np.abs(args[-1] - ref))) if not np.isnan(args[-1]).any() else np.inf
         if not err <= 1e-4 * max(1.0, float(np.abs(ref).max())):
             failures.append(f"{wl} config {index}: max error {err}")
@@ -100,7 +108,8 @@ def test_default_config_matches_numpy(op):
         for epi in EPILOGUES[::2]:
             wl = autotune.workload(op, epilogue=epi, **params)
             args = wl.random_args(0)
-            autotune.compile(wl, "llvm")(*args)
+            kernel = autotune.compile(wl, "llvm")
+            kernel(*_packed(wl, kernel, args))
             np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
 
 

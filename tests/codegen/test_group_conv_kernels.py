@@ -30,3 +30,17 @@ def test_a_conv2d_kernel_keeps_its_buffers_shapes() -> None:
     wl = autotune.workload("conv2d", N=1, C=4, H=6, W=6, K=8, R=3, S=3, stride=1, pad=1)
     func = driver.lower(wl, LLVM)
     assert "arg_shapes" not in func.attrs
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NCHW8c"])
+def test_the_prepacked_form_packs_the_weight_once_outside_the_kernel(layout: str) -> None:
+    from autotune.schedule.prepack import pack_operand
+
+    wl = autotune.workload("group_conv2d", N=1, C=16, H=5, W=5, K=32, R=3, S=3, stride=1,
+                           pad=1, groups=2, prepacked=True, layout=layout)
+    kernel = driver.load(driver.build(wl, LLVM), LLVM)
+    assert kernel.pack is not None  # the kernel reads the packed weight as an argument
+    assert kernel.pack.arg_shapes[0] == (32, 8, 3, 3)  # the pack takes the weight as given
+    args = wl.random_args(1)
+    kernel(*pack_operand(wl, kernel.pack, args))
+    np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
