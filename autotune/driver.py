@@ -89,11 +89,11 @@ def _lower_parts(workload: Workload, target: Target, config: Config | int | dict
     except LoweringError as e:
         raise InvalidConfig(str(e)) from e
     for f in (func, pack):
-        if f is not None:
-            f.attrs.update(workload=workload.key, config_index=cfg.index)
-    for f in (func, pack):  # the packing kernel takes the constant operand as given too
-        shapes = _arg_shapes(workload, f) if f is not None else None
-        if f is not None and shapes is not None:
+        if f is None:
+            continue
+        f.attrs.update(workload=workload.key, config_index=cfg.index)
+        shapes = _arg_shapes(workload, f)  # the packing kernel's operand too
+        if shapes is not None:
             f.attrs["arg_shapes"] = shapes
     return func, pack
 

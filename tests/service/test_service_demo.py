@@ -22,9 +22,9 @@ TASKS = 8  # the demo model's distinct layers
 TRIALS = TASKS  # one trial each
 
 
-def _serve(tmp_path: Path, port: int, log: Path) -> subprocess.Popen:
+def _serve(tmp_path: Path, port: int, log: Path, trials: int = TRIALS) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "autotune.cli", "serve", "--demo", "--demo-trials", str(TRIALS),
+        [sys.executable, "-m", "autotune.cli", "serve", "--demo", "--demo-trials", str(trials),
          "--db", f"sqlite:///{tmp_path / 'autotune.db'}", "--port", str(port)],
         cwd=tmp_path, env={**os.environ, **FAST_MEASURE}, stdout=subprocess.DEVNULL,
         stderr=log.open("w"), start_new_session=True)
@@ -96,7 +96,9 @@ def test_the_demo_tunes_a_model_run_to_watch(tmp_path: Path) -> None:
 def test_ctrl_c_stops_the_demo_run_with_the_service(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = _serve(tmp_path, port, log)
+    # a budget the run cannot finish before the interrupt (a trial a task finished, once,
+    # between seeing its last job run and the interrupt arriving)
+    proc = _serve(tmp_path, port, log, trials=200 * TASKS)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         def running_jobs() -> int:
