@@ -78,10 +78,14 @@ class DemoRun:
         if settings.ray_address:  # measured where the service's jobs are
             env["AUTOTUNE_RAY_ADDRESS"] = settings.ray_address
         self._log: IO[str] = open(log, "a")
+        # A process group of its own: a terminal's Ctrl-C reaches the service alone, which
+        # stops the run with one SIGINT (`stop`). Two (the terminal's, then the service's)
+        # could land while the run records itself cancelled and leave it "running".
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.cli", "tune-model", DEMO_MODEL,
              "--trials", str(trials)],
-            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            process_group=0)
 
     def stop(self, timeout: float = 15.0) -> Optional[int]:
         """Interrupt the run (it records itself as cancelled) and wait for it; killed after
