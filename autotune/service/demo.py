@@ -67,6 +67,13 @@ def demo_done(settings: Settings, trials: int) -> bool:
                for r in found)
 
 
+# `autotune` in the child, Ctrl-C restored: a service started from a shell's background
+# (`cmd &` without job control) inherits SIGINT ignored, and the run would then outlive the
+# `stop` that interrupts it, killed unrecorded after its timeout
+_TAKES_SIGINT = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                 "from autotune.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
 class DemoRun:
     """``autotune tune-model`` of `demo_cnn` in a child process, appending its lines to the
     file ``log``; a run stopped earlier continues where it stopped."""
@@ -82,7 +89,7 @@ class DemoRun:
         # stops the run with one SIGINT (`stop`). Two (the terminal's, then the service's)
         # could land while the run records itself cancelled and leave it "running".
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.cli", "tune-model", DEMO_MODEL,
+            [sys.executable, "-c", _TAKES_SIGINT, "tune-model", DEMO_MODEL,
              "--trials", str(trials)],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             process_group=0)

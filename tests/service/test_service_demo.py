@@ -22,12 +22,20 @@ TASKS = 8  # the demo model's distinct layers
 TRIALS = TASKS  # one trial each
 
 
-def _serve(tmp_path: Path, port: int, log: Path, trials: int = TRIALS) -> subprocess.Popen:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _serve(tmp_path: Path, port: int, log: Path, trials: int = TRIALS,
+           sigint_ignored: bool = False) -> subprocess.Popen:
+    """``autotune serve --demo``; ``sigint_ignored``: started as a shell without job control
+    starts ``cmd &``, SIGINT ignored (the service and what it starts inherit that)."""
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", "serve", "--demo", "--demo-trials", str(trials),
          "--db", f"sqlite:///{tmp_path / 'autotune.db'}", "--port", str(port)],
         cwd=tmp_path, env={**os.environ, **FAST_MEASURE}, stdout=subprocess.DEVNULL,
-        stderr=log.open("w"), start_new_session=True)
+        stderr=log.open("w"), start_new_session=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
 def _items(url: str) -> list[dict]:
@@ -98,7 +106,9 @@ def test_ctrl_c_stops_the_demo_run_with_the_service(tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     # a budget the run cannot finish before the interrupt (a trial a task finished, once,
     # between seeing its last job run and the interrupt arriving)
-    proc = _serve(tmp_path, port, log, trials=200 * TASKS)
+    # SIGINT ignored as a background job inherits it: the service still stops on it, and
+    # the demo run it started still takes the SIGINT the service stops it with
+    proc = _serve(tmp_path, port, log, trials=200 * TASKS, sigint_ignored=True)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         def running_jobs() -> int:
