@@ -175,8 +175,13 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     G, B, C, K = conv_groups(wl)
     (sh, sw), (ph, pw), (dh, dw) = wl.pair("stride"), wl.pair("pad"), wl.pair("dilation")
     grouped = G > 1
+    lead = (G,) if grouped else ()  # a grouped conv's weights lead with their group
+
+    def group(n):  # image n's group, as an index prefix
+        return (_group_of(n, N, G),) if grouped else ()
+
     data = placeholder("data", (B, C, H, W), wl.dtype)
-    weight = placeholder("weight", (G, K, C, R, S) if grouped else (K, C, R, S), wl.dtype)
+    weight = placeholder("weight", (*lead, K, C, R, S), wl.dtype)
     out_shape = (B, K, wl.out_h, wl.out_w)
     extra, post = _epilogue(wl, 1, channel_of=(lambda axes: _group_of(axes[0], N, G) * K
                                                + axes[1]) if grouped else None,
@@ -186,30 +191,20 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
     rc, rr, rs = reduce_axis(C, "rc"), reduce_axis(R, "rr"), reduce_axis(S, "rs")
     temps = [pad] if pad else []
     packed = None
-    if pack and grouped:
-        packed = compute("weight_pack", (G, ceil(K / pack), C, R, S, pack),
-                         lambda g, ko, c, r, s, ki: _guarded(
-                             weight, (g, ko * pack + ki, c, r, s), [(ko * pack + ki, K)]),
-                         axis_names=["g", "ko", "c", "r", "s", "ki"])
+    if pack:
+        def pack_at(*axes):
+            *g, ko, c, r, s, ki = axes
+            return _guarded(weight, (*g, ko * pack + ki, c, r, s), [(ko * pack + ki, K)])
+
+        packed = compute("weight_pack", (*lead, ceil(K / pack), C, R, S, pack), pack_at,
+                         axis_names=["g"] * len(lead) + ["ko", "c", "r", "s", "ki"])
         temps.append(packed)
 
         def w_at(n, k):
-            return packed[_group_of(n, N, G), k // pack, rc.var, rr.var, rs.var, k % pack]
-    elif pack:
-        packed = compute("weight_pack", (ceil(K / pack), C, R, S, pack),
-                         lambda ko, c, r, s, ki: _guarded(weight, (ko * pack + ki, c, r, s),
-                                                          [(ko * pack + ki, K)]),
-                         axis_names=["ko", "c", "r", "s", "ki"])
-        temps.append(packed)
-
-        def w_at(n, k):
-            return packed[k // pack, rc.var, rr.var, rs.var, k % pack]
-    elif grouped:
-        def w_at(n, k):
-            return weight[_group_of(n, N, G), k, rc.var, rr.var, rs.var]
+            return packed[(*group(n), k // pack, rc.var, rr.var, rs.var, k % pack)]
     else:
         def w_at(n, k):
-            return weight[k, rc.var, rr.var, rs.var]
+            return weight[(*group(n), k, rc.var, rr.var, rs.var)]
 
     def body(n, k, y, x):
         return src[n, rc.var, y * sh + rr.var * dh, x * sw + rs.var * dw] * w_at(n, k)
