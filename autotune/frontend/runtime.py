@@ -35,6 +35,7 @@ from autotune.frontend.channels_last import channels_last
 from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
 from autotune.frontend.groups import KernelGroup, ModuleMaker
+from autotune.frontend.inductor import check_rest_mode, hand_to_inductor
 from autotune.frontend.layouts import (
     POOLED_OPS,
     LayoutTransform,
@@ -168,12 +169,15 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
 
 def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetArg = "llvm",
                   db: DbArg = SETTINGS_DB, layout: str | None = None,
-                  cuda_graphs: bool | None = None) -> nn.Module:
+                  cuda_graphs: bool | None = None, rest: str = "eager") -> nn.Module:
     """`compile_model` of a graph already traced and shape-propagated at ``inputs`` (its
     modules in eval mode), rewritten in place (on cuda, wrapped in a `CudaGraphModel`
-    with ``cuda_graphs``)."""
+    with ``cuda_graphs``). ``rest`` runs the torch ops left between the kernels: "eager",
+    or "inductor" (llvm, tensor inputs: partitions of them compiled by inductor,
+    `autotune.frontend.inductor`; on cuda they stay eager)."""
     tgt = _supported(as_target(target))
     layout = check_layout_mode(layout, tgt)
+    rest = check_rest_mode(rest)
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":
@@ -202,6 +206,8 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
 
         insert_transforms(gm, out_block, in_block)
     if all(isinstance(x, torch.Tensor) for x in inputs):
+        if rest == "inductor":  # before the plan: its torch steps are then the partitions
+            hand_to_inductor(gm, inputs)
         plan_model_run(gm, inputs, tgt)
     return gm
 
