@@ -7,9 +7,11 @@ Dynamo hands over an FX graph of functions whose parameters and buffers are grap
 into a module holding their values (read once, at compile time: later changes to the
 parameters are not seen), so that extraction matches the graph as it matches a traced
 model; `compile_graph` then puts the kernels in and gives it its plan. The ops autotune has
-no kernel for run as the graph has them, eagerly. Options
+no kernel for are handed to inductor (`autotune.frontend.inductor`: partitions of them
+compiled for the example inputs, run eagerly on other calls). Options
 (``torch.compile(..., options={...})``): ``target``, ``db`` and ``layout``, as
-`compile_model` takes them.
+`compile_model` takes them, and ``rest``: "inductor" (the default) or "eager", what runs
+the ops autotune has no kernel for.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.api import SETTINGS_DB
+from autotune.frontend.inductor import check_rest_mode
 from autotune.frontend.runtime import compile_graph
 
-OPTIONS = ("target", "db", "layout")
+OPTIONS = ("target", "db", "layout", "rest")
 _CONVS = (torch.conv2d, F.conv2d)
 # positional parameters after the input, as the functions take them
 _CONV_ARGS = ("weight", "bias", "stride", "padding", "dilation", "groups")
@@ -40,11 +43,13 @@ def autotune_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
     if unknown:
         raise ValueError(f"torch.compile(backend='autotune'): unknown options {unknown}; "
                          f"expected {', '.join(OPTIONS)}")
+    rest = check_rest_mode(opts.get("rest", "inductor"))  # before the graph is rewritten
     modularize(gm, example_inputs)
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return compile_graph(gm, list(example_inputs), target=opts.get("target", "llvm"),
-                         db=opts.get("db", SETTINGS_DB), layout=opts.get("layout"))
+                         db=opts.get("db", SETTINGS_DB), layout=opts.get("layout"),
+                         rest=rest)
 
 
 def modularize(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:

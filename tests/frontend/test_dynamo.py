@@ -1,18 +1,77 @@
 """``torch.compile(model, backend="autotune")``: dynamo's functional graph, its weights as
 inputs, runs on autotune's kernels (convs with their batch norms folded, residual adds and
-ReLUs fused, linear layers) and matches eager."""
+ReLUs fused, linear layers) and matches eager; the ops autotune has no kernel for run as
+partitions compiled by inductor (a real C++ compile: seconds)."""
 from __future__ import annotations
 
 import warnings
+from typing import Any, Iterator
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
+
 from autotune.frontend.dynamo import autotune_backend  # noqa: E402
+from autotune.frontend.inductor import InductorPartition, InductorWarning  # noqa: E402
 from autotune.frontend.plan import ModelPlan  # noqa: E402
 from autotune.frontend.runtime import kernel_modules  # noqa: E402
 from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
+
+
+class ShuffleNet(nn.Module):
+    """Two conv branches joined by ops autotune has no kernel for: a concatenation, a
+    channel shuffle (batch-size agnostic) and a GELU, then a conv and a global pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU())
+        self.left, self.right = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 3, 1, 1)
+        self.head = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        y = torch.cat([self.left(x), self.right(x)], 1)
+        y = y.unflatten(1, (2, -1)).transpose(1, 2).flatten(1, 2)
+        return self.head(nn.functional.gelu(y)).mean((2, 3))
+
+
+@pytest.fixture
+def inductor_cache(tmp_path: Any) -> Iterator[None]:
+    """Inductor's caches in the test's own directory: nothing left in the user's, no two
+    xdist workers on one, and a cold compile (no artifact of another test reused)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+        yield
+
+
+def compiled_graph(model: nn.Module, x: torch.Tensor, **options: Any
+                   ) -> tuple[Any, torch.Tensor, list[Any]]:
+    """``torch.compile(model, backend="autotune", options=...)`` called once on ``x``
+    (no autograd): the compiled graph module, its output, and dynamo's example inputs."""
+    graphs: list[Any] = []
+
+    def backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        graphs.append((autotune_backend(gm, example_inputs, **kwargs), list(example_inputs)))
+        return graphs[-1][0]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, options={"db": None, **options})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.filterwarnings("ignore", message=".*tuned.*")  # default schedules: no db
+        got = compiled(x)
+    ((gm, example_inputs),) = graphs
+    return gm, got, example_inputs
+
+
+def partitions(gm: nn.Module) -> list[InductorPartition]:
+    return [m for m in gm.modules() if isinstance(m, InductorPartition)]
+
+
+def close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 
 
 @pytest.mark.parametrize("net", [TinyResNet, TinyMobileNet])
@@ -42,3 +101,54 @@ def test_the_backend_runs_the_model_on_kernels(net) -> None:
 
 def test_the_backend_is_registered_by_name() -> None:
     assert "autotune" in torch._dynamo.list_backends()
+
+
+def test_the_backend_hands_the_ops_without_kernels_to_inductor(inductor_cache: None) -> None:
+    torch.manual_seed(0)
+    model, x = randomize_bn(ShuffleNet()), torch.randn(1, 3, 8, 8)
+    gm, got, example_inputs = compiled_graph(model, x)
+    with torch.no_grad():
+        assert close(got, model(x))
+    (part,) = partitions(gm)
+    assert part.compiled is not None
+    ops = {getattr(n.target, "__name__", n.target) for n in part.graph.graph.nodes}
+    assert {"cat", "transpose", "gelu"} <= ops
+    # the graph itself keeps no torch op: kernels, layout transforms and the partition
+    assert {n.op for n in gm.graph.nodes} == {"placeholder", "call_module", "output"}
+    assert isinstance(gm.forward, ModelPlan) and gm.forward.kernels >= 4
+
+    # which path each call of the partition takes: inductor's code on the planned call,
+    # the partition's ops on a batch of 2 (the graph's own code, kernels on torch too)
+    fitted: list[bool] = []
+    part.register_forward_pre_hook(lambda m, args: fitted.append(m.fits(args)))
+    x2 = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        (planned,) = gm(*example_inputs)
+        (other,) = gm(*[x2 if a is x else a for a in example_inputs])
+        assert close(planned, model(x)) and close(other, model(x2))
+    assert fitted == [True, False]
+
+
+def test_rest_eager_leaves_the_ops_to_torch() -> None:
+    torch.manual_seed(0)
+    model, x = randomize_bn(ShuffleNet()), torch.randn(1, 3, 8, 8)
+    gm, got, _ = compiled_graph(model, x, rest="eager")
+    with torch.no_grad():
+        assert close(got, model(x))
+    assert not partitions(gm)
+    assert torch.cat in {n.target for n in gm.graph.nodes}
+    with pytest.raises(ValueError, match="rest: .* not 'fast'"):
+        autotune_backend(gm, [x], options={"rest": "fast"})
+
+
+def test_a_partition_inductor_fails_on_runs_eagerly(inductor_cache: None) -> None:
+    torch.manual_seed(0)
+    model, x = randomize_bn(ShuffleNet()), torch.randn(1, 3, 6, 6)
+    with torch._inductor.config.patch({"cpp.cxx": (None, "/nonexistent/g++")}), \
+            pytest.warns(InductorWarning, match="autotune_inductor_0 .* runs eagerly") as caught:
+        gm, got, _ = compiled_graph(model, x)
+    assert len([w for w in caught if w.category is InductorWarning]) == 1
+    with torch.no_grad():
+        assert close(got, model(x))
+    (part,) = partitions(gm)
+    assert part.compiled is None
