@@ -21,7 +21,8 @@ _SYSCONF = ("SC_LEVEL1_DCACHE_SIZE", "SC_LEVEL2_CACHE_SIZE", "SC_LEVEL3_CACHE_SI
 @dataclass(frozen=True)
 class CpuFacts:
     """A CPU target's vector width, vector register count, FMA (None: not known for a CPU
-    other than the host's), cache sizes (bytes) and cores.
+    other than the host's), cache sizes (bytes), cores and LLVM CPU name (``mcpu``: where
+    cores of one width still prefer different loop nests).
 
     The number of FMA pipes is not a fact here: it decides how many independent accumulators
     hide the FMA latency (latency x pipes, 8-10 on current x86), and every register tile
@@ -34,11 +35,17 @@ class CpuFacts:
     l2: int
     l3: int
     cores: int
+    mcpu: str = ""
 
     @property
     def lanes(self) -> int:
         """float32 lanes per vector register."""
         return self.vector_bits // 32
+
+    @property
+    def zen(self) -> bool:
+        """An AMD Zen core (LLVM's ``znver*``)."""
+        return self.mcpu.startswith("znver")
 
     def describe(self) -> str:
         """One line for logs and benchmark headers."""
@@ -56,7 +63,7 @@ def facts_of(target: Target) -> CpuFacts:
     registers = 32 if target.vector_bits >= 512 else 16
     l1d, l2, l3 = host_caches() if target.mcpu == host_cpu()[0] else _DEFAULT_CACHES
     return CpuFacts(target.vector_bits, registers, has_fma(target.features), l1d, l2, l3,
-                    target.cores)
+                    target.cores, target.mcpu or "")
 
 
 def has_fma(features: str) -> bool | None:

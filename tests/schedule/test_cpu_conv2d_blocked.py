@@ -112,3 +112,21 @@ def test_reduction_orders_and_padding_match_numpy(case: int, reduce: str, unroll
     values = config_space(wl, LLVM).default().to_dict()["knobs"]
     config = {"knobs": {**values, "reduce": reduce, "unroll_rs": unroll, "pad": pad}}
     _check(compile_kernel(wl, LLVM, config), wl)
+
+
+@pytest.mark.parametrize("mcpu, R, layout, order", [
+    ("rocketlake", 3, "NCHW16c", ("channels_taps", "unroll")),
+    ("haswell", 3, "NCHW8c", ("channels_taps", "unroll")),
+    ("znver5", 3, "NCHW16c", ("taps_channels", "none")),  # measured slower there
+    ("rocketlake", 1, "NCHW16c", ("taps_channels", "none")),  # no taps to order
+    ("rocketlake", 7, "NCHW>NCHW16c", ("taps_channels", "none")),  # a first conv's
+])
+def test_default_reduction_order_follows_the_cpu_and_the_window(mcpu: str, R: int,
+                                                                layout: str, order) -> None:
+    wl = autotune.workload("conv2d", N=1, C=3 if layout.startswith("NCHW>") else 64, H=28,
+                           W=28, K=64, R=R, S=R, stride=1, pad=R // 2, layout=layout,
+                           epilogue=["bias", "relu"])
+    target = autotune.Target(f"llvm -mcpu={mcpu} -vector-bits={wl.block * 32}")
+    default = config_space(wl, target).default()
+    assert (default["reduce"], default["unroll_rs"]) == order
+    assert config_space(wl, target).invalid_reason(default) is None
