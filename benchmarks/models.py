@@ -233,11 +233,13 @@ def torch_compiled(model: nn.Module, inputs: tuple[torch.Tensor, ...]
 def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int,
               rounds: int, model_s: float, ort: OrtProfile | None) -> None:
     """Per kernel group: autotune's time against torch running the same folded layer, the
-    two interleaved, and ONNX Runtime's own profile of the layer (its nodes whose main op
-    is the layer's module; a fused activation or add counts with it); then the model's time
-    outside autotune's kernels (torch's operators between them and the calls' overhead),
-    and ONNX Runtime's nodes that no autotune kernel computes."""
+    two interleaved, its time inside the model (the plan's run timed kernel by kernel: the
+    caches as the layers before leave them) and ONNX Runtime's own profile of the layer (its
+    nodes whose main op is the layer's module; a fused activation or add counts with it);
+    then the model's time outside autotune's kernels (torch's operators between them and
+    the calls' overhead), and ONNX Runtime's nodes that no autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
+    from autotune.frontend.plan import ModelPlan
     from autotune.frontend.runtime import kernel_modules
 
     seen: dict[Any, list[Any]] = {}
@@ -248,6 +250,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         getattr(compiled.forward, "unplanned", compiled)(*model_inputs)
     for h in hooks:
         h.remove()
+    in_model, torch_steps = _in_model(compiled, model_inputs, rounds * repeat) \
+        if isinstance(compiled.forward, ModelPlan) else ({}, float("nan"))
     for m in kernel_modules(compiled):
         seen.setdefault(m.workload, []).append(m)
     by_module, ort_others = ort if ort is not None else ({}, {})
@@ -265,22 +269,29 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         ours = statistics.median(times["ours"])
         call_us = (ours - statistics.median(times["kernel"])) * 1e6 if "kernel" in times \
             else float("nan")
+        inside = [in_model[id(m)] for m in mods if id(m) in in_model]
+        model_ms = sum(inside) / len(inside) if len(inside) == len(mods) else float("nan")
         theirs = [by_module.pop(m.place) for m in mods if m.place in by_module]
         ort_s = sum(theirs) / len(theirs) if len(theirs) == len(mods) else float("nan")
         rows.append((len(mods) * ours, len(mods), ours, ratio(times, "torch", "ours"),
-                     statistics.median(times["torch"]), call_us, ort_s, str(wl), mods[0].place))
+                     statistics.median(times["torch"]), call_us, model_ms, ort_s, str(wl),
+                     mods[0].place))
     print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7} "
-          f"{'ORT ms':>8} {'vs ORT':>6}  layer")
-    for total, n, ours, speedup, theirs, call_us, ort_s, name, place in sorted(rows,
-                                                                               reverse=True):
+          f"{'in model':>8} {'ORT ms':>8} {'vs ORT':>6}  layer")
+    for _, n, ours, speedup, theirs, call_us, model_s_, ort_s, name, place in sorted(
+            rows, key=lambda r: r[0], reverse=True):
         print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x "
-              f"{call_us:7.1f} {ort_s * 1e3:8.4f} {ort_s / ours:5.2f}x  {place}: {name}")
+              f"{call_us:7.1f} {model_s_ * 1e3:8.4f} {ort_s * 1e3:8.4f} "
+              f"{ort_s / model_s_:5.2f}x  {place}: {name}")
     in_kernels = sum(r[0] for r in rows)
-    print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms, torch "
+    inside_total = sum(r[1] * r[6] for r in rows)
+    print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms alone, "
+          f"{inside_total * 1e3:.3f} ms in the model, torch "
           f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the model outside autotune's "
-          f"kernels: {(model_s - in_kernels) * 1e3:.3f} ms of {model_s * 1e3:.3f}")
+          f"kernels: {(model_s - inside_total) * 1e3:.3f} ms of {model_s * 1e3:.3f} "
+          f"(its torch steps {torch_steps * 1e3:.3f} ms)")
     if ort is not None:
-        matched = sum(r[1] * r[6] for r in rows if r[6] == r[6])
+        matched = sum(r[1] * r[7] for r in rows if r[7] == r[7])
         rest = {f"{k} (a module without an autotune kernel)": v for k, v in by_module.items()}
         rest.update(ort_others)
         print(f"    ONNX Runtime's profile: {matched * 1e3:.3f} ms in these layers, "
@@ -288,6 +299,27 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
               + (", the largest:" if rest else ""))
         for what, secs in sorted(rest.items(), key=lambda kv: -kv[1])[:8]:
             print(f"      {secs * 1e3:8.4f} ms  {what}")
+
+
+def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], calls: int
+              ) -> tuple[dict[int, float], float]:
+    """Each kernel module's median time inside the model's planned run (by ``id``), over
+    ``calls`` profiled calls, and the median total of the plan's torch steps."""
+    plan = compiled.forward
+    modules = dict(compiled.named_modules())
+    per: dict[int, list[float]] = {}
+    steps: list[float] = []
+    with torch.no_grad():
+        for _ in range(calls):
+            rest = 0.0
+            for node, secs in plan.profile(*inputs):
+                module = modules.get(str(node.target)) if node.op == "call_module" else None
+                if module is not None and hasattr(module, "workload"):
+                    per.setdefault(id(module), []).append(secs)
+                else:
+                    rest += secs
+            steps.append(rest)
+    return {k: statistics.median(v) for k, v in per.items()}, statistics.median(steps)
 
 
 def autotune_dynamo(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: Any,

@@ -15,6 +15,7 @@ gradient wanted), else the graph's own code. The plan is not reentrant: calls ta
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -54,6 +55,7 @@ class _Run:
 
     sequence: CallSequence
     dynamic: list[tuple[BoundCall, int, fx.Node]]
+    kernels: list[_Kernel]
 
 
 def arena_offsets(sizes: Sequence[int], lives: Sequence[tuple[int, int]]) -> tuple[list[int],
@@ -174,7 +176,7 @@ class ModelPlan:
                                 keep=[k.call for k in kernels])
         dynamic = [(k.call, j, a) for k in kernels for j, a in enumerate(k.reads)
                    if a not in self._values]
-        return _Run(sequence, dynamic)
+        return _Run(sequence, dynamic, kernels)
 
     def fits(self, args: Sequence[Any]) -> bool:
         """Whether a call on ``args`` can run the plan."""
@@ -199,7 +201,20 @@ class ModelPlan:
         """The graph's own code on ``args``: every module called (forward hooks run)."""
         return type(self.gm).forward(self.gm, *args)
 
-    def _execute(self, args: Sequence[torch.Tensor]) -> Any:
+    def profile(self, *args: Any) -> list[tuple[fx.Node, float]]:
+        """A planned call on ``args`` timed step by step: (node, seconds) for each kernel
+        (called on its own, in the plan's order, on the data the model run leaves in the
+        caches) and each torch step; where a layer's time in the model differs from its
+        time alone."""
+        if not self.fits(args):
+            raise ValueError("ModelPlan.profile: the arguments do not fit the plan")
+        times: list[tuple[fx.Node, float]] = []
+        with self._lock:
+            self._execute(args, times)
+        return times
+
+    def _execute(self, args: Sequence[torch.Tensor],
+                 times: list[tuple[fx.Node, float]] | None = None) -> Any:
         env: dict[fx.Node, Any] = dict(self._values)
         env.update(zip(self._placeholders, args))
         for step in self._steps:
@@ -209,9 +224,19 @@ class ModelPlan:
                     if not x.is_contiguous() or x.data_ptr() % ALIGN:  # a view: copied
                         x = env[node] = x.clone(memory_format=torch.contiguous_format)
                     call.set_pointer(j, x.data_ptr())
-                step.sequence()
-            else:
+                if times is None:
+                    step.sequence()
+                    continue
+                for k in step.kernels:
+                    t0 = time.perf_counter()
+                    k.call.run()
+                    times.append((k.node, time.perf_counter() - t0))
+            elif times is None:
                 env[step] = self._eval(step, env, self._modules)
+            else:
+                t0 = time.perf_counter()
+                env[step] = self._eval(step, env, self._modules)
+                times.append((step, time.perf_counter() - t0))
         if self._output is None:
             return None
         result = fx.node.map_arg(self._output.args[0], lambda n: env[n])

@@ -88,6 +88,31 @@ def test_plan_runs_kernels_back_to_back_and_matches_torch() -> None:
                    for g, w in zip(compiled(strided), model(strided)))
 
 
+def test_profile_times_each_kernel_and_torch_step_in_run_order() -> None:
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(1, 3, 6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    plan, modules = compiled.forward, dict(compiled.named_modules())
+    with torch.no_grad():
+        times = plan.profile(x)
+        kernels = [n.target for n, _ in times if n.op == "call_module"
+                   and modules[str(n.target)] in kernel_modules(compiled)]
+        graph_kernels = [n.target for n in compiled.graph.nodes if n.op == "call_module"
+                         and modules[str(n.target)] in kernel_modules(compiled)]
+        assert kernels == graph_kernels  # each kernel once, in the graph's order
+        assert len(times) > len(kernels) and all(s > 0 for _, s in times)  # torch steps too
+        # the profiled run computes the model: the classifier's output, a kernel's, lands in
+        # the arena (cleared first)
+        plan.arena[...] = 0
+        plan.profile(x)
+        fc = next(n for n in compiled.graph.nodes if n.op == "output").args[0][0]
+        assert torch.allclose(plan._values[fc], model(x)[0], rtol=1e-4, atol=1e-5)
+        with pytest.raises(ValueError, match="do not fit"):
+            plan.profile(torch.randn(2, 3, 6, 6))
+
+
 def test_tanh_approximated_gelu_stays_in_torch() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.GELU(approximate="tanh")).eval()
     found = autotune.extract(model, torch.randn(1, 3, 4, 4))

@@ -129,6 +129,10 @@ class BoundCall:
         return (ctypes.cast(self._entry, ctypes.c_void_p).value or 0,
                 ctypes.addressof(self._ptrs))
 
+    def run(self) -> None:
+        """Call the entry on the pointers last set."""
+        self._entry(self._ptrs)
+
     def __call__(self, *pointers: int) -> None:
         if len(pointers) != len(self.free):
             raise TypeError(f"kernel {self.kernel.name!r}: {len(self.free)} pointers expected "
