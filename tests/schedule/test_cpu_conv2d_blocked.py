@@ -130,3 +130,38 @@ def test_default_reduction_order_follows_the_cpu_and_the_window(mcpu: str, R: in
     default = config_space(wl, target).default()
     assert (default["reduce"], default["unroll_rs"]) == order
     assert config_space(wl, target).invalid_reason(default) is None
+
+
+@pytest.mark.parametrize("case", [1, 3, 6, 7])
+@pytest.mark.parametrize("parallel", [1, 2, 3])
+def test_task_accumulators_match_numpy(case: int, parallel: int) -> None:
+    """reduce_at "task": the input channel blocks' outer split outside the task's pixels,
+    one block per step of it (partial sums kept across steps), every parallel depth."""
+    params, epilogue, layout = CASES[case]
+    wl = autotune.workload("conv2d", epilogue=epilogue, layout=layout, **params)
+    sp = config_space(wl, LLVM)
+    values = sp.default().to_dict()["knobs"]
+    blocks = params["C"] // wl.in_block
+    config = sp.config({**values, "reduce_at": "task", "parallel": parallel,
+                        "tile_rc": (blocks, 1)})
+    assert sp.invalid_reason(config) is None
+    _check(compile_kernel(wl, LLVM, config), wl)
+
+
+def test_default_accumulates_over_a_task_only_where_pixels_are_few() -> None:
+    def default(H: int, C: int, K: int):
+        wl = autotune.workload("conv2d", N=1, C=C, H=H, W=H, K=K, R=1, S=1, stride=1, pad=0,
+                               layout="NCHW16c", prepacked=True)
+        return config_space(wl, autotune.Target("llvm -mcpu=rocketlake -cores=2 "
+                                                "-vector-bits=512")), wl
+    sp, _ = default(7, 2048, 512)
+    few = sp.default()
+    assert few["reduce_at"] == "task" and few["parallel"] == 1
+    assert few["tile_y"][0] == few["tile_x"][0] == 1  # a task: a channel tile, every pixel
+    sp, _ = default(28, 512, 128)
+    assert sp.default()["reduce_at"] == "tile"
+    # a whole 56x56 image of 64 channels per task does not fit a worker's stack
+    sp, wl = default(56, 64, 64)
+    whole = sp.config({**sp.default().to_dict()["knobs"], "reduce_at": "task", "parallel": 1,
+                       "order": ("k0", "y0", "x0", "k1", "y1", "x1")})
+    assert "task accumulator" in (sp.invalid_reason(whole) or "")
