@@ -67,7 +67,7 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
         gm = symbolic_trace(module)
     except Exception as exc:  # data-dependent control flow and the like
         raise ValueError(f"cannot trace {type(model).__name__} with torch.fx: {exc}") from exc
-    _drop_identities(gm)
+    drop_identities(gm)
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return gm
@@ -79,7 +79,7 @@ _IDENTITY_FUNCTIONS = {"stochastic_depth": ("input", "p", "mode", "training"),
                        "dropout": ("input", "p", "training")}
 
 
-def _drop_identities(gm: fx.GraphModule) -> None:
+def drop_identities(gm: fx.GraphModule) -> None:
     """Take out what is the identity in eval mode (dropout; torchvision's stochastic depth,
     EfficientNet's, traced as a call of ``stochastic_depth`` with ``training=False``), so
     that an add after it can fuse into the conv before it as the residual stage."""
@@ -252,7 +252,7 @@ def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
 
 def _max_pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     """A max-pool (``nn.MaxPool2d`` or ``F.max_pool2d``) of float32 NCHW data without
-    dilation, ceil_mode or indices as a max_pool2d match; None for another node."""
+    dilation or indices as a max_pool2d match; None for another node."""
     if node.op == "call_module" and isinstance(modules[str(node.target)], nn.MaxPool2d):
         mod = modules[str(node.target)]
         given: dict[str, Any] = dict(kernel_size=mod.kernel_size, stride=mod.stride,
@@ -270,13 +270,13 @@ def _max_pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     kernel = _pair(given["kernel_size"])
     stride = _pair(given.get("stride") or kernel)  # None or [] means the window
     for name, value, plain in (("dilation", _pair(given.get("dilation", 1)), (1, 1)),
-                               ("ceil_mode", given.get("ceil_mode", False), False),
                                ("return_indices", given.get("return_indices", False), False)):
         if value != plain:
             raise _Unsupported("max_pool2d", f"{name}={value}; max_pool2d has {name}={plain}")
     n, c, h, w = shape
     wl = _workload("max_pool2d", [], dict(N=n, C=c, H=h, W=w, R=kernel[0], S=kernel[1],
-                                           stride=stride, pad=_pair(given.get("padding", 0))))
+                                           stride=stride, pad=_pair(given.get("padding", 0)),
+                                           ceil_mode=int(bool(given.get("ceil_mode", False)))))
     return Match(wl, (node.name,), (x.name,), (), "pool", _place(node))
 
 

@@ -37,6 +37,9 @@ class ParamSpec:
     default: int | None = None  # None means required
     pair: bool = False
     minimum: int = 1
+    # a parameter added after records existed: at its default it is left out of the key
+    # and label (`Workload.to_dict`, `str`), so those records still match
+    keyless_default: bool = False
 
     @property
     def required(self) -> bool:

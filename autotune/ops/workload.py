@@ -259,7 +259,13 @@ class Workload:
         def show(value: ParamValue) -> str:
             return f"({value[0]},{value[1]})" if isinstance(value, tuple) else str(value)
 
-        return self._label([f"{name}={show(value)}" for name, value in self.param_items])
+        return self._label([f"{name}={show(value)}" for name, value in self._keyed_items()])
+
+    def _keyed_items(self) -> tuple[tuple[str, ParamValue], ...]:
+        """`param_items` less those at a default that stays out of the key."""
+        keyless = {p.name: p.default for p in self.spec.params if p.keyless_default}
+        return tuple((name, value) for name, value in self.param_items
+                     if name not in keyless or keyless[name] != value)
 
     def brief(self) -> str:
         """`str` without the parameters at their defaults, and a pair of equal values as
@@ -287,7 +293,7 @@ class Workload:
         when blocked (so the key of the usual form is what it always was)."""
         params = {
             name: list(value) if isinstance(value, tuple) else value
-            for name, value in self.param_items
+            for name, value in self._keyed_items()
         }
         return {
             "op": self.op,

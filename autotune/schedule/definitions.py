@@ -15,6 +15,7 @@ from math import ceil
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp
 from autotune.ops import ArgSpec, Workload
+from autotune.ops.pool import end_pad
 from autotune.schedule.activation import apply_stages
 from autotune.schedule.compute import Tensor, compute, placeholder, reduce_axis
 from autotune.schedule.schedule import Schedule, topo_order
@@ -141,11 +142,14 @@ def gemv_graph(wl: Workload, parts: int) -> OpGraph:
     return OpGraph([A, B, *extra], C, [part])
 
 
-def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO) -> Tensor | None:
-    if ph == 0 and pw == 0:
+def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO,
+            end: tuple[int, int] = (0, 0)) -> Tensor | None:
+    """``data`` padded by ``ph``, ``pw`` on every side and ``end`` more past the bottom and
+    right edges (a ceil_mode pool's), with ``fill``; None without padding."""
+    if ph == 0 and pw == 0 and end == (0, 0):
         return None
     n_, c_, h_, w_ = data.shape
-    return compute("data_pad", (n_, c_, h_ + 2 * ph, w_ + 2 * pw),
+    return compute("data_pad", (n_, c_, h_ + 2 * ph + end[0], w_ + 2 * pw + end[1]),
                    lambda n, c, h, w: _guarded(data, (n, c, h - ph, w - pw),
                                                [(h - ph, h_), (w - pw, w_)], lower=True,
                                                fill=fill),
@@ -255,13 +259,15 @@ def conv2d_blocked_graph(wl: Workload) -> OpGraph:
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
 
 
-def _blocked_padded(data: Tensor, pad: tuple[int, int], fill: Const = ZERO) -> Tensor | None:
-    """NCHW[x]c ``data`` padded along H and W by ``pad`` with ``fill``; None without padding."""
+def _blocked_padded(data: Tensor, pad: tuple[int, int], fill: Const = ZERO,
+                    end: tuple[int, int] = (0, 0)) -> Tensor | None:
+    """NCHW[x]c ``data`` padded along H and W by ``pad`` (and ``end`` more past the bottom
+    and right edges) with ``fill``; None without padding."""
     ph, pw = pad
-    if ph == 0 and pw == 0:
+    if ph == 0 and pw == 0 and end == (0, 0):
         return None
     N, C, H, W, b = data.shape
-    return compute("data_pad", (N, C, H + 2 * ph, W + 2 * pw, b),
+    return compute("data_pad", (N, C, H + 2 * ph + end[0], W + 2 * pw + end[1], b),
                    lambda n, c, h, w, ci: _guarded(data, (n, c, h - ph, w - pw, ci),
                                                    [(h - ph, H), (w - pw, W)], lower=True,
                                                    fill=fill),
@@ -277,7 +283,8 @@ def window_blocked_graph(wl: Workload) -> OpGraph:
     (sh, sw), b = wl.pair("stride"), wl.block
     data = placeholder("data", (N, C // b, H, W, b))
     pool = wl.op == "max_pool2d"
-    pad = _blocked_padded(data, wl.pair("pad"), NEG_INF if pool else ZERO)
+    pad = _blocked_padded(data, wl.pair("pad"), NEG_INF if pool else ZERO,
+                          end_pad(wl.params) if pool else (0, 0))
     src = pad or data
     rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
     names = ["n", "c", "y", "x", "ci"]
@@ -328,7 +335,7 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
     N, C, H, W = (wl.dim(x) for x in ("N", "C", "H", "W"))
     (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
     data = placeholder("data", (N, C, H, W), wl.dtype)
-    pad = _padded(data, ph, pw, NEG_INF)
+    pad = _padded(data, ph, pw, NEG_INF, end_pad(wl.params))
     src = pad or data
     rr, rs = reduce_axis(wl.dim("R"), "rr"), reduce_axis(wl.dim("S"), "rs")
     out = compute("out", wl.output_shape,

@@ -22,6 +22,11 @@ CASES = [
     dict(N=1, C=5, H=17, W=23, R=3, S=2, stride=(2, 1), pad=(1, 0)),
     dict(N=1, C=3, H=7, W=7, R=7, S=7, stride=1, pad=0),  # one window: a global max
     dict(N=1, C=4, H=64, W=70, R=3, S=3, stride=2, pad=1),  # output rows wider than a vector
+    # ceil_mode: the last windows run past the bottom and right edges (SqueezeNet's 109 ->
+    # 54, smaller), with padding too, and a stride the window does not fill
+    dict(N=1, C=3, H=21, W=19, R=3, S=3, stride=2, pad=0, ceil_mode=1),
+    dict(N=1, C=2, H=14, W=13, R=3, S=3, stride=2, pad=1, ceil_mode=1),
+    dict(N=1, C=2, H=8, W=10, R=2, S=2, stride=3, pad=0, ceil_mode=1),
 ]
 SAMPLED = 48
 

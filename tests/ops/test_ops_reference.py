@@ -265,6 +265,42 @@ def test_max_pool2d_matches_torch_on_negative_data(params):
     np.testing.assert_array_equal(w.reference([data]), expected)
 
 
+CEIL_CASES = [
+    dict(N=1, C=2, H=13, W=13, R=3, S=3, stride=2, pad=0),  # SqueezeNet's, smaller: 6 x 6
+    dict(N=1, C=2, H=14, W=9, R=3, S=3, stride=2, pad=1),   # a last window in the padding
+    dict(N=2, C=3, H=7, W=8, R=2, S=3, stride=(2, 3), pad=(1, 1)),
+    dict(N=1, C=1, H=5, W=6, R=2, S=2, stride=2, pad=0),    # rounded up, or not
+]
+
+
+@pytest.mark.parametrize("params", CEIL_CASES, ids=str)
+def test_ceil_mode_max_pool2d_matches_torch(params):
+    """Output sizes rounded up as torch rounds them (never a window wholly in the end
+    padding) and -inf in the cells past the edges."""
+    torch = pytest.importorskip("torch")
+    w = workload("max_pool2d", ceil_mode=1, **params)
+    data = w.random_args(3)[0] - 2.0
+    expected = torch.nn.functional.max_pool2d(torch.from_numpy(data), (w.dim("R"), w.dim("S")),
+                                              w.pair("stride"), w.pair("pad"),
+                                              ceil_mode=True).numpy()
+    assert w.output_shape == expected.shape
+    np.testing.assert_array_equal(w.reference([data]), expected)
+
+
+def test_ceil_mode_is_keyed_only_when_set():
+    """A parameter added later stays out of the key at its default: the records of pools
+    tuned before it still match."""
+    plain = workload("max_pool2d", N=1, C=2, H=8, W=8, R=3, S=3, stride=2, pad=1)
+    assert plain == workload("max_pool2d", N=1, C=2, H=8, W=8, R=3, S=3, stride=2, pad=1,
+                             ceil_mode=0)
+    assert "ceil_mode" not in plain.to_json() and "ceil_mode" not in str(plain)
+    ceil = workload("max_pool2d", N=1, C=2, H=8, W=8, R=3, S=3, stride=2, pad=1, ceil_mode=1)
+    assert '"ceil_mode":1' in ceil.to_json() and ceil.to_json() != plain.to_json()
+    assert type(plain).from_json(ceil.to_json()) == ceil
+    with pytest.raises(ValueError, match="'ceil_mode'=2 must be 0 or 1"):
+        workload("max_pool2d", N=1, C=2, H=8, W=8, R=3, S=3, stride=2, pad=1, ceil_mode=2)
+
+
 def test_max_pool2d_refuses_what_torch_refuses_and_epilogues():
     from autotune.ops import WorkloadError
 
