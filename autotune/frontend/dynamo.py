@@ -25,6 +25,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from autotune.api import SETTINGS_DB
 from autotune.frontend.inductor import check_rest_mode
 from autotune.frontend.runtime import compile_graph
+from autotune.frontend.torch import drop_identities
 
 OPTIONS = ("target", "db", "layout", "rest")
 _CONVS = (torch.conv2d, F.conv2d)
@@ -45,6 +46,7 @@ def autotune_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
                          f"expected {', '.join(OPTIONS)}")
     rest = check_rest_mode(opts.get("rest", "inductor"))  # before the graph is rewritten
     modularize(gm, example_inputs)
+    drop_identities(gm)  # eval-mode dropout: an add after it then fuses as a residual
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return compile_graph(gm, list(example_inputs), target=opts.get("target", "llvm"),

@@ -25,7 +25,7 @@ from autotune.frontend.groups import KernelGroup
 from autotune.frontend.layouts import LayoutTransform
 
 # the plan's own view ops, so that what it binds for free is judged alike here
-from autotune.frontend.plan import _VIEW_FUNCS, _VIEW_METHODS, _VIEW_MODULES
+from autotune.frontend.plan import VIEW_FUNCS, VIEW_METHODS, VIEW_MODULES
 
 REST_MODES = ("eager", "inductor")
 PREFIX = "autotune_inductor_"
@@ -127,9 +127,9 @@ def _ours(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
 
 def _is_view(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
     if node.op == "call_module":
-        return isinstance(modules.get(str(node.target)), _VIEW_MODULES)
-    return (node.op == "call_function" and node.target in _VIEW_FUNCS) or \
-        (node.op == "call_method" and node.target in _VIEW_METHODS)
+        return isinstance(modules.get(str(node.target)), VIEW_MODULES)
+    return (node.op == "call_function" and node.target in VIEW_FUNCS) or \
+        (node.op == "call_method" and node.target in VIEW_METHODS)
 
 
 def _bound_views(gm: fx.GraphModule, modules: dict[str, nn.Module]) -> set[fx.Node]:

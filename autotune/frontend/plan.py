@@ -32,10 +32,10 @@ from autotune.target import Target
 
 _FLOAT_BYTES = 4
 # ops that view their input (the plan binds their result once where the input is bound once)
-_VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
-_VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze")
+VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
+VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze")
 # (a layout transform of 1 x 1 pixels is a view too: both layouts are alike there)
-_VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity, LayoutTransform)
+VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity, LayoutTransform)
 
 
 @dataclass
@@ -148,10 +148,10 @@ class ModelPlan:
             return False
         if node.op == "call_module":
             mod = modules[str(node.target)]
-            if not (isinstance(mod, _VIEW_MODULES) and not mod.training):
+            if not (isinstance(mod, VIEW_MODULES) and not mod.training):
                 return False
-        elif not ((node.op == "call_function" and node.target in _VIEW_FUNCS) or
-                  (node.op == "call_method" and node.target in _VIEW_METHODS)):
+        elif not ((node.op == "call_function" and node.target in VIEW_FUNCS) or
+                  (node.op == "call_method" and node.target in VIEW_METHODS)):
             return False
         value = self._eval(node, self._values, modules)
         source = self._values[node.all_input_nodes[0]]
