@@ -45,7 +45,7 @@ class KernelGroup(nn.Module):
         if self.kind == "pool":
             wl = self.workload
             return F.max_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
-                                wl.pair("pad"))
+                                wl.pair("pad"), ceil_mode=bool(wl.dim("ceil_mode")))
         if self.kind == "avgpool":  # to the node's shape: (N, C) or (N, C, 1, 1)
             pooled = xs[0].mean((2, 3), keepdim=True)
             return pooled.reshape(pooled.shape[0], *self.out_shape[1:])

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import fx, nn
+from torch._guards import tracing
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.shape_prop import TensorMetadata
@@ -211,7 +212,10 @@ def _compile(name: str, graph: fx.GraphModule, examples: list[Any]
     try:
         from torch._inductor import compile as inductor_compile
 
-        with torch.no_grad():  # an inference graph: calls wanting gradients run eagerly
+        # an inference graph (calls wanting gradients run eagerly), compiled on its own: not
+        # in the tracing context of a dynamo compile calling us, whose guards would then
+        # take the partition's shapes as the traced frame's
+        with torch.no_grad(), tracing(None):
             return inductor_compile(tupled, examples)
     except Exception as exc:  # no C++ compiler, an op inductor cannot lower, ...
         first = (str(exc).strip().splitlines() or [""])[0][:200]

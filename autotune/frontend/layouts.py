@@ -27,6 +27,7 @@ from autotune.ops.layout import LAYOUT_OPS, NCHW, mixed
 from autotune.target import Target
 
 LAYOUTS = ("nchw", "auto")
+CONCAT_FUNCS = (torch.cat, torch.concat, torch.concatenate)
 # ops whose output has 1 x 1 pixels: its NCHW[x]c form is its NCHW one, which users read
 POOLED_OPS = ("global_avg_pool2d",)
 # the best record's cost (s) of a workload, None when it has none
@@ -79,7 +80,54 @@ def channel_block(channels: int, lanes: int) -> int:
     return next((b for b in (lanes, lanes // 2) if b > 1 and channels % b == 0), 1)
 
 
-def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
+def channel_concats(gm: fx.GraphModule) -> dict[str, list[str]]:
+    """The concatenations of 4-D tensors along channels (``torch.cat(xs, 1)``) in ``gm``:
+    node name -> the names of the tensors joined. In NCHW[x]c, with every part's channels
+    a multiple of x, the same call on the blocked tensors is the blocked concatenation:
+    such a concat passes its parts' block on (`default_layouts`, `blocked_concats`)."""
+    found: dict[str, list[str]] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in CONCAT_FUNCS:
+            continue
+        parts = node.args[0] if node.args else node.kwargs.get("tensors")
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        meta = node.meta.get("tensor_meta")
+        if dim not in (1, -3) or getattr(meta, "shape", None) is None or \
+                len(meta.shape) != 4 or not isinstance(parts, (list, tuple)) or \
+                not all(isinstance(p, fx.Node) for p in parts):
+            continue
+        found[node.name] = [p.name for p in parts]
+    return found
+
+
+def _concat_block(parts: Sequence[str], block: Callable[[str], int]) -> int:
+    """The block a concat of ``parts`` passes on: theirs, where they share one; else 1."""
+    blocks = {block(p) for p in parts}
+    return blocks.pop() if len(blocks) == 1 else 1
+
+
+def blocked_concats(gm: fx.GraphModule, out_block: Callable[[fx.Node], int]) -> dict[str, int]:
+    """The channel concats of ``gm`` (rewritten, its kernels in) whose parts all come in one
+    block > 1 (``out_block`` of a kernel module; a concat's own, in graph order): name ->
+    block. Each is made to concatenate along dim 1 of the blocked tensors."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    found: dict[str, int] = {}
+
+    def block(name: str) -> int:
+        return found.get(name) or out_block(nodes[name])
+
+    for name, parts in channel_concats(gm).items():
+        b = _concat_block(parts, block)
+        if b > 1:
+            found[name] = b
+            node = nodes[name]
+            node.args, node.kwargs = (list(node.args[0] if node.args else
+                                           node.kwargs["tensors"]), 1), {}
+    return found
+
+
+def default_layouts(matches: Sequence[Match], target: Target,
+                    concats: Optional[dict[str, list[str]]] = None) -> list[Match]:
     """``matches`` in the layouts a blocked model runs without records, which
     `tune_model(layout="auto")` tunes. In graph order, each tensor a conv writes is blocked
     by `channel_block` of its channels, and a depthwise conv or max-pool keeps the block of
@@ -93,8 +141,9 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     blocks do not divide) stays NCHW; a grouped conv is blocked as a conv, by a block of
     one group's output channels, and a conv feeding one writes a block of its groups'
     input channels where one fits; a conv computing a channel gate writes the block of the
-    data the gate scales (no transform between them). On cuda: channels-last convs
-    (`autotune.frontend.channels_last`)."""
+    data the gate scales (no transform between them). A channel concat (``concats``,
+    `channel_concats`) whose parts share a block passes it on, so its readers read it
+    blocked. On cuda: channels-last convs (`autotune.frontend.channels_last`)."""
     if target.kind == "cuda":
         return channels_last(matches, target)
     lanes = target.vector_lanes
@@ -103,15 +152,22 @@ def default_layouts(matches: Sequence[Match], target: Target) -> list[Match]:
     # a channel gate's gate (squeeze-and-excitation's last conv) -> the data it scales
     gated = {m.inputs[1]: m.inputs[0] for m in matches if m.workload.op == "channel_mul"}
     chosen = []
+    concats = concats or {}
+
+    def block_of(name: str) -> int:
+        if name not in block and name in concats:
+            block[name] = _concat_block(concats[name], block_of)
+        return block.get(name, 1)
+
     for m in matches:
         wl = m.workload
-        bi = block.get(m.inputs[0], 1)
+        bi = block_of(m.inputs[0])
         bo = 1
         # a conv writes a block that the grouped convs reading its output can read too
         if wl.op == "conv2d" and wl.layout == NCHW:
             bo = _block_for_readers(wl.dim("K"), grouped.get(m.nodes[-1]), lanes)
             if m.nodes[-1] in gated:  # the gate in its data's block: the gate reads them alike
-                data_block = block.get(gated[m.nodes[-1]], 1)
+                data_block = block_of(gated[m.nodes[-1]])
                 bo = data_block if wl.dim("K") % data_block == 0 else bo
         elif wl.op == "group_conv2d" and wl.layout == NCHW:
             # a block holds channels of one group, on both sides
@@ -161,7 +217,7 @@ def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,
     where the NCHW one is faster counting the transforms each would need next to its
     neighbours' layouts (one pass in graph order)."""
     lanes = target.vector_lanes
-    chosen = default_layouts(matches, target)
+    chosen = default_layouts(matches, target, channel_concats(gm))
     producer = {m.nodes[-1]: i for i, m in enumerate(matches)}
     nodes = {n.name: n for n in gm.graph.nodes}
     for i, m in enumerate(matches):
@@ -230,13 +286,14 @@ InBlock = Callable[[fx.Node, int], int]
 
 
 def insert_transforms(gm: fx.GraphModule, out_block: OutBlock, in_block: InBlock) -> int:
-    """Put a `LayoutTransform` wherever a node's layout (``out_block``, 1 for NCHW and for
-    anything but a module) differs from what a user reads there (``in_block`` of a kernel
-    module and the argument's position; NCHW for anything else): one per tensor and layout,
-    shared by its users. Returns how many were put."""
+    """Put a `LayoutTransform` wherever a node's layout (``out_block``: 1 for NCHW, for
+    anything but a module or a blocked concat) differs from what a user reads there
+    (``in_block`` of a kernel module and the argument's position, of a blocked concat;
+    NCHW for anything else): one per tensor and layout, shared by its users. Returns how
+    many were put."""
     count = 0
     for node in list(gm.graph.nodes):
-        have = out_block(node) if node.op == "call_module" else 1
+        have = out_block(node)
         made: dict[int, fx.Node] = {}
 
         def reading(need: int) -> fx.Node:
@@ -247,6 +304,10 @@ def insert_transforms(gm: fx.GraphModule, out_block: OutBlock, in_block: InBlock
             return made[need]
 
         for user in list(node.users):
+            if user.op == "call_function" and in_block(user, 0) > 1:  # a blocked concat
+                if in_block(user, 0) != have:
+                    user.replace_input_with(node, reading(in_block(user, 0)))
+                continue
             if user.op != "call_module" or user.kwargs:
                 if have != 1:
                     user.replace_input_with(node, reading(1))

@@ -39,6 +39,7 @@ from autotune.frontend.inductor import check_rest_mode, hand_to_inductor
 from autotune.frontend.layouts import (
     POOLED_OPS,
     LayoutTransform,
+    blocked_concats,
     check_layout_mode,
     choose_layouts,
     insert_transforms,
@@ -196,11 +197,18 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
     if layout == "auto":
         modules = dict(gm.named_modules())
 
-        def out_block(node: fx.Node) -> int:
-            module = modules.get(str(node.target))
+        def kernel_block(node: fx.Node) -> int:
+            module = modules.get(str(node.target)) if node.op == "call_module" else None
             return module.out_block if isinstance(module, KernelModule) else 1
 
+        concats = blocked_concats(gm, kernel_block)  # they read and write their parts' block
+
+        def out_block(node: fx.Node) -> int:
+            return concats.get(node.name) or kernel_block(node)
+
         def in_block(node: fx.Node, pos: int) -> int:
+            if node.op == "call_function":
+                return concats.get(node.name, 1)
             module = modules.get(str(node.target))
             return module.in_blocks[pos] if isinstance(module, KernelModule) else 1
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from autotune.frontend.layouts import check_layout_mode, default_layouts
+from autotune.frontend.layouts import channel_concats, check_layout_mode, default_layouts
 from autotune.frontend.precision import (
     PrecisionError,
     group_dtype,
@@ -143,13 +143,13 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     layers in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)
-    matches, unsupported = match_model(trace(model, as_tuple(example_inputs)),
-                                       prepack=prepacks(target), pools=runs_pools(target),
+    gm = trace(model, as_tuple(example_inputs))
+    matches, unsupported = match_model(gm, prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
     if target is not None and layout != "nchw":
         tgt = target if isinstance(target, Target) else Target(target)
         if check_layout_mode(layout, tgt) == "auto":
-            matches = default_layouts(matches, tgt)
+            matches = default_layouts(matches, tgt, channel_concats(gm))
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 

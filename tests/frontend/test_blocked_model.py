@@ -190,3 +190,49 @@ def test_squeeze_and_excitation_runs_as_generated_code(layout: str) -> None:
     x = torch.randn(2, 3, 12, 12)  # other shapes: torch, each layer unblocked
     with torch.no_grad():
         assert torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class FireNet(torch.nn.Module):
+    """SqueezeNet's shape: a stem, ceil_mode max-pools, and fire modules whose two expand
+    convs are concatenated along channels (into a conv, a pool, a torch op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.squeeze = nn.Conv2d(32, 16, 1)
+        self.left, self.right = nn.Conv2d(16, 32, 1), nn.Conv2d(16, 32, 3, padding=1)
+        self.squeeze2 = nn.Conv2d(64, 16, 1)
+        self.left2, self.right2 = nn.Conv2d(16, 32, 1), nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.squeeze(self.stem(x)))
+        x = torch.cat([torch.relu(self.left(x)), torch.relu(self.right(x))], 1)
+        y = torch.relu(self.squeeze2(self.pool(x)))
+        y = torch.cat([torch.relu(self.left2(y)), torch.relu(self.right2(y))], 1)
+        return torch.sigmoid(y).mean((2, 3))  # a torch op reads the last concat
+
+
+@pytest.mark.skipif(32 % LANES != 0, reason="FireNet's 32-channel parts need lanes | 32")
+def test_channel_concats_run_blocked() -> None:
+    torch.manual_seed(0)
+    model, x = FireNet().eval(), torch.randn(1, 3, 35, 35)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(model, (x,), target=LLVM, db=None)
+    layouts = {m.place: m.workload.layout for m in kernel_modules(compiled)}
+    # the pool and the conv reading a concat read it blocked: no transform between
+    assert layouts["pool"] == layouts["squeeze2"] == f"NCHW{LANES}c"
+    assert [t.extra_repr() for t in transforms(compiled)] == [f"NCHW{LANES}c to NCHW"]
+    pools = [m.workload for m in kernel_modules(compiled) if m.workload.op == "max_pool2d"]
+    assert len(pools) == 2 and all(p.dim("ceil_mode") == 1 for p in pools)
+    with torch.no_grad():
+        want = model(x)
+        assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-5)
+        other = torch.randn(2, 3, 35, 35)  # the graph's own code: unblocked parts, then torch
+        assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-5)
+    tasks = autotune.extract(model, (x,), target=LLVM, layout="auto")
+    assert {t.workload.layout for t in tasks.tasks if t.workload.op == "max_pool2d"} == \
+        {f"NCHW{LANES}c"}  # what tune_model tunes is what runs
