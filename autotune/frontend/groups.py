@@ -24,7 +24,8 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 class KernelGroup(nn.Module):
     """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul,
-    max-pool, global average pool, channel gate) of a compiled model: what its kernel
+    max-pool, global average pool, channel gate, batch norm+activation) of a compiled
+    model: what its kernel
     computes, and the same on torch (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
@@ -54,7 +55,9 @@ class KernelGroup(nn.Module):
         # the folded constants in the activation's dtype (autocast casts again where on)
         params = [p.to(xs[0].dtype) for p in self.torch_params()]
         bias = params[1] if len(params) > 1 else None
-        if self.kind == "conv":
+        if self.kind == "affine":
+            y = xs[0] * params[0].view(1, -1, 1, 1) + params[1].view(1, -1, 1, 1)
+        elif self.kind == "conv":
             y = F.conv2d(xs[0], params[0], bias, **self.conv_args)
         elif self.kind == "linear":
             y = F.linear(xs[0], params[0].t(), bias)

@@ -75,6 +75,6 @@ class Match:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     params: tuple[np.ndarray, ...]
-    kind: str  # "conv", "linear", "matmul", "pool", "avgpool" or "gate"
+    kind: str  # "conv", "linear", "matmul", "pool", "avgpool", "gate" or "affine"
     place: str
     cast: bool = False

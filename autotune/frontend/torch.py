@@ -116,6 +116,8 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
             found = _max_pool(node, modules) if pools else None
             if found is None and pools:
                 found = _channelwise(node, modules)
+            if found is None and pools and node.name not in claimed:
+                found = _affine(node, modules)
             if found is None:
                 found = _match(node, modules, claimed)
             if found is not None and target is not None:
@@ -312,6 +314,32 @@ def _channelwise(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match
             wl = _workload("channel_mul", [], dict(N=n, C=c, H=h, W=w))
             return Match(wl, (node.name,), (data.name, gate.name), (), "gate", _place(node))
     return None
+
+
+def _affine(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    """An inference batch norm of float32 NCHW data that no conv folds (its input is not a
+    conv's: DenseNet's norm before each conv), and the activation after it, as
+    channel_affine (factor = gamma / sqrt(var + eps), offset = beta - mean * factor)."""
+    bn = _batchnorm(node, modules)
+    if bn is None:
+        return None
+    x = _input(node, 0, "channel_affine")
+    shape = _shape(x)
+    if shape is None or len(shape) != 4 or meta_dtype(x) != torch.float32:
+        return None
+    assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
+    var, mean = bn.running_var.double(), bn.running_mean.double()
+    gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(var)
+    beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(var)
+    scale = gamma / torch.sqrt(var + bn.eps)
+    shift = beta - mean * scale
+    act_node = _user(node)
+    act = _activation(act_node, modules)
+    nodes = (node.name,) + ((act_node.name,) if act and act_node is not None else ())
+    n, c, h, w = shape
+    wl = _workload("channel_affine", [act] if act else [], dict(N=n, C=c, H=h, W=w))
+    return Match(wl, nodes, (x.name,), (stored(scale, "float32"), stored(shift, "float32")),
+                 "affine", _place(node))
 
 
 def _is_global_pool(node: fx.Node, modules: dict[str, nn.Module]) -> bool:

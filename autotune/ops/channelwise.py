@@ -1,9 +1,12 @@
 """Per-channel ops of NCHW data: the global average pool and a gate multiplying every
-channel of every image by a value of its own (squeeze-and-excitation's two ends).
+channel of every image by a value of its own (squeeze-and-excitation's two ends), and a
+per-channel affine map (a batch norm that follows no conv to fold into: DenseNet's).
 
 ``global_avg_pool2d``: out[N, C, 1, 1] = the mean of data[N, C, H, W] over H and W (torch's
 ``adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3))``). ``channel_mul``: out[N, C, H, W] =
-data[N, C, H, W] * gate[N, C, 1, 1] (``gate * x`` with broadcasting). Both take blocked
+data[N, C, H, W] * gate[N, C, 1, 1] (``gate * x`` with broadcasting). ``channel_affine``:
+out[N, C, H, W] = data[N, C, H, W] * factor[C] + offset[C], then its epilogue (an inference
+batch norm and the activation after it; named apart from the epilogue's scale and shift). Both take blocked
 layouts (`autotune.ops.layout`): a pooled tensor of 1 x 1 pixels is laid out alike in NCHW
 and NCHW[x]c, so a blocked pool's output is also its NCHW one.
 """
@@ -36,6 +39,11 @@ def _gate(params: Params, data: np.ndarray, gate: np.ndarray) -> np.ndarray:
     return data * gate
 
 
+def _affine(params: Params, data: np.ndarray, factor: np.ndarray, offset: np.ndarray
+            ) -> np.ndarray:
+    return data * factor[:, None, None] + offset[:, None, None]
+
+
 GLOBAL_AVG_POOL2D = OpSpec(
     name="global_avg_pool2d",
     doc="out[N,C,1,1] = mean of data[N,C,H,W] over H and W; 1 flop per input element",
@@ -62,5 +70,21 @@ CHANNEL_MUL = OpSpec(
     compute=_gate,
     flops_per_mac=1,
     epilogue=False,
+    targets=("llvm",),
+)
+
+
+CHANNEL_AFFINE = OpSpec(
+    name="channel_affine",
+    doc="out[N,C,H,W] = data[N,C,H,W] * factor[C] + offset[C] (an inference batch norm), "
+        "then the epilogue; 2 flops per output element",
+    params=(BATCH, CHANNELS, HEIGHT, WIDTH),
+    channel_axis=1,
+    inputs=lambda params: (("data", _data(params)), ("factor", (params["C"],)),
+                           ("offset", (params["C"],))),
+    output_shape=_data,
+    macs=_elements,
+    compute=_affine,
+    flops_per_mac=2,
     targets=("llvm",),
 )

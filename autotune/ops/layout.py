@@ -30,7 +30,8 @@ LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "group_conv2d": 
                                           "depthwise_conv2d": ("C", "C"),
                                           "max_pool2d": ("C", "C"),
                                           "global_avg_pool2d": ("C", "C"),
-                                          "channel_mul": ("C", "C")}
+                                          "channel_mul": ("C", "C"),
+                                          "channel_affine": ("C", "C")}
 NHWC_OPS = ("conv2d",)
 # ops whose data and output may be in different layouts
 MIXED_OPS = ("conv2d", "group_conv2d")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from autotune.ops.channelwise import CHANNEL_MUL, GLOBAL_AVG_POOL2D
+from autotune.ops.channelwise import CHANNEL_AFFINE, CHANNEL_MUL, GLOBAL_AVG_POOL2D
 from autotune.ops.conv2d import CONV2D
 from autotune.ops.depthwise import DEPTHWISE_CONV2D
 from autotune.ops.group_conv import GROUP_CONV2D
@@ -15,7 +15,7 @@ from autotune.ops.spec import OpSpec
 OPS: Mapping[str, OpSpec] = MappingProxyType(
     {spec.name: spec
      for spec in (MATMUL, BATCH_MATMUL, CONV2D, GROUP_CONV2D, DEPTHWISE_CONV2D, MAX_POOL2D,
-                  GLOBAL_AVG_POOL2D, CHANNEL_MUL)}
+                  GLOBAL_AVG_POOL2D, CHANNEL_MUL, CHANNEL_AFFINE)}
 )
 
 

@@ -44,13 +44,13 @@ class OpGraph:
         return Schedule(self.output, self.inputs, self.temps, self.order)
 
 
-def _epilogue(wl: Workload, channel_axis: int, channel_of=None, out_shape=None):
+def _epilogue(wl: Workload, channel_axis: int, channel_of=None, out_shape=None, main: int = 2):
     """Placeholders and the ``post(acc, *axes)`` function of the workload's epilogue;
     ``channel_of(axes)``: the channel a per-channel vector is read at (default: the axis
     ``channel_axis``); ``out_shape``: the output's shape as the graph views it (a residual
-    is viewed so too)."""
+    is viewed so too); ``main``: the op's own inputs, before the epilogue's."""
     vecs = {a.name: placeholder(a.name, out_shape if a.name == "residual" and out_shape
-                                else a.shape, a.dtype) for a in _epilogue_args(wl)}
+                                else a.shape, a.dtype) for a in _epilogue_args(wl, main)}
     if not wl.epilogue:
         return [], None
 
@@ -63,8 +63,8 @@ def _epilogue(wl: Workload, channel_axis: int, channel_of=None, out_shape=None):
     return list(vecs.values()), post
 
 
-def _epilogue_args(wl: Workload) -> list[ArgSpec]:
-    return [a for a in wl.arg_specs if a.role == "input"][2:]
+def _epilogue_args(wl: Workload, main: int = 2) -> list[ArgSpec]:
+    return [a for a in wl.arg_specs if a.role == "input"][main:]
 
 
 @lru_cache(maxsize=GRAPHS)
@@ -347,8 +347,9 @@ def max_pool2d_graph(wl: Workload) -> OpGraph:
 @lru_cache(maxsize=GRAPHS)
 def channelwise_graph(wl: Workload) -> OpGraph:
     """global_avg_pool2d: out[n, c, 0, 0(, ci)] = sum over h, w of data[n, c, h, w(, ci)],
-    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * gate[n, c, 0, 0(, ci)]
-    (NCHW, or NCHW[x]c with the block's lane last)."""
+    times 1 / (H*W); channel_mul: out[n, c, y, x(, ci)] = data[...] * gate[n, c, 0, 0(, ci)];
+    channel_affine: data[...] * factor[ch] + offset[ch], then the epilogue (NCHW, or NCHW[x]c
+    with the block's lane last, ch = c * x + ci)."""
     N, C, H, W = (wl.dim(x) for x in "NCHW")
     b = wl.block
     blocked = b > 1
@@ -361,6 +362,20 @@ def channelwise_graph(wl: Workload) -> OpGraph:
                       lambda n, c, i, j, *ci: data[(n, c, rh.var, rw.var, *ci)], [rh, rw],
                       post=lambda acc, *axes: acc * inv, axis_names=names)
         return OpGraph([data], out)
+    if wl.op == "channel_affine":
+        factor, offset = placeholder("factor", (C,)), placeholder("offset", (C,))
+        # a per-channel vector's index: the channel, c * b + ci when blocked
+        channel_of = (lambda axes: axes[1] * b + axes[4]) if blocked else None
+        extra, post = _epilogue(wl, 1, channel_of=channel_of, out_shape=wl.output_shape,
+                                main=3)
+
+        def affine(n, c, y, x, *ci):
+            ch = c * b + ci[0] if ci else c
+            value = data[(n, c, y, x, *ci)] * factor[ch] + offset[ch]
+            return value if post is None else post(value, n, c, y, x, *ci)
+
+        out = compute("out", wl.output_shape, affine, axis_names=names)
+        return OpGraph([data, factor, offset, *extra], out)
     gate = placeholder("gate", (N, C // b, 1, 1, b) if blocked else (N, C, 1, 1))
     out = compute("out", wl.output_shape,
                   lambda n, c, y, x, *ci: data[(n, c, y, x, *ci)] * gate[(n, c, 0, 0, *ci)],

@@ -236,3 +236,42 @@ def test_channel_concats_run_blocked() -> None:
     tasks = autotune.extract(model, (x,), target=LLVM, layout="auto")
     assert {t.workload.layout for t in tasks.tasks if t.workload.op == "max_pool2d"} == \
         {f"NCHW{LANES}c"}  # what tune_model tunes is what runs
+
+
+class DenseNet(torch.nn.Module):
+    """DenseNet's shape: each layer normalises (a batch norm no conv folds) and convolves
+    the concatenation of every feature map before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(32 * (i + 1)), nn.ReLU(),
+                          nn.Conv2d(32 * (i + 1), 32, 3, padding=1)) for i in range(2))
+        self.norm = nn.BatchNorm2d(96)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.relu(self.norm(torch.cat(features, 1))).mean((2, 3))
+
+
+@pytest.mark.skipif(32 % LANES != 0, reason="the 32-channel parts need lanes | 32")
+def test_batch_norms_without_a_conv_run_as_channel_affine_kernels() -> None:
+    torch.manual_seed(0)
+    model, x = randomize_bn(DenseNet()), torch.randn(1, 3, 12, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(model, (x,), target=LLVM, db=None)
+    affine = [m.workload for m in kernel_modules(compiled) if m.workload.op == "channel_affine"]
+    # every norm, its ReLU fused, blocked like the concat it reads: no transform anywhere
+    assert [(wl.dim("C"), wl.epilogue, wl.layout) for wl in affine] == \
+        [(c, ("relu",), f"NCHW{LANES}c") for c in (32, 64, 96)]
+    assert transforms(compiled) == []
+    with torch.no_grad():
+        want = model(x)
+        assert torch.allclose(compiled(x), want, rtol=1e-4, atol=1e-5)
+        other = torch.randn(2, 3, 12, 12)  # the graph's own code: the norms on torch
+        assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-5)

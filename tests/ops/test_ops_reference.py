@@ -106,6 +106,7 @@ SMALL = {
     "max_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1),
     "global_avg_pool2d": dict(N=2, C=3, H=7, W=5),
     "channel_mul": dict(N=2, C=3, H=7, W=5),
+    "channel_affine": dict(N=2, C=3, H=7, W=5),
 }
 NO_EPILOGUE = {"max_pool2d", "global_avg_pool2d", "channel_mul"}
 
@@ -135,6 +136,10 @@ def naive(w, args):
         out /= h * wd
     elif w.op == "channel_mul":
         out = args[0].astype(np.float64) * args[1][:, :, :1, :1]
+    elif w.op == "channel_affine":  # per channel, in a loop
+        out = np.empty(args[0].shape)
+        for c in range(p["C"]):
+            out[:, c] = args[0][:, c].astype(np.float64) * args[1][c] + args[2][c]
     else:
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], groups_of=p["multiplier"])
     names = [spec.name for spec in w.arg_specs]
@@ -150,6 +155,21 @@ def check(w, seed=0):
     assert got.dtype == np.float32 and got.shape == w.output_shape
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.isnan(args[-1]).all(), "reference must not write into `out`"
+
+
+def test_channel_affine_is_an_inference_batch_norm():
+    torch = pytest.importorskip("torch")
+    w = workload("channel_affine", N=2, C=4, H=3, W=5, epilogue=["relu"])
+    data = w.random_args(1)[0]
+    bn = torch.nn.BatchNorm2d(4).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-1, 1)
+        expected = torch.relu(bn(torch.from_numpy(data))).numpy()
+    scale = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().numpy()
+    shift = (bn.bias - bn.running_mean * torch.from_numpy(scale)).detach().numpy()
+    np.testing.assert_allclose(w.reference([data, scale, shift]), expected, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_small_table_covers_every_op():

@@ -168,7 +168,7 @@ def test_from_json_rejects_bad_text():
 
 BAD = [
     ("unknown op", "softmax", {}, (), "float32",
-     "op 'softmax'.*known ops: batch_matmul, channel_mul, conv2d"),
+     "op 'softmax'.*known ops: batch_matmul, channel_affine, channel_mul, conv2d"),
     ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float64", "dtype"),
     ("half pool", "max_pool2d", POOL, (), "float16",
      "dtype 'float16' is not supported for max_pool2d"),
@@ -310,7 +310,7 @@ def test_flops(w, flops):
 
 def test_ops_table_describe():
     assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "group_conv2d", "depthwise_conv2d",
-                        "max_pool2d", "global_avg_pool2d", "channel_mul"}
+                        "max_pool2d", "global_avg_pool2d", "channel_mul", "channel_affine"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
@@ -320,7 +320,8 @@ def test_ops_table_describe():
         assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
                                                    "relu6", "hardswish", "hardsigmoid",
                                                    "sigmoid", "silu", "gelu"])
-        assert d["targets"] == (["llvm"] if pool else ["llvm", "cuda"])
+        llvm_only = pool or name == "channel_affine"
+        assert d["targets"] == (["llvm"] if llvm_only else ["llvm", "cuda"])
         assert [p["name"] for p in d["params"]] == list(spec.param_names)
     conv = {p["name"]: p for p in OPS["conv2d"].describe()["params"]}
     assert conv["dilation"] == {**conv["dilation"], "default": 1, "required": False, "pair": True}

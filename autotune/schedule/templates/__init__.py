@@ -80,6 +80,7 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
                                                     cpu_pool.schedule),
     ("global_avg_pool2d", "llvm", False): CPU_CHANNELWISE,
     ("channel_mul", "llvm", False): CPU_CHANNELWISE,
+    ("channel_affine", "llvm", False): CPU_CHANNELWISE,
     ("matmul", "cuda", False): CUDA_MATMUL,
     ("batch_matmul", "cuda", False): CUDA_MATMUL,
     ("conv2d", "cuda", False): CUDA_CONV2D,

@@ -1,5 +1,5 @@
 """CPU template of the channelwise ops (`autotune.ops.channelwise`): the global average
-pool and the channel gate, in NCHW or NCHW[x]c.
+pool, the channel gate and the channel affine map, in NCHW or NCHW[x]c.
 
 Both are one pass over the data, bound by memory: the parallel tasks are blocks of
 channels (`tile_c`: channel blocks per task) of each image, and, for the gate, rows of
@@ -26,22 +26,22 @@ MAX_ACCUMULATORS = 8  # channel blocks a pool task sums at once
 def space(wl: Workload, target: Target) -> ConfigSpace:
     knobs: list[Knob] = [Split("tile_c", wl.dim("C") // wl.block, 2,
                                max_inner=MAX_ACCUMULATORS)]
-    if wl.op == "channel_mul":  # the parallel loop: images x channel tiles, or their rows too
+    if wl.op != "global_avg_pool2d":  # parallel: images x channel tiles, or their rows too
         knobs.append(Choice("parallel", ["channels", "rows"]))
     return ConfigSpace(knobs, default=default_values(wl, target, knobs), name=f"cpu_{wl.op}")
 
 
 def default_values(wl: Workload, target: Target, knobs: list[Any]) -> dict[str, Any]:
     """Pool: 4 accumulators (blocks, or channels in NCHW) a task, fewer where the tasks
-    would not give every core 2; gate: a channel block a task, rows in parallel where the
-    channel tiles alone give a core fewer than 4 tasks."""
+    would not give every core 2; gate and affine map: a channel block a task, rows in
+    parallel where the channel tiles alone give a core fewer than 4 tasks."""
     cores = facts_of(target).cores
     blocks = wl.dim("C") // wl.block
     per_task = 4 if wl.op == "global_avg_pool2d" else 1
     while per_task > 1 and wl.dim("N") * blocks // per_task < 2 * cores:
         per_task //= 2
     values: dict[str, Any] = {"tile_c": nearest_split(knobs[0], (per_task,))}
-    if wl.op == "channel_mul":
+    if wl.op != "global_avg_pool2d":
         values["parallel"] = "channels" if wl.dim("N") * blocks >= 4 * cores else "rows"
     return values
 
