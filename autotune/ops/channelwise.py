@@ -6,9 +6,9 @@ per-channel affine map (a batch norm that follows no conv to fold into: DenseNet
 ``adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3))``). ``channel_mul``: out[N, C, H, W] =
 data[N, C, H, W] * gate[N, C, 1, 1] (``gate * x`` with broadcasting). ``channel_affine``:
 out[N, C, H, W] = data[N, C, H, W] * factor[C] + offset[C], then its epilogue (an inference
-batch norm and the activation after it; named apart from the epilogue's scale and shift). Both take blocked
-layouts (`autotune.ops.layout`): a pooled tensor of 1 x 1 pixels is laid out alike in NCHW
-and NCHW[x]c, so a blocked pool's output is also its NCHW one.
+batch norm and the activation after it; named apart from the epilogue's scale and
+shift). All take blocked layouts (`autotune.ops.layout`): a pooled tensor of 1 x 1 pixels
+is laid out alike in NCHW and NCHW[x]c, so a blocked pool's output is also its NCHW one.
 """
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def _data(params: Params) -> Shape:
 def _pooled(params: Params) -> Shape:
     n, c = sizes(params, "NC")
     return (n, c, 1, 1)
+
+
+def _channels(params: Params) -> Shape:
+    return sizes(params, "C")
 
 
 def _elements(params: Params) -> int:
@@ -80,8 +84,8 @@ CHANNEL_AFFINE = OpSpec(
         "then the epilogue; 2 flops per output element",
     params=(BATCH, CHANNELS, HEIGHT, WIDTH),
     channel_axis=1,
-    inputs=lambda params: (("data", _data(params)), ("factor", (params["C"],)),
-                           ("offset", (params["C"],))),
+    inputs=lambda params: (("data", _data(params)), ("factor", _channels(params)),
+                           ("offset", _channels(params))),
     output_shape=_data,
     macs=_elements,
     compute=_affine,

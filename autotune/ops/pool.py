@@ -89,7 +89,7 @@ def _comparisons(params: Params) -> int:
 
 def _compute(params: Params, data: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.full(_output_shape(params), -np.inf)
-    (eh, ew), (ph, pw) = end_pad(params), pair(params, "pad")
+    eh, ew = end_pad(params)
     padded = np.pad(data, ((0, 0), (0, 0), (0, eh), (0, ew)), constant_values=-np.inf)
     # windows pads ``pad`` on every side itself; the extra end padding goes in first
     for _, _, view in windows(padded, {**params, "H": data.shape[2] + eh,

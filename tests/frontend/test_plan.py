@@ -58,12 +58,17 @@ class Net(nn.Module):
         return self.fc(torch.flatten(d, 1)), d
 
 
-def test_plan_runs_kernels_back_to_back_and_matches_torch() -> None:
+def _compiled_net() -> tuple[nn.Module, torch.Tensor, nn.Module]:
+    """`Net`, an input, and the net compiled at it (default schedules)."""
     torch.manual_seed(0)
     model, x = Net().eval(), torch.randn(1, 3, 6, 6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None)
+        return model, x, autotune.compile_model(model, (x,), db=None)
+
+
+def test_plan_runs_kernels_back_to_back_and_matches_torch() -> None:
+    model, x, compiled = _compiled_net()
     plan = compiled.forward
     assert isinstance(plan, ModelPlan)
     acts = sorted(m.activation for m in kernel_modules(compiled) if m.activation)
@@ -89,11 +94,7 @@ def test_plan_runs_kernels_back_to_back_and_matches_torch() -> None:
 
 
 def test_profile_times_each_kernel_and_torch_step_in_run_order() -> None:
-    torch.manual_seed(0)
-    model, x = Net().eval(), torch.randn(1, 3, 6, 6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None)
+    model, x, compiled = _compiled_net()
     plan, modules = compiled.forward, dict(compiled.named_modules())
     with torch.no_grad():
         times = plan.profile(x)

@@ -22,8 +22,8 @@ from autotune.schedule.schedule import Schedule, Stage
 from autotune.schedule.templates.common import (
     ACCUMULATOR_REGISTERS_FACTOR,
     CONV_ORDERS,
-    MAX_UNROLLED,
     MAX_CONV_REG_TILE,
+    MAX_UNROLLED,
     all_of,
     fit_count,
     innermost_factors,
