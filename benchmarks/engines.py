@@ -177,6 +177,8 @@ def scope_path(node_name: str) -> str | None:
 
 
 def max_rel_err(got: Any, want: torch.Tensor) -> float:
-    """max |got - want| / max |want|."""
+    """max |got - want| / max |want| (the absolute error where ``want`` is all zeros)."""
     ref = want.detach().cpu().numpy()
-    return float(np.abs(np.asarray(got) - ref).max() / np.abs(ref).max())
+    err = float(np.abs(np.asarray(got) - ref).max())
+    scale = float(np.abs(ref).max())
+    return err / scale if scale > 0 else err

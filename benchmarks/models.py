@@ -127,12 +127,17 @@ class MobileNetV2(nn.Module):
 
 
 def _init(model: nn.Module) -> nn.Module:
-    """Random weights and BatchNorm statistics (no download), in eval mode."""
+    """Random weights and BatchNorm statistics (no download), in eval mode; a layer that
+    starts at zero (torchvision's ViT head) gets random weights, or the model's output
+    would be zeros whatever ran before it."""
     g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            elif isinstance(m, nn.Linear) and not m.weight.any():
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * 0.02)
     return model.eval()
 
 
