@@ -151,6 +151,24 @@ def test_conv_default_register_rows_are_whole_vectors(k: int) -> None:
     assert k2 <= 16 or k2 % 16 == 0
 
 
+def test_avx512_conv_default_takes_vectors_of_channels_with_a_masked_tail() -> None:
+    # ShuffleNet's 122 channels: 16 (or 32) with a tail ran 0.10 ms, the exact 2 0.63
+    wl = autotune.workload("conv2d", N=1, C=122, H=28, W=28, K=122, R=1, S=1, stride=1, pad=0,
+                           epilogue=["bias", "relu"])
+    avx512 = autotune.config_space(wl, autotune.Target("llvm -mcpu=skylake-avx512"))
+    k2 = cpu_conv2d.default_values(wl, AVX512, list(avx512.knobs))["tile_k"][-1]
+    assert k2 % 16 == 0 and 122 % k2 != 0
+    avx2 = autotune.config_space(wl, autotune.Target("llvm -mcpu=haswell"))
+    assert 122 % cpu_conv2d.default_values(wl, AVX2, list(avx2.knobs))["tile_k"][-1] == 0
+    # the tail tile's masked code, on this host (native masks or not), against numpy
+    host = autotune.config_space(wl, autotune.Target("llvm"))
+    config = host.config({**host.default().to_dict()["knobs"], "tile_k": (2, 4, 16),
+                          "vec": "k"})
+    args = wl.random_args(0)
+    driver.compile(wl, autotune.Target("llvm"), config)(*args)
+    np.testing.assert_allclose(args[-1], wl.reference(args), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("vec", ["k", "x"])
 def test_conv_write_back_is_vectorised_along_columns(vec: str) -> None:
     """Both ways a conv accumulates, it writes `out` (and reads a residual) a vector of

@@ -82,9 +82,13 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     _, images, C, K = conv_groups(wl)
     R, S = wl.dim("R"), wl.dim("S")
     tile_k, tile_y, tile_x, tile_rc = knobs[0], knobs[1], knobs[2], knobs[3]
+    # a vector of channels with a masked tail where stores mask natively (AVX-512): on a
+    # 2-core Rocket Lake ShuffleNet's 122-channel 1x1 conv at 28x28 ran 0.10 ms with 16
+    # channels (8 tiles, the last of 10) against 0.63 with the exact 2 (2-lane vectors)
+    tail = facts.lanes if facts.vector_bits >= 512 else 0
     k2, y2, x2 = register_tile(facts, [((k, y, x), y * x, k, tail_use(tile_k.extent, k)
                                         * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
-                                       for k in innermost_factors(tile_k)
+                                       for k in innermost_factors(tile_k, tail)
                                        for y in innermost_factors(tile_y)
                                        for x in innermost_factors(tile_x)])
     panel = R * S * (k2 + (y2 + R - 1) * (x2 + S - 1)) * 4  # one input channel's micro-panels
