@@ -160,6 +160,10 @@ def test_default_accumulates_over_a_task_only_where_pixels_are_few() -> None:
     assert few["tile_y"][0] == few["tile_x"][0] == 1  # a task: a channel tile, every pixel
     sp, _ = default(28, 512, 128)
     assert sp.default()["reduce_at"] == "tile"
+    # 1232 channels (77 blocks) in register tiles of 4 blocks: a tail, guarded inside a
+    # task's reduction, ran 2x slower
+    sp, _ = default(14, 1232, 1232)
+    assert 77 % sp.default()["tile_k"][2] != 0 and sp.default()["reduce_at"] == "tile"
     # a whole 56x56 image of 64 channels per task does not fit a worker's stack
     sp, wl = default(56, 64, 64)
     whole = sp.config({**sp.default().to_dict()["knobs"], "reduce_at": "task", "parallel": 1,

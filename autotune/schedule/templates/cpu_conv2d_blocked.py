@@ -130,12 +130,15 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
     reduce_at = "tile"
     pixels = images * wl.out_h * wl.out_w
-    if 1 < pixels <= FEW_PIXELS and images * (tile_k.extent // k2) >= 2 * facts.cores:
+    if 1 < pixels <= FEW_PIXELS and tile_k.extent % k2 == 0 and \
+            images * (tile_k.extent // k2) >= 2 * facts.cores:
         # few pixels per weight (ResNet-50's 14x14 and 7x7 layers): a task per channel
         # tile over the whole image, accumulating over it, so each weight panel is used for
         # every pixel as it streams in, not once per row tile. On a 2-core Rocket Lake,
         # with weights cold as a model leaves them, those layers took 5.2 against 6.0 ms
-        # (hot: 4.8 against 5.1); its 28x28 and 56x56 layers ran 5 to 40% slower so.
+        # (hot: 4.8 against 5.1); its 28x28 and 56x56 layers ran 5 to 40% slower so. Not
+        # where the channel tiles leave a tail, guarded inside the task's reduction:
+        # RegNet-Y-16GF's 1232 channels (77 blocks in tiles of 4) took 4.3 ms, 2.0 so.
         tk = nearest_split(tile_k, (1, k2))
         ty = nearest_split(tile_y, (-(-wl.out_h // y2), y2))
         reduce_at = "task"
