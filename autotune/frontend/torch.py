@@ -402,7 +402,7 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
             return "relu"
         if node.target is F.gelu and node.kwargs.get("approximate", "none") != "none":
             return None
-        if node.target in _ACT_FUNCS and len(node.args) == 1:
+        if node.target in _ACT_FUNCS and _only_inplace(node):
             return _ACT_FUNCS[node.target]
         if node.target is F.hardtanh:
             lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
@@ -414,6 +414,17 @@ def _activation(node: Optional[fx.Node], modules: dict[str, nn.Module]) -> Optio
     if node.op == "call_method" and len(node.args) == 1:
         return _ACT_METHODS.get(str(node.target))
     return None
+
+
+def _only_inplace(node: fx.Node) -> bool:
+    """Whether an activation call passes nothing but its input and, maybe, ``inplace``
+    (dynamo's graphs give torchvision's ``hardswish(x, True)``; GELU's second parameter is
+    ``approximate``, tested apart)."""
+    if node.target is F.gelu:
+        return len(node.args) == 1
+    rest = node.args[1:]
+    return len(rest) <= 1 and set(node.kwargs) <= {"inplace"} and \
+        all(isinstance(v, bool) for v in (*rest, *node.kwargs.values()))
 
 
 def _residual(node: Optional[fx.Node], value: fx.Node, claimed: set[str]

@@ -157,3 +157,26 @@ def test_a_partition_inductor_fails_on_runs_eagerly(inductor_cache: None) -> Non
         assert close(got, model(x))
     (part,) = partitions(gm)
     assert part.compiled is None
+
+
+class InplaceActs(nn.Module):
+    """Activations called as torchvision calls them, ``inplace`` given: dynamo's graph keeps
+    the flag as an argument (``hardswish(x, True)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.hardswish(self.a(x), inplace=True)
+        return nn.functional.hardsigmoid(self.b(y), False)
+
+
+def test_activations_with_an_inplace_flag_are_fused() -> None:
+    torch.manual_seed(0)
+    model, x = InplaceActs().eval(), torch.randn(1, 3, 8, 8)
+    gm, got, _ = compiled_graph(model, x, rest="eager")
+    with torch.no_grad():
+        assert close(got, model(x))
+    assert sorted(m.activation for m in kernel_modules(gm)) == ["hardsigmoid", "hardswish"]
+    assert gm.forward.runs == 1  # no torch step between the kernels
