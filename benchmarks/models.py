@@ -11,9 +11,9 @@ Models: the project's resnet18 and mobilenetv2, and any torchvision classificati
 torchvision:NAME (random weights; `make engines` installs torchvision, ONNX Runtime and
 OpenVINO). Every engine runs on torch's thread count. Each line times the engines and the
 compiled model in interleaved rounds and gives each ratio from one round's window (the
-median over rounds); the breakdown does the same per layer against torch, puts ONNX
-Runtime's own profile of the layer beside it, and shows the model's time outside
-autotune's kernels. On a CUDA target the model, its inputs and autotune's kernels run on
+median over rounds); the breakdown does the same per layer against torch, adds each
+layer's time inside the model's run (`ModelPlan.profile`) with ONNX Runtime's own profile
+of the layer beside it, and the planned call beside its kernels' sum. On a CUDA target the model, its inputs and autotune's kernels run on
 the GPU, and torch's columns are fp32 (TF32 off). Budgets are totals: a later one
 continues the run in --db; 0 is the defaults.
 The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
@@ -241,8 +241,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     two interleaved, its time inside the model (the plan's run timed kernel by kernel: the
     caches as the layers before leave them) and ONNX Runtime's own profile of the layer (its
     nodes whose main op is the layer's module; a fused activation or add counts with it);
-    then the model's time outside autotune's kernels (torch's operators between them and
-    the calls' overhead), and ONNX Runtime's nodes that no autotune kernel computes."""
+    then the planned model call beside its kernels' sum, and ONNX Runtime's nodes that no
+    autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.plan import ModelPlan
     from autotune.frontend.runtime import kernel_modules
@@ -255,8 +255,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         getattr(compiled.forward, "unplanned", compiled)(*model_inputs)
     for h in hooks:
         h.remove()
-    in_model, torch_steps = _in_model(compiled, model_inputs, rounds * repeat) \
-        if isinstance(compiled.forward, ModelPlan) else ({}, float("nan"))
+    in_model, torch_steps, planned_s = _in_model(compiled, model_inputs, rounds * repeat) \
+        if isinstance(compiled.forward, ModelPlan) else ({}, float("nan"), model_s)
     for m in kernel_modules(compiled):
         seen.setdefault(m.workload, []).append(m)
     by_module, ort_others = ort if ort is not None else ({}, {})
@@ -291,10 +291,11 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     in_kernels = sum(r[0] for r in rows)
     inside_total = sum(r[1] * r[6] for r in rows)
     print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms alone, "
-          f"{inside_total * 1e3:.3f} ms in the model, torch "
-          f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the model outside autotune's "
-          f"kernels: {(model_s - inside_total) * 1e3:.3f} ms of {model_s * 1e3:.3f} "
-          f"(its torch steps {torch_steps * 1e3:.3f} ms)")
+          f"{inside_total * 1e3:.3f} ms in the model (timed one by one, each call back in "
+          f"Python: a few us more than in the native run), torch "
+          f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the planned model call "
+          f"{planned_s * 1e3:.3f} ms, timed between the profiled ones (its torch steps "
+          f"{torch_steps * 1e3:.3f} ms)")
     if ort is not None:
         matched = sum(r[1] * r[7] for r in rows if r[7] == r[7])
         rest = {f"{k} (a module without an autotune kernel)": v for k, v in by_module.items()}
@@ -307,15 +308,21 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
 
 
 def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], calls: int
-              ) -> tuple[dict[int, float], float]:
+              ) -> tuple[dict[int, float], float, float]:
     """Each kernel module's median time inside the model's planned run (by ``id``), over
-    ``calls`` profiled calls, and the median total of the plan's torch steps."""
+    ``calls`` profiled calls, the median total of the plan's torch steps, and the model's
+    median time, a planned call before each profiled one (so that all three come from
+    one window)."""
     plan = compiled.forward
     modules = dict(compiled.named_modules())
     per: dict[int, list[float]] = {}
     steps: list[float] = []
+    whole: list[float] = []
     with torch.no_grad():
         for _ in range(calls):
+            t0 = time.perf_counter()
+            plan(*inputs)
+            whole.append(time.perf_counter() - t0)
             rest = 0.0
             for node, secs in plan.profile(*inputs):
                 module = modules.get(str(node.target)) if node.op == "call_module" else None
@@ -324,7 +331,8 @@ def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], calls: int
                 else:
                     rest += secs
             steps.append(rest)
-    return {k: statistics.median(v) for k, v in per.items()}, statistics.median(steps)
+    return ({k: statistics.median(v) for k, v in per.items()}, statistics.median(steps),
+            statistics.median(whole))
 
 
 def autotune_dynamo(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: Any,
