@@ -13,8 +13,9 @@ OpenVINO). Every engine runs on torch's thread count. Each line times the engine
 compiled model in interleaved rounds and gives each ratio from one round's window (the
 median over rounds); the breakdown does the same per layer against torch, adds each
 layer's time inside the model's run (`ModelPlan.profile`) with ONNX Runtime's own profile
-of the layer beside it, and the planned call beside its kernels' sum. On a CUDA target the model, its inputs and autotune's kernels run on
-the GPU, and torch's columns are fp32 (TF32 off). Budgets are totals: a later one
+of the layer beside it, and the planned call beside its kernels' sum. On a CUDA target
+the model, its inputs and autotune's kernels run on the GPU, and torch's columns are fp32
+(TF32 off). Budgets are totals: a later one
 continues the run in --db; 0 is the defaults.
 The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
