@@ -19,10 +19,18 @@ def _measure(mode: str, options: MeasureOptions = FAST):
 
 
 def test_correct_kernel_gets_every_repeat_and_a_number_that_fills_min_repeat():
-    r = _measure("sleep:0.0005")
-    assert r.ok and len(r.costs) == 3
-    assert r.extra["number"] * min(r.costs) >= 0.002 * 0.9
-    assert min(r.costs) >= 0.0005
+    # number is grown from a first timed call; on a loaded host (CI's forced-AVX2 pass) a
+    # 0.5 ms sleep may overshoot past 2 ms there, and one call per repeat is then right.
+    # Three tries: a protocol that never grows number fails every one.
+    filled = []
+    for _ in range(3):
+        r = _measure("sleep:0.0005")
+        assert r.ok and len(r.costs) == 3
+        assert min(r.costs) >= 0.0005
+        filled.append(r.extra["number"] * min(r.costs) >= 0.002 * 0.9)
+        if filled[-1]:
+            break
+    assert any(filled)
 
 
 def test_bind_is_used_for_timing_when_offered():
