@@ -130,15 +130,18 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     tx = nearest_split(tile_x, (-(-wl.out_w // x2), x2))
     reduce_at = "tile"
     pixels = images * wl.out_h * wl.out_w
-    if 1 < pixels <= FEW_PIXELS and tile_k.extent % k2 == 0 and \
+    fits_l1 = k2 * b * wl.out_h * wl.out_w * 4 <= facts.l1d  # one image's task accumulator
+    if 1 < pixels <= FEW_PIXELS and (tile_k.extent % k2 == 0 or fits_l1) and \
             images * (tile_k.extent // k2) >= 2 * facts.cores:
         # few pixels per weight (ResNet-50's 14x14 and 7x7 layers): a task per channel
         # tile over the whole image, accumulating over it, so each weight panel is used for
         # every pixel as it streams in, not once per row tile. On a 2-core Rocket Lake,
         # with weights cold as a model leaves them, those layers took 5.2 against 6.0 ms
-        # (hot: 4.8 against 5.1); its 28x28 and 56x56 layers ran 5 to 40% slower so. Not
-        # where the channel tiles leave a tail, guarded inside the task's reduction:
-        # RegNet-Y-16GF's 1232 channels (77 blocks in tiles of 4) took 4.3 ms, 2.0 so.
+        # (hot: 4.8 against 5.1); its 28x28 and 56x56 layers ran 5 to 40% slower so. Where
+        # the channel tiles leave a tail (guarded inside the task's reduction), only with
+        # an accumulator that fits L1: RegNet-Y-16GF's 1232 channels at 14x14 (77 blocks in
+        # tiles of 4: 50 KB) took 4.3 ms against 2.0; RegNet-Y-400MF's 440 at 7x7 (6 KB)
+        # 0.10 against 0.17, its 208 -> 440 at 14x14 (25 KB) 0.19 against 0.33.
         tk = nearest_split(tile_k, (1, k2))
         ty = nearest_split(tile_y, (-(-wl.out_h // y2), y2))
         reduce_at = "task"
