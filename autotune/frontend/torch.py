@@ -327,12 +327,7 @@ def _affine(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     shape = _shape(x)
     if shape is None or len(shape) != 4 or meta_dtype(x) != torch.float32:
         return None
-    assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
-    var, mean = bn.running_var.double(), bn.running_mean.double()
-    gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(var)
-    beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(var)
-    scale = gamma / torch.sqrt(var + bn.eps)
-    shift = beta - mean * scale
+    scale, shift = _bn_affine(bn)
     act_node = _user(node)
     act = _activation(act_node, modules)
     nodes = (node.name,) + ((act_node.name,) if act and act_node is not None else ())
@@ -528,14 +523,21 @@ def _folded(conv: nn.Conv2d, bn: Optional[nn.BatchNorm2d]
     w = conv.weight.detach().double()
     b = conv.bias.detach().double() if conv.bias is not None else None
     if bn is not None:
-        gamma = (bn.weight.detach().double() if bn.weight is not None
-                 else torch.ones_like(w[:, 0, 0, 0]))
-        beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(gamma)
-        assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
-        scale = gamma / torch.sqrt(bn.running_var.double() + bn.eps)
+        scale, shift = _bn_affine(bn)
         w = w * scale[:, None, None, None]
-        b = ((b if b is not None else 0.0) - bn.running_mean.double()) * scale + beta
+        b = (b * scale if b is not None else 0.0) + shift
     return w, b
+
+
+def _bn_affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """An inference batch norm as ``x * scale + shift`` (float64): scale = g / sqrt(var +
+    eps), shift = beta - mean * scale."""
+    assert bn.running_var is not None and bn.running_mean is not None  # _batchnorm checks
+    var, mean = bn.running_var.double(), bn.running_mean.double()
+    gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(var)
+    beta = bn.bias.detach().double() if bn.bias is not None else torch.zeros_like(var)
+    scale = gamma / torch.sqrt(var + bn.eps)
+    return scale, beta - mean * scale
 
 
 def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Match:
