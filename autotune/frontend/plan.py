@@ -231,12 +231,11 @@ class ModelPlan:
                     t0 = time.perf_counter()
                     k.call.run()
                     times.append((k.node, time.perf_counter() - t0))
-            elif times is None:
-                env[step] = self._eval(step, env, self._modules)
             else:
                 t0 = time.perf_counter()
                 env[step] = self._eval(step, env, self._modules)
-                times.append((step, time.perf_counter() - t0))
+                if times is not None:
+                    times.append((step, time.perf_counter() - t0))
         if self._output is None:
             return None
         result = fx.node.map_arg(self._output.args[0], lambda n: env[n])
