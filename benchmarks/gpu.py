@@ -9,10 +9,12 @@ the convs in NHWC), against torch in the same dtype (cuBLAS; cuDNN on channels_l
 tensors), with cudnn.benchmark on throughout. torch is timed in processes of its own, one
 per column: timed in the process that runs pycuda's kernels, cuDNN ran convs up to 1.6x
 slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its columns
-show n/a). Without a GPU it says why and exits with status 2.
+show n/a). Without a GPU it says why and exits with status 2. With ``--budget S`` it starts
+no workload that would likely end past S seconds (judged by the longest one so far) and
+names the ones it left out, so a capped run ends on a complete table.
 
     .venv/bin/python benchmarks/gpu.py [--trials 500] [--arch sm_90] [--only matmul] [--db URL]
-                                       [--dtype float32|float16|bfloat16]
+                                       [--dtype float32|float16|bfloat16] [--budget S]
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -230,6 +233,25 @@ def _rate(wl: Workload, seconds: Optional[float], scale: float) -> Optional[floa
     return wl.flops() / seconds / scale if seconds else None
 
 
+@dataclass
+class Budget:
+    """Seconds a run may take, from its start: another workload starts only while what is
+    left covers the longest one so far (None: no limit)."""
+    seconds: Optional[float]
+    clock: Callable[[], float] = time.monotonic
+    start: float = field(init=False)
+    longest: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def allows_another(self) -> bool:
+        return self.seconds is None or self.start + self.seconds - self.clock() > self.longest
+
+    def took(self, seconds: float) -> None:
+        self.longest = max(self.longest, seconds)
+
+
 def _cols(ours: Optional[float], theirs: Optional[float]) -> str:
     if theirs is None:
         return f"{'n/a':>21} {'n/a':>6}"
@@ -248,9 +270,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="element type of the workloads (default float32); float16 and "
                          "bfloat16 run matmuls and ResNet-18's 3x3 convs against torch in the "
                          "same dtype, in TFLOP/s")
+    ap.add_argument("--budget", type=float, default=None, metavar="S",
+                    help="start no workload that would likely end past S seconds from the "
+                         "start (the longest so far); name the ones left out")
     ap.add_argument("--torch-baseline", help=argparse.SUPPRESS)
     ap.add_argument("--labels", default="[]", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        ap.error(f"--budget: {args.budget:g} s; expected a positive number of seconds")
+    budget = Budget(args.budget)
     if args.torch_baseline:  # the child process of `torch_baselines`
         print(json.dumps(torch_times(args.dtype, args.torch_baseline, json.loads(args.labels),
                                      args.arch)))
@@ -281,11 +309,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         db = args.db or f"sqlite:///{Path(tmp) / 'gpu_bench.db'}"
         heads = " ".join(f"{modes[m][0] + ' ' + unit:>21} {'ratio':>6}" for m in modes)
         print(f"{'workload':45} {'autotune ' + unit:>17} {heads}")
+        left_out = []
         for case in chosen:
+            if not budget.allows_another():
+                left_out.append(case.label)
+                continue
+            t0 = time.monotonic()
             ours = _rate(case.workload, tuned(case, target, args.trials, db), scale)
             cols = " ".join(_cols(ours, _rate(case.workload, base[m][case.label], scale))
                             for m in modes)
             print(f"{case.label:45} {ours or 0.0:17.1f} {cols}", flush=True)
+            budget.took(time.monotonic() - t0)
+    if left_out:
+        print(f"not run within the {args.budget:g} s budget: {', '.join(left_out)}")
     return 0
 
 

@@ -7,22 +7,26 @@ autotune's compiled model without and with CUDA graphs.
     python benchmarks/gpu_models.py --trials 0,2000          # every model, dtype and batch
     python benchmarks/gpu_models.py --models resnet18 --dtypes float16 --batch 1
 
-Every column runs in a process of its own (cuDNN timed beside another library's kernels
-has read slower), prepared side by side; then the parent times them in interleaved rounds,
-one process at a time: each call is followed by torch.cuda.synchronize() and a round's
-figure is the median over --repeat calls; each ratio is the median over rounds of one
-round's ratio. TF32 is off everywhere (fp32 rows compare fp32 arithmetic); torch's
-columns run half models on channels_last tensors (cuDNN's fast layout; --torch-layout),
-autotune's on NCHW, or with --layout auto on Hopper channels-last too (its convs as NHWC wgmma
-kernels, target sm_90a). The header names the GPU, its clocks and the target key, each table
-its target key; the breakdown times each distinct kernel against torch's same folded
-layer (CUDA events over back-to-back calls). Budgets in --trials are totals in --db
-(tune_model, which measures with pycuda); 0 is the templates' default configs.
+Every column runs in a process of its own (cuDNN timed beside another library's kernels has
+read slower), prepared side by side; then the parent times them in interleaved rounds, one
+process at a time: each call is followed by torch.cuda.synchronize() and a round's figure
+is the median over --repeat calls; each ratio is the median over rounds of one round's
+ratio. TF32 is off everywhere (fp32 rows compare fp32 arithmetic); torch's columns run half
+models on channels_last tensors (cuDNN's fast layout; --torch-layout), autotune's too on
+Hopper (--layout auto, the default as in compile_model: its convs as NHWC wgmma kernels,
+target sm_90a), else on NCHW. --prepare-timeout leaves out a column not ready in time
+(max-autotune can compile for many minutes). The header names the GPU, its clocks and the
+target key, each table its target key; the breakdown times each distinct kernel against
+torch's same folded layer (CUDA events over back-to-back calls). Budgets in --trials are
+totals in --db (tune_model, which measures with pycuda); 0 is the templates' default
+configs.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
+import signal
 import statistics
 import sys
 import time
@@ -136,7 +140,7 @@ class Job:
     target: str
     db: str
     torch_layout: str
-    layout: str = "nchw"  # autotune's: "auto" runs Hopper's convs NHWC on channels_last
+    layout: str = "auto"  # autotune's: "auto" runs Hopper's convs NHWC on channels_last
 
 
 def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
@@ -191,7 +195,12 @@ def _latency(call: Callable[[], Any], repeat: int, warmup: int) -> float:
 
 
 def _worker(conn: Any, job: Job) -> None:
-    """Prepare the column, then answer the parent's requests until it says stop."""
+    """Prepare the column, then answer the parent's requests until it says stop. In a
+    process group of its own (torch.compile's workers with it), ended with the parent."""
+    from autotune.process.child import set_parent_death_signal
+
+    os.setsid()
+    set_parent_death_signal()
     try:
         call, module, x, prep = _prepare(job)
         with __import__("torch").no_grad():
@@ -297,7 +306,15 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
         proc.start()
         workers[col] = (proc, parent)
     notes, outputs = [], {}
+    deadline = time.monotonic() + (args.prepare_timeout or float("inf"))
     for col, (proc, conn) in list(workers.items()):
+        why = _not_ready(proc, conn, deadline)
+        if why:
+            notes.append(f"{col} {why}: left out" if why.startswith("died") else
+                         f"{col} not ready within {args.prepare_timeout:g} s: left out")
+            _end(proc)
+            del workers[col]
+            continue
         status, *rest = conn.recv()
         if status == "failed":
             notes.append(f"{col} failed: {rest[0]}")
@@ -330,6 +347,25 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     result = Result(name, dtype, batch, times, notes)
     print_result(result, rows)
     return result
+
+
+def _not_ready(proc: Any, conn: Any, deadline: float) -> str:
+    """Why the column's process has no answer by ``deadline`` ("" once it has one)."""
+    while not conn.poll(min(max(deadline - time.monotonic(), 0.0), 1.0)):
+        if not proc.is_alive():
+            return f"died while preparing (exit code {proc.exitcode})"
+        if time.monotonic() >= deadline:
+            return "late"
+    return ""
+
+
+def _end(proc: Any) -> None:
+    """Kill a column's process group (its compile workers too) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # not yet its own group, or gone
+        proc.kill()
+    proc.join()
 
 
 def _ratio(times: dict[str, list[float]], num: str, den: str) -> str:
@@ -383,10 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-layout", default="auto",
                         choices=("auto", "channels_last", "contiguous"),
                         help="torch's tensors: auto is channels_last for half dtypes")
-    parser.add_argument("--layout", default="nchw", choices=("nchw", "auto"),
-                        help="autotune's layout: auto runs convs channels-last (NHWC, on "
-                             "channels_last tensors) where the target has kernels for it: "
-                             "Hopper's wgmma (sm_90a)")
+    parser.add_argument("--layout", default="auto", choices=("nchw", "auto"),
+                        help="autotune's layout (default auto, as compile_model's): auto runs "
+                             "convs channels-last (NHWC, on channels_last tensors) where the "
+                             "target has kernels for it: Hopper's wgmma (sm_90a)")
+    parser.add_argument("--prepare-timeout", type=float, default=None, metavar="S",
+                        help="leave out a column not ready S seconds after the columns start "
+                             "preparing (max-autotune's compile can take many minutes)")
     parser.add_argument("--quick", action="store_true",
                         help="the smoke run (~2 minutes on an H200): resnet18 fp16 at batch 1, "
                              "default configs, no max-autotune, 3 rounds of 20 calls")
@@ -402,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--columns: unknown {sorted(unknown)}; expected {', '.join(COLUMNS)}")
     args.budgets = [int(b) for b in args.trials.split(",") if b.strip()]
+    if args.prepare_timeout is not None and args.prepare_timeout <= 0:
+        parser.error(f"--prepare-timeout: {args.prepare_timeout:g} s; expected a positive "
+                     f"number of seconds")
 
     import torch
 

@@ -13,8 +13,8 @@
 # pytest-xdist workers where xdist is installed: nvcc builds dominate; CI runs the rest),
 # benchmarks/gpu.py in float16 (on Hopper, sm_90a: the wgmma kernels), a short model check
 # (benchmarks/gpu_models.py --quick: ResNet-18 in float16 at batch 1, torch against
-# autotune with and without CUDA graphs), bfloat16 matmuls, then float32, each with 8
-# trials per workload, each step under a cap, while the budget lasts.
+# autotune with and without CUDA graphs), bfloat16 matmuls, then float32, 8 trials per
+# workload, each step under a cap (benchmarks stop between workloads) while budget lasts.
 # Exit status: 0 every step passed, 1 a step failed or timed out, 2 bad arguments or no
 # GPU / nvcc, 3 a module the checks import is missing.
 set -uo pipefail
@@ -106,16 +106,24 @@ EOF
 # --- the checks --------------------------------------------------------------------------
 declare -a results=()
 failed=0
-step() {  # step NAME CAP_SECONDS COMMAND...: run under what is left of the budget
-  local name=$1 cap=$2 left rc start=$SECONDS
+# step NAME CAP_SECONDS COMMAND...: run under what is left of the budget; an argument
+# @BUDGET@ becomes the seconds the command should plan to end within (the cap less a margin
+# for its exit), so a benchmark stops between workloads rather than being cut inside one
+step() {
+  local name=$1 cap=$2 left rc start=$SECONDS arg
   shift 2
   left=$((BUDGET_S - SECONDS))
   if [ "$left" -lt 10 ]; then
     results+=("$name: not run (the 8-minute budget is spent)"); failed=1; return
   fi
   [ "$cap" -lt "$left" ] || cap=$left
+  local -a cmd=()
+  for arg in "$@"; do
+    [ "$arg" = "@BUDGET@" ] && arg=$(( cap > 30 ? cap - 15 : cap / 2 ))
+    cmd+=("$arg")
+  done
   echo; echo "=== $name (at most ${cap} s)"
-  timeout --signal=INT --kill-after=10 "$cap" "$@"
+  timeout --signal=INT --kill-after=10 "$cap" "${cmd[@]}"
   rc=$?
   case $rc in
     0) results+=("$name: passed in $((SECONDS - start)) s") ;;
@@ -138,11 +146,12 @@ gpu_tests=$(grep -rl --include='test_*.py' cuda_device tests | sort)
 step "GPU tests (-m cuda_device)" 160 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
     ${workers[@]+"${workers[@]}"} -m cuda_device $gpu_tests
 step "benchmarks/gpu.py --dtype float16" 150 "$PYTHON" benchmarks/gpu.py --arch "$HALF_ARCH" \
-    --dtype float16 --trials "$BENCH_TRIALS"
+    --dtype float16 --trials "$BENCH_TRIALS" --budget @BUDGET@
 step "benchmarks/gpu_models.py --quick --layout auto" 110 "$PYTHON" benchmarks/gpu_models.py --quick --layout auto
 step "benchmarks/gpu.py --dtype bfloat16 --only matmul" 60 "$PYTHON" benchmarks/gpu.py \
-    --arch "$HALF_ARCH" --dtype bfloat16 --only matmul --trials "$BENCH_TRIALS"
-step "benchmarks/gpu.py" 60 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS"
+    --arch "$HALF_ARCH" --dtype bfloat16 --only matmul --trials "$BENCH_TRIALS" --budget @BUDGET@
+step "benchmarks/gpu.py" 60 "$PYTHON" benchmarks/gpu.py --arch "$ARCH" --trials "$BENCH_TRIALS" \
+    --budget @BUDGET@
 
 echo; echo "=== gpu-check summary ($SECONDS s)"
 printf '  %s\n' "${results[@]}"

@@ -52,8 +52,7 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", default=None, choices=["nchw", "auto"],
                    help="layouts: nchw, or auto: channel-blocked NCHW<x>c from the first "
                         "conv to the global pool where the channels allow (llvm), "
-                        "channels-last half convs on Hopper (cuda); default: auto on llvm, "
-                        "nchw on cuda")
+                        "channels-last half convs on Hopper (cuda); default: auto")
     p.add_argument("--db", metavar="URL", default=None,
                    help="database URL or SQLite file path (default: $AUTOTUNE_DB_URL or "
                         "sqlite:///autotune.db)")

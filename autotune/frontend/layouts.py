@@ -59,12 +59,12 @@ class LayoutTransform(nn.Module):
 
 
 def check_layout_mode(layout: Optional[str], target: Target) -> str:
-    """``layout`` for ``target`` (None: "auto" on llvm, where the blocked model is the
-    faster on AVX2 and AVX-512 hosts alike, "nchw" on cuda); ValueError unless it is one of
-    `LAYOUTS` ("auto": blocked layers on llvm, channels-last convs on cuda,
-    `autotune.frontend.channels_last`)."""
+    """``layout`` for ``target`` (None: "auto" on llvm and cuda, where the blocked model and
+    the channels-last wgmma convs ran every benchmark model faster, "nchw" elsewhere);
+    ValueError unless it is one of `LAYOUTS` ("auto": blocked layers on llvm, channels-last
+    convs on cuda, `autotune.frontend.channels_last`)."""
     if layout is None:
-        return "auto" if target.kind == "llvm" else "nchw"
+        return "auto" if target.kind in ("llvm", "cuda") else "nchw"
     if layout not in LAYOUTS:
         raise ValueError(f"compile_model: layout={layout!r}; expected one of "
                          f"{', '.join(LAYOUTS)}")

@@ -7,9 +7,10 @@ or linear layer's weight that the schedule packs into panels is packed once, her
 every call: such a layer's workload is the prepacked form (`autotune.schedule.prepack`),
 tuned and looked up as such. On a CUDA target the kernels run on
 torch's CUDA tensors (`autotune.frontend.cuda_runtime`), and by default its calls replay
-CUDA graphs (`autotune.frontend.cuda_graphs`). With ``layout="auto"`` (llvm), convs
-run in a channel-blocked layout where they can, transformed only at the edges of blocked
-chains (`autotune.frontend.layouts`). `plan_model` lists the kernels a compiled model runs,
+CUDA graphs (`autotune.frontend.cuda_graphs`). With ``layout="auto"`` (the default), convs
+run in a channel-blocked layout where they can on llvm, transformed only at the edges of
+blocked chains (`autotune.frontend.layouts`), and channels-last on Hopper's wgmma kernels
+(`autotune.frontend.channels_last`). `plan_model` lists the kernels a compiled model runs,
 without compiling them.
 """
 from __future__ import annotations
@@ -153,7 +154,7 @@ def compile_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = 
     result with ``.to()`` to run elsewhere), and with ``cuda_graphs`` (None: where the
     example inputs are CUDA tensors) the result is a `CudaGraphModel`, whose calls without
     autograd replay a CUDA graph of the whole model (see `autotune.frontend.cuda_graphs`
-    for when a call runs eagerly). ``layout`` (None: "auto" on llvm, "nchw" on cuda):
+    for when a call runs eagerly). ``layout`` (None: "auto" on llvm and cuda):
     "nchw" runs every layer in NCHW;
     "auto" runs convs, depthwise convs, max-pools and the channelwise ops in NCHW[x]c on
     llvm where `layouts.choose_layouts` says so, with `LayoutTransform` modules where a

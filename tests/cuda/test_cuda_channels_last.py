@@ -2,7 +2,7 @@
 half model's convs whose channels TMA can copy run on the wgmma kernels in NHWC, the rest
 in NCHW; every planned kernel runs right in the execution model; the modules keep the
 weight KRSC and still run CPU tensors on torch; and on a Hopper GPU host (marker
-``cuda_device``) the compiled model matches torch, passing channels_last tensors on."""
+``cuda_device``) the compiled model matches torch, with channels_last and contiguous inputs."""
 from __future__ import annotations
 
 import warnings
@@ -44,7 +44,9 @@ def test_convs_the_wgmma_kernels_take_are_planned_nhwc_and_run_right():
             assert (k.workload.layout == "NHWC") == (k.workload.dim("C") % 8 == 0)
         err = autotune.simulate_cuda(k.workload, k.config, HOPPER)
         assert err < dtype_info("float16").rtol, k.workload
-    nchw = _quiet(plan_model, model, x, target=HOPPER, db=None)
+    default = _quiet(plan_model, model, x, target=HOPPER, db=None)
+    assert [k.workload for k in default] == [k.workload for k in plan]  # auto is the default
+    nchw = _quiet(plan_model, model, x, target=HOPPER, db=None, layout="nchw")
     assert {k.workload.layout for k in nchw} == {"NCHW"}  # layout="nchw" keeps them
 
 
@@ -65,7 +67,12 @@ def test_an_nhwc_module_keeps_its_weight_krsc_and_runs_cpu_tensors_on_torch(nvcc
 
 
 @pytest.mark.cuda_device
-def test_the_channels_last_model_matches_torch_on_a_hopper_gpu(nvcc, monkeypatch):
+@pytest.mark.parametrize("memory_format", [torch.channels_last, torch.contiguous_format],
+                         ids=["channels_last", "contiguous"])
+def test_the_channels_last_model_matches_torch_on_a_hopper_gpu(nvcc, monkeypatch,
+                                                                memory_format):
+    """A channels_last model and input pass through as they are; a contiguous (NCHW) one is
+    converted once, at the first NHWC conv: both must match torch."""
     if not torch.cuda.is_available() or why_not_measurable(autotune.Target(HOPPER)):
         pytest.skip("needs a Hopper GPU")
 
@@ -73,8 +80,8 @@ def test_the_channels_last_model_matches_torch_on_a_hopper_gpu(nvcc, monkeypatch
         raise AssertionError(f"{self.place} ran on torch")
     monkeypatch.setattr(CudaKernelModule, "forward_torch", no_fallback)
     model, x = _net("cuda")
-    model = model.to(memory_format=torch.channels_last)
-    x = x.contiguous(memory_format=torch.channels_last)
+    model = model.to(memory_format=memory_format)
+    x = x.contiguous(memory_format=memory_format)
     compiled = _quiet(autotune.compile_model, model, x, target=HOPPER, db=None,
                       layout="auto", cuda_graphs=False)
     with torch.no_grad():

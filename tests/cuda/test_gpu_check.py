@@ -18,9 +18,10 @@ SCRIPT = REPO / "scripts" / "gpu-check.sh"
 
 
 def run(*args: str, smi: str | None = None, tmp: Path | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess:
-    """The script with ``args``; ``smi``: the body of a stand-in nvidia-smi put first on PATH."""
-    env = dict(os.environ, PYTHON=sys.executable)
+        timeout: float = 120, python: str = sys.executable) -> subprocess.CompletedProcess:
+    """The script with ``args``; ``smi``: the body of a stand-in nvidia-smi put first on PATH;
+    ``python``: the interpreter it runs ($PYTHON)."""
+    env = dict(os.environ, PYTHON=python)
     if smi is not None:
         assert tmp is not None
         bin_dir = tmp / "bin"
@@ -98,6 +99,33 @@ def test_wheels_go_to_a_folder_of_their_own_on_the_path(tmp_path: Path):
     assert spec is None or "STANDIN" not in Path(spec.origin or "").read_text()
 
 
+def _gpu_bench(monkeypatch):
+    """benchmarks/gpu.py as a module."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_bench", bench)  # its dataclasses look it up
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_gpu_benchmark_budget_starts_a_workload_only_if_the_longest_so_far_fits(monkeypatch):
+    bench = _gpu_bench(monkeypatch)
+    now = [100.0]
+    budget = bench.Budget(60, clock=lambda: now[0])
+    assert budget.allows_another()
+    now[0] += 20
+    budget.took(20)      # 40 s left, the longest 20: another may start
+    assert budget.allows_another()
+    now[0] += 25
+    budget.took(25)      # 15 s left, the longest 25: none may
+    assert not budget.allows_another()
+    assert bench.Budget(None, clock=lambda: 1e9).allows_another()
+    out = subprocess.run([sys.executable, "benchmarks/gpu.py", "--budget", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--budget: 0 s; expected a positive" in out.stderr
+
+
 def test_gpu_benchmark_without_a_gpu_says_why():
     from autotune.codegen.cuda.runtime import NoCudaDevice, cuda_device
     try:
@@ -141,19 +169,37 @@ def test_gpu_benchmark_in_a_half_dtype_without_a_gpu_says_why(dtype):
 def test_gpu_benchmark_hands_torch_the_same_values_in_the_same_dtype(dtype, monkeypatch):
     # torch's inputs are the workload's storage arrays reinterpreted (bfloat16: uint16 bits)
     torch = pytest.importorskip("torch")
-    import importlib.util
-
     import numpy as np
 
     from autotune.ops import workload
     from autotune.ops.dtypes import to_float32
 
-    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_bench", bench)  # its dataclasses look it up
-    spec.loader.exec_module(bench)
+    bench = _gpu_bench(monkeypatch)
     a = workload("matmul", M=8, N=8, K=8, dtype=dtype).random_args(0)[0]
     t = bench._tensor(torch, a, dtype, torch.device("cpu"))
     assert t.dtype == getattr(torch, dtype)
     np.testing.assert_array_equal(t.float().numpy(), to_float32(a, dtype))
     assert {c.workload.dtype for c in bench.cases(dtype)} == {dtype}
+
+
+def test_each_step_runs_under_its_cap_and_benchmarks_get_a_budget_within_it(tmp_path: Path):
+    """With a stand-in interpreter that logs its arguments, every step runs in order and each
+    benchmark is told to plan to end 15 s inside its step's cap."""
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found: the script stops before running any step")
+    log = tmp_path / "calls.log"
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\n[ "$1" = "-c" ] && exit 1\n'  # no xdist
+                      '[ "$1" = "-" ] && { cat >/dev/null; exit 0; }\n'  # nothing missing
+                      f'echo "$*" >> {log}\n')
+    python.chmod(0o755)
+    out = run(smi='echo "0, NVIDIA H100 80GB HBM3, 9.0"\n', tmp=tmp_path, python=str(python))
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("-m pytest") and "@BUDGET@" not in calls[0]
+    assert calls[1].endswith("--dtype float16 --trials 8 --budget 135")
+    assert "--arch sm_90a" in calls[1]
+    assert calls[2] == "benchmarks/gpu_models.py --quick --layout auto"
+    assert calls[3].endswith("--only matmul --trials 8 --budget 45")
+    assert calls[4] == "benchmarks/gpu.py --arch sm_90 --trials 8 --budget 45"
+    assert out.stdout.count(": passed in") == 5

@@ -37,3 +37,53 @@ def test_every_layer_of_the_models_runs_on_autotune(name):
         assert not tasks.unsupported, tasks.unsupported
         assert sum(t.weight for t in tasks.tasks) == LAYERS[name]
         assert {t.workload.dtype for t in tasks.tasks} == {dtype}
+
+
+def _sleep(seconds: float, pid_file: str = "") -> None:
+    """A column's process: a group of its own, with a child (a compile worker) in it."""
+    import os
+    import time
+    os.setsid()
+    if pid_file:
+        child = subprocess.Popen(["sleep", str(seconds)])
+        Path(pid_file).write_text(str(child.pid))
+    time.sleep(seconds)
+
+
+def test_a_column_not_ready_in_time_is_killed_with_its_group_and_a_dead_one_named(tmp_path):
+    import multiprocessing as mp
+    import os
+    import time
+
+    from benchmarks.gpu_models import _end, _not_ready
+
+    ctx = mp.get_context("spawn")
+    parent, _child = ctx.Pipe()
+    pid_file = tmp_path / "worker.pid"
+    slow = ctx.Process(target=_sleep, args=(60, str(pid_file)))
+    slow.start()
+    t0 = time.monotonic()
+    assert _not_ready(slow, parent, time.monotonic() + 3) == "late"
+    assert 3 <= time.monotonic() - t0 < 10
+    worker = int(pid_file.read_text())
+    _end(slow)
+    assert not slow.is_alive() and slow.exitcode == -9
+    for _ in range(100):  # the group's other process is killed too (reaped by init)
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the column's child {worker} outlived it")
+    dead = ctx.Process(target=_sleep, args=(0,))
+    dead.start()
+    assert _not_ready(dead, parent, time.monotonic() + 30) == \
+        "died while preparing (exit code 0)"
+    _end(dead)  # already gone: nothing to kill
+
+
+def test_prepare_timeout_must_be_positive():
+    out = subprocess.run([sys.executable, "benchmarks/gpu_models.py", "--prepare-timeout", "0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--prepare-timeout: 0 s; expected a positive" in out.stderr
