@@ -386,7 +386,7 @@ def main() -> None:
     parser.add_argument("--layout", default=None, choices=("nchw", "auto"),
                         help="layouts on llvm: nchw, or auto (channel-blocked from the "
                              "first conv to the global pool; see compile_model); default: "
-                             "compile_model's (auto on llvm, nchw on cuda)")
+                             "compile_model's (auto)")
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"engines beside torch on llvm targets, comma-separated "
                              f"({', '.join(ENGINES)}; empty for none)")
