@@ -219,13 +219,15 @@ def conv2d_graph(wl: Workload, pack: int | None = None) -> OpGraph:
 
 
 @lru_cache(maxsize=GRAPHS)
-def conv2d_blocked_graph(wl: Workload) -> OpGraph:
+def conv2d_blocked_graph(wl: Workload, overhang: tuple[int, int] = (0, 0)) -> OpGraph:
     """conv2d in NCHW[x]c (data blocked by bi, output by bo; a block of 1 is NCHW):
     out[n, ko, y, x, ki] = sum_{co,r,s,ci} pad(data)[n, co, y*sh + r*dh, x*sw + s*dw, ci]
     * Wp[ko, co, r, s, ci, ki], the KCRS weight packed to Wp[K/bo, C/bi, R, S, bi, bo] so
     that a vector of output channels is contiguous at every (input channel, tap). A grouped
     conv runs over N*G images of C/G channels (`conv_groups`; a block holds channels of one
-    group), image n of group g reading Wp[g*K/(G*bo) + ko, ...]."""
+    group), image n of group g reading Wp[g*K/(G*bo) + ko, ...]. With ``overhang`` (output
+    rows, columns a schedule's tiles compute past the edges), the padded data also covers
+    what those read, zeros, so that no read in a tile needs a guard."""
     N, H, W, R, S = (wl.dim(x) for x in ("N", "H", "W", "R", "S"))
     G, B, C, K = conv_groups(wl)
     (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")
@@ -240,7 +242,9 @@ def conv2d_blocked_graph(wl: Workload) -> OpGraph:
     out_shape = (B, K // bo, wl.out_h, wl.out_w, bo)
     extra, post = _epilogue(wl, 1, channel_of=lambda axes: k_block(axes[0], axes[1]) * bo
                             + axes[4], out_shape=out_shape if G > 1 else None)
-    pad = _padded(data, *wl.pair("pad")) if bi == 1 else _blocked_padded(data, wl.pair("pad"))
+    end = _overhang_end(wl, overhang)
+    pad = _padded(data, *wl.pair("pad"), end=end) if bi == 1 else \
+        _blocked_padded(data, wl.pair("pad"), end=end)
     src = pad or data
     packed = compute("weight_pack", (G * K // bo, C // bi, R, S, bi, bo),
                      lambda ko, co, r, s, ci, ki: weight[ko * bo + ki, co * bi + ci, r, s],
@@ -257,6 +261,18 @@ def conv2d_blocked_graph(wl: Workload) -> OpGraph:
                   axis_names=["n", "ko", "y", "x", "ki"])
     temps = [pad, packed] if pad else [packed]
     return OpGraph([data, weight, *extra], out, temps, pad=pad, packed=packed)
+
+
+def _overhang_end(wl: Workload, overhang: tuple[int, int]) -> tuple[int, int]:
+    """Rows and columns past the padded data's bottom and right edges that output rows and
+    columns ``overhang`` past the output's edges read."""
+    end = []
+    for o, extent, size, pad, stride, dilation, taps in zip(
+            overhang, (wl.out_h, wl.out_w), (wl.dim("H"), wl.dim("W")), wl.pair("pad"),
+            wl.pair("stride"), wl.pair("dilation"), (wl.dim("R"), wl.dim("S"))):
+        read = (extent + o - 1) * stride + (taps - 1) * dilation + 1 if o else 0
+        end.append(max(0, read - (size + 2 * pad)))
+    return end[0], end[1]
 
 
 def _blocked_padded(data: Tensor, pad: tuple[int, int], fill: Const = ZERO,

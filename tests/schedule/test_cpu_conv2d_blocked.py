@@ -175,3 +175,58 @@ def test_default_accumulates_over_a_task_only_where_pixels_are_few() -> None:
     whole = sp.config({**sp.default().to_dict()["knobs"], "reduce_at": "task", "parallel": 1,
                        "order": ("k0", "y0", "x0", "k1", "y1", "x1")})
     assert "task accumulator" in (sp.invalid_reason(whole) or "")
+
+
+def _guarded_reduction_steps(wl, cfg) -> int:
+    """The guards (ifs) inside the reduction loops (rco, rci, rr, rs) of the lowered kernel
+    of ``wl`` under ``cfg``: the guarded reads of a tile."""
+    from autotune.ir.stmt import For, IfThenElse
+    from autotune.schedule.lower import lower_schedule
+    from autotune.schedule.templates import cpu_conv2d_blocked
+    func = lower_schedule(cpu_conv2d_blocked.schedule(wl, LLVM, cfg), "conv")
+    count, stack = 0, [(func.body, False)]
+    while stack:
+        stmt, in_reduction = stack.pop()
+        count += in_reduction and isinstance(stmt, IfThenElse)
+        in_reduction |= isinstance(stmt, For) and stmt.var.name.startswith("r")
+        stack += [(c, in_reduction) for c in stmt.children()]
+    return count
+
+
+@pytest.mark.parametrize("params, layout", [
+    # a prime output width and height (SqueezeNet's stem: 109; here 7), no padding: a padded
+    # copy is made for the overhang alone
+    (dict(N=1, C=3, H=19, W=19, K=32, R=7, S=7, stride=2, pad=0), f"NCHW>NCHW{LANES}c"),
+    (dict(N=1, C=32, H=13, W=13, K=32, R=3, S=3, stride=1, pad=1), f"NCHW{LANES}c"),
+    (dict(N=1, C=32, H=13, W=13, K=24, R=1, S=1, stride=1, pad=0), "NCHW16c>NCHW8c"),
+])
+@pytest.mark.parametrize("reduce_at", ["tile", "task"])
+def test_tiles_past_the_edges_read_a_padded_copy_unguarded(params: dict, layout: str,
+                                                           reduce_at: str) -> None:
+    """Tiles of 4 rows and 2 columns overhang 7- and 13-wide outputs: with the padding in a
+    buffer, the copy covers what they read and only the write-back is guarded; inlined
+    without padding, the reads are; both match numpy."""
+    from autotune.schedule.templates.cpu_conv2d_blocked import overhang
+    wl = autotune.workload("conv2d", epilogue=["bias", "relu"], layout=layout, **params)
+    sp = config_space(wl, LLVM)
+    values = sp.default().to_dict()["knobs"]
+    tiles = {"tile_y": (-(-wl.out_h // 4), 1, 4), "tile_x": (-(-wl.out_w // 2), 1, 2)}
+    assert overhang(wl.out_h, tiles["tile_y"]) > 0 and overhang(wl.out_w, tiles["tile_x"]) > 0
+    for pad in ("buffer", "inline"):
+        cfg = sp.config({**values, **tiles, "pad": pad, "reduce_at": reduce_at,
+                         "tile_rc": (params["C"] // wl.in_block, 1)})
+        assert sp.invalid_reason(cfg) is None
+        _check(compile_kernel(wl, LLVM, cfg), wl)
+        guarded = _guarded_reduction_steps(wl, cfg)
+        if pad == "buffer":
+            assert guarded == 0
+        elif params["pad"] == 0:  # no padding to select on: the reads past the edges are
+            assert guarded > 0
+
+
+def test_overhang_is_what_the_tiles_reach_past_the_extent() -> None:
+    from autotune.schedule.templates.cpu_conv2d_blocked import overhang
+    assert overhang(112, (1, 14, 8)) == 0
+    assert overhang(109, (2, 8, 8)) == 19        # 14 tiles of 8, in 2 groups of 8: 128
+    assert overhang(109, (14, 8, 1)) == 3         # 109 -> 109 x 1 -> 14 groups of 8: 112
+    assert overhang(13, (7, 1, 2)) == 1
