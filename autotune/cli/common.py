@@ -66,7 +66,7 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, then one activation: relu, "
                         "relu6, hardswish, hardsigmoid, sigmoid, silu, gelu; residual adds a "
-                        "second tensor of the output's shape; none for max_pool2d and the "
+                        "second tensor of the output's shape; none for the pools and the "
                         "channelwise ops)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="element type of every argument (default float32); float16 and "

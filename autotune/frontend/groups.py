@@ -45,6 +45,9 @@ class KernelGroup(nn.Module):
         """The same computation on torch (folded weights; any shape that torch accepts)."""
         if self.kind == "pool":
             wl = self.workload
+            if wl.op == "avg_pool2d":
+                return F.avg_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
+                                    wl.pair("pad"))
             return F.max_pool2d(xs[0], (wl.dim("R"), wl.dim("S")), wl.pair("stride"),
                                 wl.pair("pad"), ceil_mode=bool(wl.dim("ceil_mode")))
         if self.kind == "avgpool":  # to the node's shape: (N, C) or (N, C, 1, 1)

@@ -2,7 +2,8 @@
 kernels for, fold each following BatchNorm into its conv and fuse bias / ReLU / ReLU6 as
 epilogue, and a conv's residual add (ResNet's ``relu(bn(conv(x)) + identity)``,
 MobileNet-V2's ``x + bn(conv(x))``) as the `residual` stage. Max-pools (``nn.MaxPool2d``,
-``F.max_pool2d``) are matched for llvm targets, the only ones max_pool2d has kernels for.
+``F.max_pool2d``) and average pools (``nn.AvgPool2d``, ``F.avg_pool2d``) are matched for
+llvm targets, the only ones the pools have kernels for.
 A group's workload has the dtype it computes in (`autotune.frontend.precision`: float16 or
 bfloat16 for a half model or an autocast region); a group the target cannot run in its dtype
 is unsupported.
@@ -56,6 +57,9 @@ _MAX_POOL_FUNCS = (F.max_pool2d, torch.max_pool2d, F.max_pool2d_with_indices)
 # F.max_pool2d's arguments in order (torch.max_pool2d has the first six)
 _MAX_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
                   "return_indices")
+_AVG_POOL_FUNCS = (F.avg_pool2d,)
+_AVG_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "ceil_mode",
+                  "count_include_pad", "divisor_override")
 
 
 def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
@@ -105,7 +109,7 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
                 target: Any = None) -> tuple[list[Match], list[Unsupported]]:
     """The kernel groups of a traced graph, in graph order, and the unsupported operators;
     with ``prepack`` (llvm targets), a group with a constant weight has the prepacked form
-    of its workload; with ``pools`` (llvm targets), max-pools are matched too; with a
+    of its workload; with ``pools`` (llvm targets), max- and average pools are matched too; with a
     ``target`` (a `Target`), a group it cannot run (a half dtype on a CPU) is unsupported."""
     modules = dict(gm.named_modules())
     matches: list[Match] = []
@@ -113,7 +117,7 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
     claimed: set[str] = set()  # nodes in a group: an add two convs reach fuses into the first
     for node in gm.graph.nodes:
         try:
-            found = _max_pool(node, modules) if pools else None
+            found = _pool(node, modules) if pools else None
             if found is None and pools:
                 found = _channelwise(node, modules)
             if found is None and pools and node.name not in claimed:
@@ -162,9 +166,9 @@ def prepacks(target: Any) -> bool:
 
 
 def runs_pools(target: Any) -> bool:
-    """Whether a compiled model runs its max-pools on autotune's kernels on ``target`` (a
-    spec or `Target`; None: no target): where max_pool2d has kernels (llvm); elsewhere
-    they stay in torch."""
+    """Whether a compiled model runs its pools on autotune's kernels on ``target`` (a spec
+    or `Target`; None: no target): where max_pool2d and avg_pool2d have kernels (llvm);
+    elsewhere they stay in torch."""
     return _kind(target) in op_spec("max_pool2d").targets
 
 
@@ -252,34 +256,54 @@ def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
     return None
 
 
-def _max_pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+def _pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     """A max-pool (``nn.MaxPool2d`` or ``F.max_pool2d``) of float32 NCHW data without
-    dilation or indices as a max_pool2d match; None for another node."""
-    if node.op == "call_module" and isinstance(modules[str(node.target)], nn.MaxPool2d):
-        mod = modules[str(node.target)]
-        given: dict[str, Any] = dict(kernel_size=mod.kernel_size, stride=mod.stride,
-                                     padding=mod.padding, dilation=mod.dilation,
-                                     ceil_mode=mod.ceil_mode, return_indices=mod.return_indices)
+    dilation or indices as a max_pool2d match, or an average pool (``nn.AvgPool2d``,
+    ``F.avg_pool2d``) that counts its padding, without ceil_mode or a divisor override, as
+    avg_pool2d; None for another node."""
+    module = modules[str(node.target)] if node.op == "call_module" else None
+    if isinstance(module, nn.MaxPool2d):
+        op, given = "max_pool2d", dict(kernel_size=module.kernel_size, stride=module.stride,
+                                       padding=module.padding, dilation=module.dilation,
+                                       ceil_mode=module.ceil_mode,
+                                       return_indices=module.return_indices)
+    elif isinstance(module, nn.AvgPool2d):
+        op, given = "avg_pool2d", dict(kernel_size=module.kernel_size, stride=module.stride,
+                                       padding=module.padding, ceil_mode=module.ceil_mode,
+                                       count_include_pad=module.count_include_pad,
+                                       divisor_override=module.divisor_override)
     elif node.op == "call_function" and node.target in _MAX_POOL_FUNCS:
-        given = {**dict(zip(_MAX_POOL_ARGS[1:], node.args[1:])), **node.kwargs}
+        op, given = "max_pool2d", {**dict(zip(_MAX_POOL_ARGS[1:], node.args[1:])),
+                                   **node.kwargs}
+    elif node.op == "call_function" and node.target in _AVG_POOL_FUNCS:
+        op, given = "avg_pool2d", {**dict(zip(_AVG_POOL_ARGS[1:], node.args[1:])),
+                                   **node.kwargs}
     else:
         return None
-    x = _input(node, 0, "max_pool2d")
+    x = _input(node, 0, op)
     shape = _shape(x)
     if shape is None or len(shape) != 4:
-        raise _Unsupported("max_pool2d", f"input shape {shape}; expected NCHW")
-    _check_fp32(node, "max_pool2d")
+        raise _Unsupported(op, f"input shape {shape}; expected NCHW")
+    _check_fp32(node, op)
     kernel = _pair(given["kernel_size"])
     stride = _pair(given.get("stride") or kernel)  # None or [] means the window
-    for name, value, plain in (("dilation", _pair(given.get("dilation", 1)), (1, 1)),
-                               ("return_indices", given.get("return_indices", False), False)):
-        if value != plain:
-            raise _Unsupported("max_pool2d", f"{name}={value}; max_pool2d has {name}={plain}")
+    pad = _pair(given.get("padding", 0))
+    if op == "max_pool2d":
+        plain = {"dilation": ((1, 1), _pair(given.get("dilation", 1))),
+                 "return_indices": (False, given.get("return_indices", False))}
+    else:  # without padding, count_include_pad makes no difference
+        plain = {"ceil_mode": (False, bool(given.get("ceil_mode", False))),
+                 "count_include_pad": (True, bool(given.get("count_include_pad", True))
+                                       or pad == (0, 0)),
+                 "divisor_override": (None, given.get("divisor_override"))}
+    for name, (want, value) in plain.items():
+        if value != want:
+            raise _Unsupported(op, f"{name}={value}; {op} has {name}={want}")
     n, c, h, w = shape
-    wl = _workload("max_pool2d", [], dict(N=n, C=c, H=h, W=w, R=kernel[0], S=kernel[1],
-                                           stride=stride, pad=_pair(given.get("padding", 0)),
-                                           ceil_mode=int(bool(given.get("ceil_mode", False)))))
-    return Match(wl, (node.name,), (x.name,), (), "pool", _place(node))
+    params = dict(N=n, C=c, H=h, W=w, R=kernel[0], S=kernel[1], stride=stride, pad=pad)
+    if op == "max_pool2d":
+        params["ceil_mode"] = int(bool(given.get("ceil_mode", False)))
+    return Match(_workload(op, [], params), (node.name,), (x.name,), (), "pool", _place(node))
 
 
 _MUL_FUNCS = (operator.mul, operator.imul, torch.mul)

@@ -4,7 +4,7 @@ conv2d's data and output in two of those, or NHWC.
 In NCHW[x]c (oneDNN's nChw16c for x = 16) data is [N, C/x, H, W, x] and the output
 [N, K/x, OH, OW, x]: a vector of x channels is contiguous, so a kernel vectorised along
 channels reads and writes whole vectors, and consecutive blocked layers need no transform.
-conv2d, depthwise_conv2d (multiplier 1), max_pool2d and the channelwise ops
+conv2d, depthwise_conv2d (multiplier 1), max_pool2d, avg_pool2d and the channelwise ops
 (`autotune.ops.channelwise`: a channel_mul's gate is blocked too) take it. The weight stays KCRS (a
 kernel packs it); per-channel epilogue vectors stay (K,). A conv2d may read one and write
 another, ``IN>OUT`` (TVM's conv2d_NCHWc with its ``out_layout``): ``NCHW>NCHW16c`` is a
@@ -29,6 +29,7 @@ NHWC = "NHWC"
 LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "group_conv2d": ("C", "K"),
                                           "depthwise_conv2d": ("C", "C"),
                                           "max_pool2d": ("C", "C"),
+                                          "avg_pool2d": ("C", "C"),
                                           "global_avg_pool2d": ("C", "C"),
                                           "channel_mul": ("C", "C"),
                                           "channel_affine": ("C", "C")}

@@ -1,10 +1,16 @@
-"""2-D max pooling over NCHW data: each output is the largest input in its R x S window.
+"""2-D max and average pooling over NCHW data: each output is the largest input in its
+R x S window, or the window's mean.
 
-Torch's ``max_pool2d`` without dilation or indices: padded cells hold -inf, so they never
-win, and the padding is at most half the window (as torch requires). With ``ceil_mode`` the
-output size is rounded up, as torch's: the last window may run past the bottom or right
-edge (into -inf padding there, `end_pad`) but starts inside the data or its top/left
-padding.
+max_pool2d is torch's ``max_pool2d`` without dilation or indices: padded cells hold -inf,
+so they never win, and the padding is at most half the window (as torch requires). With
+``ceil_mode`` the output size is rounded up, as torch's: the last window may run past the
+bottom or right edge (into -inf padding there, `end_pad`) but starts inside the data or
+its top/left padding.
+
+avg_pool2d is torch's ``avg_pool2d`` with ``count_include_pad`` (its default): padded cells
+hold 0 and count, so every window's sum is divided by R*S (Inception's 3x3 stride-1
+branch pools, DenseNet's 2x2 transitions). Without padding that is also
+``count_include_pad=False``.
 """
 from __future__ import annotations
 
@@ -58,15 +64,15 @@ def end_pad(params: Params) -> tuple[int, int]:
     return max(0, (oh - 1) * sh + r - h - 2 * ph), max(0, (ow - 1) * sw + s - w - 2 * pw)
 
 
-def _check(params: Params) -> None:
+def _check(params: Params, op: str = "max_pool2d") -> None:
     if params.get("ceil_mode", 0) not in (0, 1):
-        raise ParamError(f"max_pool2d: parameter 'ceil_mode'={params['ceil_mode']} must be "
+        raise ParamError(f"{op}: parameter 'ceil_mode'={params['ceil_mode']} must be "
                          f"0 or 1", "ceil_mode")
-    check_kernel_fits("max_pool2d", params, _NO_DILATION)
+    check_kernel_fits(op, params, _NO_DILATION)
     for axis, (name, word) in enumerate((("R", "height"), ("S", "width"))):
         (window,), pad = sizes(params, name), pair(params, "pad")[axis]
         if 2 * pad > window:  # a window could then lie wholly in the padding
-            raise ParamError(f"max_pool2d: parameter 'pad'={pad} exceeds half the window "
+            raise ParamError(f"{op}: parameter 'pad'={pad} exceeds half the window "
                              f"{word} {name}={window}", "pad")
 
 
@@ -110,6 +116,40 @@ MAX_POOL2D = OpSpec(
     macs=_comparisons,
     compute=_compute,
     check=_check,
+    flops_per_mac=1,
+    epilogue=False,
+    targets=("llvm",),
+)
+
+
+ZERO_PAD = ParamSpec("pad", "zero padding on each side (h, w), at most half the window, "
+                     "counted in every window's R*S divisor (torch's count_include_pad); an "
+                     "int means both", pair=True, minimum=0)
+
+
+def _check_avg(params: Params) -> None:
+    _check(params, "avg_pool2d")
+
+
+def _mean(params: Params, data: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.zeros(_output_shape(params))
+    for _, _, view in windows(data, params, _NO_DILATION, fill=0.0):
+        out += view
+    r, s = sizes(params, "RS")
+    return out / (r * s)
+
+
+AVG_POOL2D = OpSpec(
+    name="avg_pool2d",
+    doc="out[N,C,OH,OW] = sum of data[N,C,H,W] over each R x S window (zero padding, "
+        "counted) / (R*S); 1 flop per window element",
+    params=(BATCH, CHANNELS, HEIGHT, WIDTH, KERNEL_H, KERNEL_W, STRIDE, ZERO_PAD),
+    channel_axis=1,
+    inputs=_inputs,
+    output_shape=_output_shape,
+    macs=_comparisons,
+    compute=_mean,
+    check=_check_avg,
     flops_per_mac=1,
     epilogue=False,
     targets=("llvm",),

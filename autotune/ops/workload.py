@@ -217,7 +217,8 @@ class Workload:
         return self._conv_out_axis(3)
 
     def _conv_out_axis(self, axis: int) -> int:
-        if self.op not in ("conv2d", "group_conv2d", "depthwise_conv2d", "max_pool2d"):
+        if self.op not in ("conv2d", "group_conv2d", "depthwise_conv2d", "max_pool2d",
+                           "avg_pool2d"):
             raise AttributeError(f"{self.op} has no spatial output axes")
         return self.spec.output_shape(self.params)[axis]  # NCHW, whatever the layout
 

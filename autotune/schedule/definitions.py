@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from math import ceil
+from typing import Any
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp
 from autotune.ops import ArgSpec, Workload
@@ -292,14 +293,16 @@ def _blocked_padded(data: Tensor, pad: tuple[int, int], fill: Const = ZERO,
 
 @lru_cache(maxsize=GRAPHS)
 def window_blocked_graph(wl: Workload) -> OpGraph:
-    """A depthwise conv (multiplier 1) or a max-pool in NCHW[x]c: out[n, co, y, x, ci] =
-    sum (or max) over r, s of pad(data)[n, co, y*sh + r, x*sw + s, ci] (times Wp[co, r, s,
-    ci], the weight packed so that a vector of channels is contiguous at every tap)."""
+    """A depthwise conv (multiplier 1) or a max- or average pool in NCHW[x]c:
+    out[n, co, y, x, ci] = sum (or max) over r, s of pad(data)[n, co, y*sh + r, x*sw + s, ci]
+    (times Wp[co, r, s, ci], the weight packed so that a vector of channels is contiguous at
+    every tap; an average times 1 / (R*S))."""
     N, C, H, W, R, S = (wl.dim(x) for x in ("N", "C", "H", "W", "R", "S"))
     (sh, sw), b = wl.pair("stride"), wl.block
     data = placeholder("data", (N, C // b, H, W, b))
-    pool = wl.op == "max_pool2d"
-    pad = _blocked_padded(data, wl.pair("pad"), NEG_INF if pool else ZERO,
+    pool = wl.op in POOL_OPS
+    maximum = wl.op == "max_pool2d"
+    pad = _blocked_padded(data, wl.pair("pad"), NEG_INF if maximum else ZERO,
                           end_pad(wl.params) if pool else (0, 0))
     src = pad or data
     rr, rs = reduce_axis(R, "rr"), reduce_axis(S, "rs")
@@ -308,7 +311,7 @@ def window_blocked_graph(wl: Workload) -> OpGraph:
     if pool:
         out = compute("out", wl.output_shape,
                       lambda n, c, y, x, ci: src[n, c, y * sh + rr.var, x * sw + rs.var, ci],
-                      [rr, rs], axis_names=names, combiner="max")
+                      [rr, rs], axis_names=names, **_pooling(wl))
         return OpGraph([data], out, temps, pad=pad)
     weight = placeholder("weight", (C, 1, R, S))
     extra, post = _epilogue(wl, 1, channel_of=lambda axes: axes[1] * b + axes[4])
@@ -344,19 +347,31 @@ def depthwise_graph(wl: Workload) -> OpGraph:
     return OpGraph([data, weight, *extra], out, [pad] if pad else [], pad=pad)
 
 
+POOL_OPS = ("max_pool2d", "avg_pool2d")
+
+
+def _pooling(wl: Workload) -> dict[str, Any]:
+    """A pool's reduction: the max, or the sum times 1 / (R*S)."""
+    if wl.op == "max_pool2d":
+        return {"combiner": "max"}
+    inv = Const(1.0 / (wl.dim("R") * wl.dim("S")), FLOAT)
+    return {"post": lambda acc, *axes: acc * inv}
+
+
 @lru_cache(maxsize=GRAPHS)
-def max_pool2d_graph(wl: Workload) -> OpGraph:
+def pool2d_graph(wl: Workload) -> OpGraph:
     """out[n, c, y, x] = max_{r,s} pad(data)[n, c, y*sh + r, x*sw + s], padded with -inf
-    (padded cells never win)."""
+    (padded cells never win); or an average pool's sum over the window, padded with zeros,
+    times 1 / (R*S)."""
     N, C, H, W = (wl.dim(x) for x in ("N", "C", "H", "W"))
     (sh, sw), (ph, pw) = wl.pair("stride"), wl.pair("pad")
     data = placeholder("data", (N, C, H, W), wl.dtype)
-    pad = _padded(data, ph, pw, NEG_INF, end_pad(wl.params))
+    pad = _padded(data, ph, pw, NEG_INF if wl.op == "max_pool2d" else ZERO, end_pad(wl.params))
     src = pad or data
     rr, rs = reduce_axis(wl.dim("R"), "rr"), reduce_axis(wl.dim("S"), "rs")
     out = compute("out", wl.output_shape,
                   lambda n, c, y, x: src[n, c, y * sh + rr.var, x * sw + rs.var], [rr, rs],
-                  axis_names=["n", "c", "y", "x"], combiner="max", dtype=wl.dtype)
+                  axis_names=["n", "c", "y", "x"], dtype=wl.dtype, **_pooling(wl))
     return OpGraph([data], out, [pad] if pad else [], pad=pad)
 
 

@@ -127,6 +127,54 @@ def test_compiled_max_pools_match_torch():
         assert torch.equal(compiled(x2), model(x2))
 
 
+class AvgPools(nn.Module):
+    """Average pools as modules and functions: those that count their padding, without
+    ceil_mode or a divisor override, are autotune's (without padding, count_include_pad
+    makes no difference); the rest stay torch's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transition = nn.AvgPool2d(2, stride=2)  # DenseNet's
+        self.uncounted = nn.AvgPool2d(2, stride=2, count_include_pad=False)  # no padding
+        self.ceil = nn.AvgPool2d(2, ceil_mode=True)
+        self.overridden = nn.AvgPool2d(3, 1, 1, divisor_override=4)
+
+    def forward(self, x):
+        branch = F.avg_pool2d(x, kernel_size=3, stride=1, padding=1)  # Inception's
+        uncounted = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        return (self.transition(branch).sum() + self.uncounted(x).sum() + self.ceil(x).sum()
+                + self.overridden(x).sum() + uncounted.sum())
+
+
+def test_avg_pools_functional_and_unsupported():
+    found = autotune.extract(AvgPools(), torch.randn(1, 2, 9, 11), target="llvm")
+    assert counts(found) == {
+        workload("avg_pool2d", N=1, C=2, H=9, W=11, R=3, S=3, stride=1, pad=1): 1,
+        workload("avg_pool2d", N=1, C=2, H=9, W=11, R=2, S=2, stride=2, pad=0): 2,
+    }
+    listed = {u.node: u.reason for u in found.unsupported}
+    assert set(listed) == {"ceil", "overridden", "avg_pool2d_1"}
+    assert "ceil_mode=True" in listed["ceil"]
+    assert "divisor_override=4" in listed["overridden"]
+    assert "count_include_pad=False" in listed["avg_pool2d_1"]
+    assert not autotune.extract(AvgPools(), torch.randn(1, 2, 9, 11),
+                                target="cuda -arch=sm_90").tasks  # kernels on llvm only
+
+
+def test_compiled_avg_pools_match_torch():
+    torch.manual_seed(0)
+    model, x = AvgPools().eval(), torch.randn(1, 2, 9, 11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    assert sorted(m.place for m in kernel_modules(compiled)) == ["avg_pool2d", "transition",
+                                                                 "uncounted"]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        x2 = torch.randn(1, 2, 12, 12)  # another shape: torch runs the pools
+        torch.testing.assert_close(compiled(x2), model(x2))
+
+
 def test_mobilenet_tasks_and_counts():
     found = autotune.extract(TinyMobileNet(), torch.randn(X), target=None)
     assert counts(found) == {

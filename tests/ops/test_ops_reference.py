@@ -48,8 +48,9 @@ def naive_conv2d(data, weight, stride, pad, dilation=(1, 1), groups_of=None):
     return out
 
 
-def naive_max_pool2d(data, r, s, stride, pad):
-    """Direct max over each window's cells inside the input (padding never counts)."""
+def naive_max_pool2d(data, r, s, stride, pad, mean=False):
+    """Direct max over each window's cells inside the input (padding never counts); with
+    ``mean``, their sum over the whole window's r*s cells (padding counts as zeros)."""
     n, c, h, w = data.shape
     (sh, sw), (ph, pw) = stride, pad
     oh, ow = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
@@ -58,7 +59,8 @@ def naive_max_pool2d(data, r, s, stride, pad):
         for x in range(ow):
             cells = [data[:, :, iy, ix] for iy in range(y * sh - ph, y * sh - ph + r)
                      for ix in range(x * sw - pw, x * sw - pw + s) if 0 <= iy < h and 0 <= ix < w]
-            out[:, :, y, x] = np.max(np.stack(cells), axis=0)
+            out[:, :, y, x] = np.sum(np.stack(cells), axis=0) / (r * s) if mean else \
+                np.max(np.stack(cells), axis=0)
     return out
 
 
@@ -104,11 +106,12 @@ SMALL = {
     "group_conv2d": dict(N=2, C=4, H=7, W=5, K=6, R=3, S=3, stride=2, pad=1, groups=2),
     "depthwise_conv2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1, multiplier=2),
     "max_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=3, stride=1, pad=1),
+    "avg_pool2d": dict(N=2, C=3, H=7, W=5, R=3, S=2, stride=(1, 2), pad=(1, 1)),
     "global_avg_pool2d": dict(N=2, C=3, H=7, W=5),
     "channel_mul": dict(N=2, C=3, H=7, W=5),
     "channel_affine": dict(N=2, C=3, H=7, W=5),
 }
-NO_EPILOGUE = {"max_pool2d", "global_avg_pool2d", "channel_mul"}
+NO_EPILOGUE = {"max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul"}
 
 
 def naive(w, args):
@@ -125,8 +128,9 @@ def naive(w, args):
         out = np.concatenate([naive_conv2d(args[0][:, i * cg:(i + 1) * cg],
                                            args[1][i * kg:(i + 1) * kg], p["stride"], p["pad"],
                                            p["dilation"]) for i in range(g)], axis=1)
-    elif w.op == "max_pool2d":
-        out = naive_max_pool2d(args[0], p["R"], p["S"], p["stride"], p["pad"])
+    elif w.op in ("max_pool2d", "avg_pool2d"):
+        out = naive_max_pool2d(args[0], p["R"], p["S"], p["stride"], p["pad"],
+                               mean=w.op == "avg_pool2d")
     elif w.op == "global_avg_pool2d":  # a sum per channel, in loops, over its pixels
         n, c, h, wd = args[0].shape
         out = np.zeros((n, c, 1, 1))

@@ -26,6 +26,10 @@ CASES = [  # (op, params, epilogue, layout)
     ("max_pool2d", dict(N=1, C=32, H=15, W=14, R=3, S=3, stride=2, pad=1), [],
      f"NCHW{LANES}c"),
     ("max_pool2d", dict(N=1, C=8, H=7, W=9, R=2, S=2, stride=2, pad=0), [], "NCHW8c"),
+    # Inception's branch pool (3x3, stride 1, zero padding counted) and DenseNet's transition
+    ("avg_pool2d", dict(N=1, C=32, H=13, W=11, R=3, S=3, stride=1, pad=1), [],
+     f"NCHW{LANES}c"),
+    ("avg_pool2d", dict(N=2, C=8, H=8, W=9, R=2, S=2, stride=2, pad=0), [], "NCHW8c"),
 ]
 
 
@@ -48,7 +52,7 @@ def test_default_config_matches_numpy(case: int) -> None:
     _check(compile_kernel(wl, LLVM), wl)
 
 
-@pytest.mark.parametrize("case", [1, 2])
+@pytest.mark.parametrize("case", [1, 2, 4])
 def test_sampled_configs_match_numpy(case: int) -> None:
     wl = _workload(case)
     space = config_space(wl, LLVM)
@@ -58,7 +62,7 @@ def test_sampled_configs_match_numpy(case: int) -> None:
 
 @pytest.mark.parametrize("pad, rs_inner", [("buffer", False), ("inline", True)])
 def test_padding_and_window_order_match_numpy(pad: str, rs_inner: bool) -> None:
-    for case in (1, 2):
+    for case in (1, 2, 4):
         wl = _workload(case)
         values = config_space(wl, LLVM).default().to_dict()["knobs"]
         _check(compile_kernel(wl, LLVM, {"knobs": {**values, "pad": pad,

@@ -64,7 +64,9 @@ CONV2D_BLOCKED = ScheduleTemplate("cpu_conv2d_blocked", "cpu_conv2d", cpu_conv2d
 WINDOW_BLOCKED: Mapping[str, Template] = MappingProxyType({
     op: ScheduleTemplate("cpu_window_blocked", family, cpu_window_blocked.space,
                          cpu_window_blocked.schedule)
-    for op, family in (("depthwise_conv2d", "cpu_depthwise"), ("max_pool2d", "cpu_pool"))})
+    for op, family in (("depthwise_conv2d", "cpu_depthwise"), ("max_pool2d", "cpu_pool"),
+                       ("avg_pool2d", "cpu_pool"))})
+CPU_POOL = ScheduleTemplate("cpu_pool", "cpu_pool", cpu_pool.space, cpu_pool.schedule)
 CPU_CHANNELWISE = ScheduleTemplate("cpu_channelwise", "cpu_channelwise", cpu_channelwise.space,
                                    cpu_channelwise.schedule)
 
@@ -76,8 +78,8 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
     ("group_conv2d", "llvm", False): CPU_CONV2D,
     ("depthwise_conv2d", "llvm", False): ScheduleTemplate(
         "cpu_depthwise", "cpu_depthwise", cpu_depthwise.space, cpu_depthwise.schedule),
-    ("max_pool2d", "llvm", False): ScheduleTemplate("cpu_pool", "cpu_pool", cpu_pool.space,
-                                                    cpu_pool.schedule),
+    ("max_pool2d", "llvm", False): CPU_POOL,
+    ("avg_pool2d", "llvm", False): CPU_POOL,
     ("global_avg_pool2d", "llvm", False): CPU_CHANNELWISE,
     ("channel_mul", "llvm", False): CPU_CHANNELWISE,
     ("channel_affine", "llvm", False): CPU_CHANNELWISE,

@@ -52,7 +52,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
 
 
 def window_knobs(wl: Workload, channels: int, lanes: int) -> list[Knob]:
-    """The knobs of a per-channel R x S window op (this template's, and max_pool2d's): tiles
+    """The knobs of a per-channel R x S window op (this template's, and the pools'): tiles
     of channels, output rows and columns, their order, padding, the window's unroll and
     place, and the parallel levels."""
     return [

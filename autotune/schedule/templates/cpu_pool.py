@@ -1,16 +1,16 @@
-"""CPU template for max_pool2d (NCHW; a blocked layout takes the `cpu_window_blocked`
-variant).
+"""CPU template for max_pool2d and avg_pool2d (NCHW; a blocked layout takes the
+`cpu_window_blocked` variant).
 
 Channels are independent, so parallelism comes from (n, channel blocks, row blocks) and
-the work per task from a (rows x columns) tile of running maxima vectorised along output
-columns, with the R x S window unrollable and the -inf padding inlined or materialised.
+the work per task from a (rows x columns) tile of running maxima (or sums) vectorised along
+output columns, with the R x S window unrollable and the padding inlined or materialised.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import max_pool2d_graph
+from autotune.schedule.definitions import pool2d_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
@@ -35,7 +35,7 @@ MAX_DEFAULT_ROWS = 8
 def space(wl: Workload, target: Target) -> ConfigSpace:
     knobs = window_knobs(wl, wl.dim("C"), target.vector_lanes)
     return ConfigSpace(knobs, default=default_values(wl, facts_of(target), knobs),
-                       validity=window_validity(wl, target), name="cpu_max_pool2d")
+                       validity=window_validity(wl, target), name=f"cpu_{wl.op}")
 
 
 def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str, Any]:
@@ -68,4 +68,4 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    return schedule_window(max_pool2d_graph(wl), target, cfg)
+    return schedule_window(pool2d_graph(wl), target, cfg)

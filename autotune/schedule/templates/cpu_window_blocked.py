@@ -1,12 +1,12 @@
 """CPU template for the window ops in a channel-blocked layout (NCHW[x]c): depthwise conv2d
-(multiplier 1) and max_pool2d.
+(multiplier 1), max_pool2d and avg_pool2d.
 
 A vector of x channels is contiguous at every pixel, so each tap of the R x S window is a
 whole-vector load of the input and (depthwise) of the packed weight, [C/x, R, S, x]: no
 gather at any stride, unlike the NCHW templates, whose vectors run along output columns.
 The register tile is (y2 x x2) output pixels by c2 channel blocks; output channel blocks,
 rows and columns are tiled in three levels, the window outside the tile or inside it, and
-the padding (zeros, or -inf for the pool) inlined or materialised once.
+the padding (zeros, or -inf for the max-pool) inlined or materialised once.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from autotune.ops import Workload
-from autotune.schedule.definitions import window_blocked_graph
+from autotune.schedule.definitions import POOL_OPS, window_blocked_graph
 from autotune.schedule.schedule import Schedule
 from autotune.schedule.templates.common import (
     MAX_UNROLLED,
@@ -56,7 +56,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
                       unroll_limit(partial(unrolled_step, wl.block, target.vector_lanes,
                                            wl.dim("R") * wl.dim("S")),
                                    facts.vector_registers))
-    name = "cpu_max_pool2d_blocked" if wl.op == "max_pool2d" else "cpu_depthwise_blocked"
+    name = f"cpu_{wl.op}_blocked" if wl.op in POOL_OPS else "cpu_depthwise_blocked"
     return ConfigSpace(knobs, default=default_values(wl, facts, knobs), validity=validity,
                        name=name)
 
