@@ -233,6 +233,14 @@ def _rate(wl: Workload, seconds: Optional[float], scale: float) -> Optional[floa
     return wl.flops() / seconds / scale if seconds else None
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} s; expected a positive number of seconds")
+    return value
+
+
 @dataclass
 class Budget:
     """Seconds a run may take, from its start: another workload starts only while what is
@@ -270,14 +278,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="element type of the workloads (default float32); float16 and "
                          "bfloat16 run matmuls and ResNet-18's 3x3 convs against torch in the "
                          "same dtype, in TFLOP/s")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
+    ap.add_argument("--budget", type=seconds, default=None, metavar="S",
                     help="start no workload that would likely end past S seconds from the "
                          "start (the longest so far); name the ones left out")
     ap.add_argument("--torch-baseline", help=argparse.SUPPRESS)
     ap.add_argument("--labels", default="[]", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.budget is not None and args.budget <= 0:
-        ap.error(f"--budget: {args.budget:g} s; expected a positive number of seconds")
     budget = Budget(args.budget)
     if args.torch_baseline:  # the child process of `torch_baselines`
         print(json.dumps(torch_times(args.dtype, args.torch_baseline, json.loads(args.labels),

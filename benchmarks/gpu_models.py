@@ -405,6 +405,8 @@ def print_summary(results: list[Result], target: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.gpu import seconds
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,resnet50,mobilenetv2")
     parser.add_argument("--dtypes", default="float32,float16",
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="autotune's layout (default auto, as compile_model's): auto runs "
                              "convs channels-last (NHWC, on channels_last tensors) where the "
                              "target has kernels for it: Hopper's wgmma (sm_90a)")
-    parser.add_argument("--prepare-timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--prepare-timeout", type=seconds, default=None, metavar="S",
                         help="leave out a column not ready S seconds after the columns start "
                              "preparing (max-autotune's compile can take many minutes)")
     parser.add_argument("--quick", action="store_true",
@@ -441,9 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--columns: unknown {sorted(unknown)}; expected {', '.join(COLUMNS)}")
     args.budgets = [int(b) for b in args.trials.split(",") if b.strip()]
-    if args.prepare_timeout is not None and args.prepare_timeout <= 0:
-        parser.error(f"--prepare-timeout: {args.prepare_timeout:g} s; expected a positive "
-                     f"number of seconds")
 
     import torch
 
