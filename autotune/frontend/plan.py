@@ -6,8 +6,11 @@ consecutive kernels becomes one native function calling their entries (`CallSequ
 and every other node (a torch op left in the graph, a layout transform) stays a torch
 step, evaluated as `torch.fx.Interpreter` would. Every kernel's output lives in one arena
 allocated once, at an offset of a static memory plan: tensors whose lifetimes do not
-overlap share memory. The kernels' pointers into the arena are bound once; only pointers
-to the model's inputs and to torch steps' results are set per call.
+overlap share memory. A channel concat of one image's kernel outputs (DenseNet's blocks,
+Inception's and SqueezeNet's branches) costs nothing: its inputs are written in place, at
+their channels' offsets in the concat's buffer, and a concat of a prefix of another's
+inputs is a view of it (`concat_aliases`). The kernels' pointers into the arena are bound
+once; only pointers to the model's inputs and to torch steps' results are set per call.
 
 A call runs the plan when it fits (the example inputs' shapes, dtypes and device, no
 gradient wanted), else the graph's own code. The plan is not reentrant: calls take a lock.
@@ -58,6 +61,57 @@ class _Run:
     kernels: list[_Kernel]
 
 
+def _cat_inputs(node: fx.Node) -> list[fx.Node] | None:
+    """The inputs of a ``torch.cat`` along dim 1 (channels, or channel blocks), else None."""
+    if node.op != "call_function" or node.target is not torch.cat:
+        return None
+    tensors = node.args[0] if node.args else node.kwargs.get("tensors")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if dim != 1 or not isinstance(tensors, (list, tuple)) or \
+            not all(isinstance(t, fx.Node) for t in tensors):
+        return None
+    return list(tensors)
+
+
+def concat_aliases(nodes: Sequence[fx.Node], shapes: dict[fx.Node, tuple[int, ...]],
+                   reads_only: Callable[[fx.Node], bool] = lambda node: False
+                   ) -> dict[fx.Node, tuple[fx.Node, int]]:
+    """Where channel concats can be views: node -> (the concat whose buffer holds it, offset
+    in floats). ``shapes``: the kernels' outputs. A concat of one image's kernel outputs,
+    each used once in it, gets a buffer (largest first) in which its inputs are written at
+    their channels' offsets; a concat whose inputs already lie there in order, one after
+    another, is a view of it (DenseNet's concat of the first k features is a prefix of the
+    block's). Its channels are contiguous for one image only, so a batch stays a copy. Only
+    kernels, concats, the output and nodes ``reads_only`` vouches for may read the concat
+    and its inputs: another torch op could change one in place, which would change the
+    other too."""
+    step = ALIGN // _FLOAT_BYTES  # each input must start aligned, as the kernels assume
+
+    def read_safely(node: fx.Node) -> bool:
+        return all(u in shapes or _cat_inputs(u) is not None or u.op == "output"
+                   or reads_only(u) for u in node.users)
+    cats = [(n, ins) for n in nodes if (ins := _cat_inputs(n)) is not None
+            and len(set(ins)) == len(ins) and all(i in shapes and shapes[i][0] == 1
+                                                  for i in ins)
+            and all(int(np.prod(shapes[i])) % step == 0 for i in ins[:-1])
+            and read_safely(n) and all(read_safely(i) for i in ins)]
+    alias: dict[fx.Node, tuple[fx.Node, int]] = {}
+    for cat, ins in sorted(cats, key=lambda c: -len(c[1])):
+        sizes = [int(np.prod(shapes[i])) for i in ins]
+        placed = [alias.get(i) for i in ins]
+        if not any(placed):  # a buffer of its own
+            offset = 0
+            for i, size in zip(ins, sizes):
+                alias[i] = (cat, offset)
+                offset += size
+            continue
+        root, base = placed[0] if placed[0] else (None, 0)
+        expected = [(root, base + sum(sizes[:j])) for j in range(len(ins))]
+        if placed == expected:
+            alias[cat] = (root, base)  # a prefix (or a run) of another concat: a view
+    return alias
+
+
 def arena_offsets(sizes: Sequence[int], lives: Sequence[tuple[int, int]]) -> tuple[list[int],
                                                                                      int]:
     """Offsets (in floats, multiples of 16: 64 bytes) for buffers of ``sizes`` floats alive
@@ -97,33 +151,49 @@ class ModelPlan:
         kernel_of = {n: modules[str(n.target)] for n in nodes if n.op == "call_module"
                      and isinstance(modules[str(n.target)], KernelGroup)
                      and getattr(modules[str(n.target)], "_call", None) is not None}
-        # what memory each value may share: a kernel's output is its own; a torch step's
-        # result may alias any of its inputs' (a view), so it keeps their buffers alive
+        shapes = {k: tuple(kernel_of[k].out_shape) for k in kernel_of}
+        alias = concat_aliases(nodes, shapes, lambda n: n.op == "call_module" and isinstance(
+            modules[str(n.target)], LayoutTransform))
+        for n in {*(root for root, _ in alias.values()), *alias}:
+            ins = _cat_inputs(n)
+            if ins is not None:  # a concat's buffer, or view: its inputs' channels
+                shapes[n] = (1, sum(shapes[i][1] for i in ins), *shapes[ins[0]][2:])
+        # the buffer each value lives in: a kernel's output its own (or, written in place,
+        # its concat's); a torch step's result may alias any of its inputs' (a view), so it
+        # keeps their buffers alive
         roots: dict[fx.Node, set[fx.Node]] = {}
-        end = {k: index[k] for k in kernel_of}
+        start: dict[fx.Node, int] = {}
+        end: dict[fx.Node, int] = {}
         for n in nodes:
-            if n in kernel_of:
-                roots[n] = {n}
+            if n in kernel_of or n in alias:
+                buffer = alias[n][0] if n in alias else n
+                roots[n] = {buffer}
+                start.setdefault(buffer, index[n])
+                end[buffer] = max(end.get(buffer, index[n]), index[n])
             else:
                 roots[n] = set().union(*(roots[a] for a in n.all_input_nodes))
             for a in n.all_input_nodes:
                 for k in roots[a]:
                     end[k] = max(end[k], index[n])
-        outs = list(kernel_of)
-        sizes = [int(np.prod(kernel_of[k].out_shape)) for k in outs]
-        offsets, total = arena_offsets(sizes, [(index[k], end[k]) for k in outs])
+        outs = list(start)
+        sizes = [int(np.prod(shapes[k])) for k in outs]
+        offsets, total = arena_offsets(sizes, [(start[k], end[k]) for k in outs])
         self.arena = aligned_empty((max(total, 1),))
         self.arena_bytes = total * _FLOAT_BYTES
         self._values: dict[fx.Node, torch.Tensor] = {}
-        for k, off, size in zip(outs, offsets, sizes):
-            view = self.arena[off:off + size].reshape(kernel_of[k].out_shape)
-            self._values[k] = torch.from_numpy(view)
+        at = dict(zip(outs, offsets))
+        for n in [*outs, *(n for n in nodes if n in alias)]:
+            root, offset = alias.get(n, (n, 0))
+            off, size = at[root] + offset, int(np.prod(shapes[n]))
+            self._values[n] = torch.from_numpy(self.arena[off:off + size].reshape(shapes[n]))
         self._output_roots = roots[nodes[-1]] if nodes and nodes[-1].op == "output" else set()
         self._steps: list[Any] = []
         pending: list[_Kernel] = []
         for n in nodes:
             if n in kernel_of:
                 pending.append(self._kernel(n, kernel_of[n]))
+                continue
+            if n in self._values:  # a concat written in place by its inputs' kernels
                 continue
             if self._static_view(n, modules):
                 continue  # bound once, like a kernel's output: no step

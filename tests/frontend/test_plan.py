@@ -118,3 +118,111 @@ def test_tanh_approximated_gelu_stays_in_torch() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.GELU(approximate="tanh")).eval()
     found = autotune.extract(model, torch.randn(1, 3, 4, 4))
     assert [t.workload.epilogue for t in found.tasks] == [("bias",)]
+
+
+class Dense(nn.Module):
+    """A DenseNet block in small: each layer reads the concat of every feature before it
+    (a prefix of the block's concat), the block returns the concat of all; beside it a
+    concat of 3-channel convs (sizes not a multiple of 16 floats: a copy) and one that takes
+    the model's input (not a kernel's output: a copy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.layers = nn.ModuleList(nn.Sequential(nn.BatchNorm2d(16 * (i + 1)), nn.ReLU(),
+                                                  nn.Conv2d(16 * (i + 1), 16, 3, padding=1))
+                                    for i in range(3))
+        self.small = nn.ModuleList(nn.Conv2d(3, 3, 1) for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        small = torch.cat([m(x) for m in self.small], 1)
+        return torch.cat(features, 1), small, torch.cat([x, small], 1)
+
+
+def _randomized(model: nn.Module) -> nn.Module:
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "auto"])
+def test_channel_concats_of_kernel_outputs_are_written_in_place(layout: str) -> None:
+    torch.manual_seed(0)
+    model, x = _randomized(Dense()), torch.randn(1, 3, 5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None, layout=layout)
+    plan = compiled.forward
+    cats = [n for n in compiled.graph.nodes if n.target is torch.cat]
+    block = max(cats, key=lambda c: len(c.args[0]))
+    prefixes = [c for c in cats if c is not block and c.args[0] == block.args[0][:len(c.args[0])]]
+    small, with_input = [c for c in cats if c is not block and c not in prefixes]
+    assert len(prefixes) == 3 and with_input.args[0][0].op == "placeholder"
+    # the block's concat and its prefixes are views of one buffer: no step copies them
+    assert all(c in plan._values for c in (block, *prefixes))
+    assert {plan._values[c].data_ptr() for c in (block, *prefixes)} == \
+        {plan._values[block].data_ptr()}
+    stem = block.args[0][0]
+    assert plan._values[stem].data_ptr() == plan._values[block].data_ptr()
+    # 3 channels of 5 x 6 (90 floats) would leave the next input unaligned; the input's
+    # concat reads what no kernel writes: both stay torch steps
+    assert small not in plan._values and with_input not in plan._values
+    with torch.no_grad():
+        want, got = model(x), compiled(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+        first = [g.clone() for g in got]
+        x2 = torch.randn(1, 3, 5, 6)
+        for g, w in zip(compiled(x2), model(x2)):  # the arena again: the first results kept
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+        assert all(torch.equal(a, b) for a, b in zip(got, first))
+        x3 = torch.randn(2, 3, 5, 6)  # another batch: the graph's own code
+        for g, w in zip(compiled(x3), model(x3)):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_batch_concat_is_a_copy() -> None:
+    """Two images' channels are not one run of memory: the concat stays a torch step."""
+    torch.manual_seed(0)
+    model, x = _randomized(Dense()), torch.randn(2, 3, 5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    cats = [n for n in compiled.graph.nodes if n.target is torch.cat]
+    assert not any(c in compiled.forward._values for c in cats)
+    with torch.no_grad():
+        for g, w in zip(compiled(x), model(x)):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+class ChangedInPlace(nn.Module):
+    """A concat whose input a torch op then changes in place: eager's concat is a copy made
+    before the change, so the plan's must be too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 16, 1), nn.Conv2d(3, 16, 1)
+        self.c = nn.Conv2d(32, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.a(x)
+        joined = torch.cat([a, self.b(x)], 1)
+        a.mul_(2.0)
+        return self.c(joined) + a.sum()
+
+
+def test_a_concat_whose_input_a_torch_op_changes_is_a_copy() -> None:
+    torch.manual_seed(0)
+    model, x = ChangedInPlace().eval(), torch.randn(1, 3, 4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    (cat,) = [n for n in compiled.graph.nodes if n.target is torch.cat]
+    assert cat not in compiled.forward._values
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
