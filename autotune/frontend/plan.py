@@ -77,39 +77,62 @@ def concat_aliases(nodes: Sequence[fx.Node], shapes: dict[fx.Node, tuple[int, ..
                    reads_only: Callable[[fx.Node], bool] = lambda node: False
                    ) -> dict[fx.Node, tuple[fx.Node, int]]:
     """Where channel concats can be views: node -> (the concat whose buffer holds it, offset
-    in floats). ``shapes``: the kernels' outputs. A concat of one image's kernel outputs,
-    each used once in it, gets a buffer (largest first) in which its inputs are written at
-    their channels' offsets; a concat whose inputs already lie there in order, one after
-    another, is a view of it (DenseNet's concat of the first k features is a prefix of the
-    block's). Its channels are contiguous for one image only, so a batch stays a copy. Only
-    kernels, concats, the output and nodes ``reads_only`` vouches for may read the concat
-    and its inputs: another torch op could change one in place, which would change the
-    other too."""
+    in floats). ``shapes``: the kernels' outputs. A concat of one image's kernel outputs
+    (or of such concats: Inception's nested ones), each used once in it, gets a buffer
+    (largest first) in which its inputs are written at their channels' offsets; a concat
+    whose inputs already lie there in order, one after another, is a view of it
+    (DenseNet's concat of the first k features is a prefix of the block's). Its channels
+    are contiguous for one image only, so a batch stays a copy. Only kernels, concats, the
+    output and nodes ``reads_only`` vouches for may read the concat and its inputs: another
+    torch op could change one in place, which would change the other too."""
     step = ALIGN // _FLOAT_BYTES  # each input must start aligned, as the kernels assume
+    sized = dict(shapes)  # and the eligible concats'
+    eligible: dict[fx.Node, list[fx.Node]] = {}
 
     def read_safely(node: fx.Node) -> bool:
         return all(u in shapes or _cat_inputs(u) is not None or u.op == "output"
                    or reads_only(u) for u in node.users)
-    cats = [(n, ins) for n in nodes if (ins := _cat_inputs(n)) is not None
-            and len(set(ins)) == len(ins) and all(i in shapes and shapes[i][0] == 1
-                                                  for i in ins)
-            and all(int(np.prod(shapes[i])) % step == 0 for i in ins[:-1])
-            and read_safely(n) and all(read_safely(i) for i in ins)]
+
+    def leaves(node: fx.Node) -> list[fx.Node]:
+        return [x for i in eligible[node] for x in leaves(i)] if node in eligible else [node]
+
+    for n in nodes:  # in graph order: an inner concat before the one that takes it
+        ins = _cat_inputs(n)
+        if ins is None or len(set(ins)) != len(ins) or \
+                not all(i in sized and sized[i][0] == 1 for i in ins) or \
+                not read_safely(n) or not all(read_safely(i) for i in ins):
+            continue
+        eligible[n] = ins
+        if all(int(np.prod(sized[x])) % step == 0 for x in leaves(n)[:-1]):
+            sized[n] = (1, sum(sized[i][1] for i in ins), *sized[ins[0]][2:])
+        else:
+            del eligible[n]
     alias: dict[fx.Node, tuple[fx.Node, int]] = {}
-    for cat, ins in sorted(cats, key=lambda c: -len(c[1])):
-        sizes = [int(np.prod(shapes[i])) for i in ins]
+    for cat in sorted(eligible, key=lambda c: -len(leaves(c))):
+        ins = eligible[cat]
+        sizes = [int(np.prod(sized[i])) for i in ins]
         placed = [alias.get(i) for i in ins]
-        if not any(placed):  # a buffer of its own
-            offset = 0
-            for i, size in zip(ins, sizes):
-                alias[i] = (cat, offset)
-                offset += size
+        if cat not in alias and not any(x in alias for x in (*ins, *leaves(cat))):
+            _place(cat, cat, 0, eligible, sized, alias)  # a buffer of its own
             continue
         root, base = placed[0] if placed[0] else (None, 0)
         expected = [(root, base + sum(sizes[:j])) for j in range(len(ins))]
-        if placed == expected:
+        if placed == expected and alias.get(cat, (root, base)) == (root, base):
             alias[cat] = (root, base)  # a prefix (or a run) of another concat: a view
     return alias
+
+
+def _place(cat: fx.Node, root: fx.Node, base: int, eligible: dict[fx.Node, list[fx.Node]],
+           sized: dict[fx.Node, tuple[int, ...]], alias: dict[fx.Node, tuple[fx.Node, int]]
+           ) -> None:
+    """Put ``cat``'s inputs at their offsets from ``base`` in ``root``'s buffer, an inner
+    concat's inputs inside its part."""
+    offset = base
+    for i in eligible[cat]:
+        alias[i] = (root, offset)
+        if i in eligible:
+            _place(i, root, offset, eligible, sized, alias)
+        offset += int(np.prod(sized[i]))
 
 
 def arena_offsets(sizes: Sequence[int], lives: Sequence[tuple[int, int]]) -> tuple[list[int],
@@ -154,8 +177,9 @@ class ModelPlan:
         shapes = {k: tuple(kernel_of[k].out_shape) for k in kernel_of}
         alias = concat_aliases(nodes, shapes, lambda n: n.op == "call_module" and isinstance(
             modules[str(n.target)], LayoutTransform))
-        for n in {*(root for root, _ in alias.values()), *alias}:
-            ins = _cat_inputs(n)
+        concats = {*(root for root, _ in alias.values()), *alias}
+        for n in nodes:  # in graph order: an inner concat before the one that takes it
+            ins = _cat_inputs(n) if n in concats else None
             if ins is not None:  # a concat's buffer, or view: its inputs' channels
                 shapes[n] = (1, sum(shapes[i][1] for i in ins), *shapes[ins[0]][2:])
         # the buffer each value lives in: a kernel's output its own (or, written in place,

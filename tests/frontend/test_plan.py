@@ -226,3 +226,36 @@ def test_a_concat_whose_input_a_torch_op_changes_is_a_copy() -> None:
     assert cat not in compiled.forward._values
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class Nested(nn.Module):
+    """Inception's block end in small: a concat that takes a concat of two branches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(nn.Conv2d(3, 16, 1) for _ in range(4))
+        self.head = nn.Conv2d(64, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b, c, d = (m(x) for m in self.branches)
+        inner = torch.cat([b, c], 1)
+        return self.head(torch.cat([a, inner, d], 1))
+
+
+def test_a_concat_of_a_concat_is_written_in_place_too() -> None:
+    torch.manual_seed(0)
+    model, x = Nested().eval(), torch.randn(1, 3, 4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    plan = compiled.forward
+    inner, outer = [n for n in compiled.graph.nodes if n.target is torch.cat]
+    a, _, d = outer.args[0]
+    b, c = inner.args[0]
+    base = plan._values[outer].data_ptr()
+    part = 16 * 4 * 4 * 4  # bytes of one branch's output
+    assert [plan._values[n].data_ptr() - base for n in (a, inner, b, c, d)] == \
+        [0, part, part, 2 * part, 3 * part]
+    assert plan.runs == 1  # no torch step between the kernels
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
