@@ -61,6 +61,9 @@ class _Run:
     kernels: list[_Kernel]
 
 
+Shape = tuple[int, ...]
+
+
 def _cat_inputs(node: fx.Node) -> list[fx.Node] | None:
     """The inputs of a ``torch.cat`` along dim 1 (channels, or channel blocks), else None."""
     if node.op != "call_function" or node.target is not torch.cat:
@@ -73,18 +76,19 @@ def _cat_inputs(node: fx.Node) -> list[fx.Node] | None:
     return list(tensors)
 
 
-def concat_aliases(nodes: Sequence[fx.Node], shapes: dict[fx.Node, tuple[int, ...]],
+def concat_aliases(nodes: Sequence[fx.Node], shapes: dict[fx.Node, Shape],
                    reads_only: Callable[[fx.Node], bool] = lambda node: False
-                   ) -> dict[fx.Node, tuple[fx.Node, int]]:
-    """Where channel concats can be views: node -> (the concat whose buffer holds it, offset
-    in floats). ``shapes``: the kernels' outputs. A concat of one image's kernel outputs
-    (or of such concats: Inception's nested ones), each used once in it, gets a buffer
-    (largest first) in which its inputs are written at their channels' offsets; a concat
-    whose inputs already lie there in order, one after another, is a view of it
-    (DenseNet's concat of the first k features is a prefix of the block's). Its channels
-    are contiguous for one image only, so a batch stays a copy. Only kernels, concats, the
-    output and nodes ``reads_only`` vouches for may read the concat and its inputs: another
-    torch op could change one in place, which would change the other too."""
+                   ) -> tuple[dict[fx.Node, tuple[fx.Node, int]], dict[fx.Node, Shape]]:
+    """Where channel concats can be views: node -> (the concat whose buffer holds it, offset in
+    floats), and the shapes of ``shapes`` (the kernels' outputs) with the concats'. A
+    concat of one image's kernel outputs (or of such concats: Inception's nested ones),
+    each used once in it, gets a buffer (largest first) in which its inputs are written
+    at their channels' offsets; a concat whose inputs already lie there in order, one
+    after another, is a view of it (DenseNet's concat of the first k features is a
+    prefix of the block's). Its channels are contiguous for one image only, so a batch
+    stays a copy. Only kernels, concats, the output and nodes ``reads_only`` vouches for
+    may read the concat and its inputs: another torch op could change one in place,
+    which would change the other too."""
     step = ALIGN // _FLOAT_BYTES  # each input must start aligned, as the kernels assume
     sized = dict(shapes)  # and the eligible concats'
     eligible: dict[fx.Node, list[fx.Node]] = {}
@@ -115,15 +119,17 @@ def concat_aliases(nodes: Sequence[fx.Node], shapes: dict[fx.Node, tuple[int, ..
         if cat not in alias and not any(x in alias for x in (*ins, *leaves(cat))):
             _place(cat, cat, 0, eligible, sized, alias)  # a buffer of its own
             continue
-        root, base = placed[0] if placed[0] else (None, 0)
+        if placed[0] is None:
+            continue
+        root, base = placed[0]
         expected = [(root, base + sum(sizes[:j])) for j in range(len(ins))]
         if placed == expected and alias.get(cat, (root, base)) == (root, base):
             alias[cat] = (root, base)  # a prefix (or a run) of another concat: a view
-    return alias
+    return alias, sized
 
 
 def _place(cat: fx.Node, root: fx.Node, base: int, eligible: dict[fx.Node, list[fx.Node]],
-           sized: dict[fx.Node, tuple[int, ...]], alias: dict[fx.Node, tuple[fx.Node, int]]
+           sized: dict[fx.Node, Shape], alias: dict[fx.Node, tuple[fx.Node, int]]
            ) -> None:
     """Put ``cat``'s inputs at their offsets from ``base`` in ``root``'s buffer, an inner
     concat's inputs inside its part."""
@@ -174,14 +180,10 @@ class ModelPlan:
         kernel_of = {n: modules[str(n.target)] for n in nodes if n.op == "call_module"
                      and isinstance(modules[str(n.target)], KernelGroup)
                      and getattr(modules[str(n.target)], "_call", None) is not None}
-        shapes = {k: tuple(kernel_of[k].out_shape) for k in kernel_of}
-        alias = concat_aliases(nodes, shapes, lambda n: n.op == "call_module" and isinstance(
-            modules[str(n.target)], LayoutTransform))
-        concats = {*(root for root, _ in alias.values()), *alias}
-        for n in nodes:  # in graph order: an inner concat before the one that takes it
-            ins = _cat_inputs(n) if n in concats else None
-            if ins is not None:  # a concat's buffer, or view: its inputs' channels
-                shapes[n] = (1, sum(shapes[i][1] for i in ins), *shapes[ins[0]][2:])
+        alias, shapes = concat_aliases(
+            nodes, {k: tuple(kernel_of[k].out_shape) for k in kernel_of},
+            lambda n: n.op == "call_module" and isinstance(modules[str(n.target)],
+                                                           LayoutTransform))
         # the buffer each value lives in: a kernel's output its own (or, written in place,
         # its concat's); a torch step's result may alias any of its inputs' (a view), so it
         # keeps their buffers alive

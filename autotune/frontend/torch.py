@@ -256,11 +256,10 @@ def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
     return None
 
 
-def _pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
-    """A max-pool (``nn.MaxPool2d`` or ``F.max_pool2d``) of float32 NCHW data without
-    dilation or indices as a max_pool2d match, or an average pool (``nn.AvgPool2d``,
-    ``F.avg_pool2d``) that counts its padding, without ceil_mode or a divisor override, as
-    avg_pool2d; None for another node."""
+def _pool_arguments(node: fx.Node, modules: dict[str, nn.Module]
+                    ) -> Optional[tuple[str, dict[str, Any]]]:
+    """A pooling module's or function's op and its arguments by name; None for another
+    node."""
     module = modules[str(node.target)] if node.op == "call_module" else None
     if isinstance(module, nn.MaxPool2d):
         op, given = "max_pool2d", dict(kernel_size=module.kernel_size, stride=module.stride,
@@ -280,6 +279,18 @@ def _pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
                                    **node.kwargs}
     else:
         return None
+    return op, given
+
+
+def _pool(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    """A max-pool (``nn.MaxPool2d`` or ``F.max_pool2d``) of float32 NCHW data without
+    dilation or indices as a max_pool2d match, or an average pool (``nn.AvgPool2d``,
+    ``F.avg_pool2d``) that counts its padding, without ceil_mode or a divisor override, as
+    avg_pool2d; None for another node."""
+    found = _pool_arguments(node, modules)
+    if found is None:
+        return None
+    op, given = found
     x = _input(node, 0, op)
     shape = _shape(x)
     if shape is None or len(shape) != 4:

@@ -142,6 +142,13 @@ class Dense(nn.Module):
         return torch.cat(features, 1), small, torch.cat([x, small], 1)
 
 
+def _compile(model: nn.Module, x: torch.Tensor, layout: str) -> nn.Module:
+    """``model`` compiled at ``x`` in ``layout`` (default schedules)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return autotune.compile_model(model, (x,), db=None, layout=layout)
+
+
 def _randomized(model: nn.Module) -> nn.Module:
     with torch.no_grad():
         for m in model.modules():
@@ -154,9 +161,7 @@ def _randomized(model: nn.Module) -> nn.Module:
 def test_channel_concats_of_kernel_outputs_are_written_in_place(layout: str) -> None:
     torch.manual_seed(0)
     model, x = _randomized(Dense()), torch.randn(1, 3, 5, 6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None, layout=layout)
+    compiled = _compile(model, x, layout)
     plan = compiled.forward
     cats = [n for n in compiled.graph.nodes if n.target is torch.cat]
     block = max(cats, key=lambda c: len(c.args[0]))
@@ -190,9 +195,7 @@ def test_a_batch_concat_is_a_copy() -> None:
     """Two images' channels are not one run of memory: the concat stays a torch step."""
     torch.manual_seed(0)
     model, x = _randomized(Dense()), torch.randn(2, 3, 5, 6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    compiled = _compile(model, x, "nchw")
     cats = [n for n in compiled.graph.nodes if n.target is torch.cat]
     assert not any(c in compiled.forward._values for c in cats)
     with torch.no_grad():
@@ -219,9 +222,7 @@ class ChangedInPlace(nn.Module):
 def test_a_concat_whose_input_a_torch_op_changes_is_a_copy() -> None:
     torch.manual_seed(0)
     model, x = ChangedInPlace().eval(), torch.randn(1, 3, 4, 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    compiled = _compile(model, x, "nchw")
     (cat,) = [n for n in compiled.graph.nodes if n.target is torch.cat]
     assert cat not in compiled.forward._values
     with torch.no_grad():
@@ -245,9 +246,7 @@ class Nested(nn.Module):
 def test_a_concat_of_a_concat_is_written_in_place_too() -> None:
     torch.manual_seed(0)
     model, x = Nested().eval(), torch.randn(1, 3, 4, 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compiled = autotune.compile_model(model, (x,), db=None, layout="nchw")
+    compiled = _compile(model, x, "nchw")
     plan = compiled.forward
     inner, outer = [n for n in compiled.graph.nodes if n.target is torch.cat]
     a, _, d = outer.args[0]
