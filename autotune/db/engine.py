@@ -8,9 +8,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
-from autotune.db.url import checked_url
-
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+from autotune.db.url import checked_url, sqlite_busy_timeout_s
 
 
 def _json_default(obj: Any) -> Any:
@@ -41,17 +39,18 @@ def make_engine(url: str) -> Engine:
         # One shared connection, or every connection would see its own empty database.
         kwargs["poolclass"] = StaticPool
     engine = create_engine(url, json_serializer=_dumps, **kwargs)
-    _install_sqlite_hooks(engine, wal=not in_memory)
+    _install_sqlite_hooks(engine, wal=not in_memory,
+                          busy_timeout_ms=round(sqlite_busy_timeout_s(parsed) * 1000))
     return engine
 
 
-def _install_sqlite_hooks(engine: Engine, *, wal: bool) -> None:
+def _install_sqlite_hooks(engine: Engine, *, wal: bool, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # pysqlite's implicit transactions skip DDL; take control so migrations are atomic.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         cur.execute("PRAGMA foreign_keys = ON")
         if wal:
             cur.execute("PRAGMA journal_mode = WAL")

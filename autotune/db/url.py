@@ -1,8 +1,9 @@
 """Database URLs: the forms the tuning database takes, and one line naming the URL and the
 fix for each it cannot use (the CLI, `serve`, the library and the service all check here).
 
-The database is SQLite (``sqlite:///path``, or a plain path) or PostgreSQL
-(``postgresql://user@host/db``, through psycopg 3).
+The database is SQLite (``sqlite:///path``, or a plain path; ``?timeout=S`` sets how long a
+writer waits on another's lock, 30 s by default) or PostgreSQL (``postgresql://user@host/db``,
+through psycopg 3).
 """
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from sqlalchemy.exc import ArgumentError
 
 DIALECTS = ("sqlite", "postgresql")
 FORMS = "sqlite:///path/to/file.db, a plain file path, or postgresql://user@host/dbname"
+# A writer waits this long for another's lock before "database is locked"; long enough to
+# outlast a large `autotune import`'s transaction.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+MAX_SQLITE_BUSY_TIMEOUT_S = 3600.0
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: C: is a path
 
 
@@ -65,7 +70,26 @@ def checked_url(url: str) -> str:
     _check_driver(parsed, shown)
     if dialect == "sqlite":
         _check_directory(parsed, shown)
+        sqlite_busy_timeout_s(parsed, shown)
     return normalized
+
+
+def sqlite_busy_timeout_s(parsed: URL, shown: str = "") -> float:
+    """How long a SQLite connection waits on another's write lock: the URL's ``?timeout=S``
+    (what Python's sqlite3 calls it), else `SQLITE_BUSY_TIMEOUT_S`."""
+    raw = parsed.query.get("timeout")
+    if raw is None:
+        return SQLITE_BUSY_TIMEOUT_S
+    text = raw if isinstance(raw, str) else raw[-1]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_SQLITE_BUSY_TIMEOUT_S:  # also false for nan
+        raise DatabaseUrlError(
+            f"database URL {shown or masked_url(str(parsed))!r}: timeout={text!r} is not a "
+            f"number of seconds in (0, {MAX_SQLITE_BUSY_TIMEOUT_S:g}]")
+    return seconds
 
 
 def _form_hint(url: str) -> str:

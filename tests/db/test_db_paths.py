@@ -50,3 +50,37 @@ def test_a_missing_directory_is_refused_before_anything_is_made(tmp_path):
         with pytest.raises(DatabaseUrlError, match="mkdir -p"):
             autotune.best(autotune.workload("matmul", M=8, N=8, K=8), db=url)
     assert not (tmp_path / "sub").exists()
+
+
+def test_a_sqlite_url_sets_how_long_a_writer_waits_for_a_lock(tmp_path):
+    import sqlite3
+    import time
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from autotune.db.engine import make_engine
+
+    path = tmp_path / "lock.db"
+    engine = make_engine(f"sqlite:///{path}?timeout=0.5")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    holder = sqlite3.connect(str(path), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        start = time.monotonic()
+        with pytest.raises(OperationalError, match="locked"):
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO t VALUES (1)"))
+        waited = time.monotonic() - start
+    finally:
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+    assert 0.4 < waited < 10  # the URL's 0.5 s, not the 30 s default
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "soon", "nan", "1e9"])
+def test_a_sqlite_timeout_that_is_no_duration_is_refused(timeout, tmp_path):
+    with pytest.raises(DatabaseUrlError, match=f"timeout='{timeout}'"):
+        Database.open(f"sqlite:///{tmp_path / 'x.db'}?timeout={timeout}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterator, Optional
 
-import httpx
 import jsonschema
 import pytest
 import schemathesis
@@ -193,7 +192,7 @@ def test_generated_requests_get_documented_answers(case: Any, live: tuple[Server
     if case.method == "POST" and case.path == "/api/v1/jobs" and response.status_code == 201:
         with server.client(key) as c:
             c.post(f"/api/v1/jobs/{response.json()['id']}/cancel")
-    with httpx.Client(base_url=server.url, timeout=10) as c:  # and the server still answers
+    with server.client(timeout=10) as c:  # and the server still answers
         assert c.get("/api/v1/health").status_code == 200
 
 
