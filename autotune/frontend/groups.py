@@ -55,6 +55,8 @@ class KernelGroup(nn.Module):
             return pooled.reshape(pooled.shape[0], *self.out_shape[1:])
         if self.kind == "gate":
             return xs[0] * xs[1]
+        if self.kind == "shuffle":  # the parts' channels interleaved
+            return torch.stack(xs, 2).flatten(1, 2)
         # the folded constants in the activation's dtype (autocast casts again where on)
         params = [p.to(xs[0].dtype) for p in self.torch_params()]
         bias = params[1] if len(params) > 1 else None

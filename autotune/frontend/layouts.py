@@ -11,6 +11,7 @@ puts the transforms into the rewritten graph.
 """
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import replace
 from math import gcd
@@ -100,6 +101,59 @@ def channel_concats(gm: fx.GraphModule) -> dict[str, list[str]]:
     return found
 
 
+SPLIT_FUNCS = (torch.chunk, torch.split)
+SPLIT_METHODS = ("chunk", "split")
+
+
+def channel_splits(gm: fx.GraphModule) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The splits of 4-D tensors along channels in ``gm`` (``x.chunk(k, 1)``, ``split``) and
+    the parts taken from them: the split's and each part's (getitem) name -> (the tensor
+    split, every part's channels). Where a block divides every part's channels, the same
+    call on the blocked tensor splits it into the blocked parts: the split passes its
+    tensor's block on (`default_layouts`, `blocked_splits`)."""
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for node in gm.graph.nodes:
+        if not ((node.op == "call_function" and node.target in SPLIT_FUNCS) or
+                (node.op == "call_method" and node.target in SPLIT_METHODS)):
+            continue
+        source = node.args[0] if node.args else None
+        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        metas = node.meta.get("tensor_meta")
+        if dim not in (1, -3) or not isinstance(source, fx.Node) or \
+                not isinstance(metas, (tuple, list)) or \
+                not all(len(getattr(m, "shape", ())) == 4 for m in metas):
+            continue
+        channels = tuple(int(m.shape[1]) for m in metas)
+        found[node.name] = (source.name, channels)
+        for user in node.users:
+            if user.op == "call_function" and user.target is operator.getitem:
+                found[user.name] = (source.name, channels)
+    return found
+
+
+def _split_block(split: tuple[str, tuple[int, ...]], block: Callable[[str], int]) -> int:
+    """The block the parts of a split pass on: their tensor's, where it divides them all."""
+    source, channels = split
+    b = block(source)
+    return b if all(c % b == 0 for c in channels) else 1
+
+
+def blocked_splits(gm: fx.GraphModule, out_block: Callable[[fx.Node], int]) -> dict[str, int]:
+    """The channel splits of ``gm`` (rewritten, its kernels in) and their parts whose tensor
+    comes in a block > 1 that divides every part (``out_block`` of a kernel module): name
+    -> block. Each split is made to split along dim 1 of the blocked tensor."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    found: dict[str, int] = {}
+    for name, split in channel_splits(gm).items():
+        b = _split_block(split, lambda source: out_block(nodes[source]))
+        if b > 1:
+            found[name] = b
+            node = nodes[name]
+            if node.target is not operator.getitem:
+                node.args, node.kwargs = (node.args[0], node.args[1], 1), {}
+    return found
+
+
 def _concat_block(parts: Sequence[str], block: Callable[[str], int]) -> int:
     """The block a concat of ``parts`` passes on: theirs, where they share one; else 1."""
     blocks = {block(p) for p in parts}
@@ -127,7 +181,9 @@ def blocked_concats(gm: fx.GraphModule, out_block: Callable[[fx.Node], int]) -> 
 
 
 def default_layouts(matches: Sequence[Match], target: Target,
-                    concats: Optional[dict[str, list[str]]] = None) -> list[Match]:
+                    concats: Optional[dict[str, list[str]]] = None,
+                    splits: Optional[dict[str, tuple[str, tuple[int, ...]]]] = None
+                    ) -> list[Match]:
     """``matches`` in the layouts a blocked model runs without records, which
     `tune_model(layout="auto")` tunes. In graph order, each tensor a conv writes is blocked
     by `channel_block` of its channels, and a depthwise conv or max-pool keeps the block of
@@ -153,10 +209,13 @@ def default_layouts(matches: Sequence[Match], target: Target,
     gated = {m.inputs[1]: m.inputs[0] for m in matches if m.workload.op == "channel_mul"}
     chosen = []
     concats = concats or {}
+    splits = splits or {}
 
     def block_of(name: str) -> int:
         if name not in block and name in concats:
             block[name] = _concat_block(concats[name], block_of)
+        if name not in block and name in splits:
+            block[name] = _split_block(splits[name], block_of)
         return block.get(name, 1)
 
     for m in matches:
@@ -217,7 +276,7 @@ def choose_layouts(gm: fx.GraphModule, matches: Sequence[Match], target: Target,
     where the NCHW one is faster counting the transforms each would need next to its
     neighbours' layouts (one pass in graph order)."""
     lanes = target.vector_lanes
-    chosen = default_layouts(matches, target, channel_concats(gm))
+    chosen = default_layouts(matches, target, channel_concats(gm), channel_splits(gm))
     producer = {m.nodes[-1]: i for i, m in enumerate(matches)}
     nodes = {n.name: n for n in gm.graph.nodes}
     for i, m in enumerate(matches):
@@ -304,7 +363,8 @@ def insert_transforms(gm: fx.GraphModule, out_block: OutBlock, in_block: InBlock
             return made[need]
 
         for user in list(node.users):
-            if user.op == "call_function" and in_block(user, 0) > 1:  # a blocked concat
+            # a blocked concat or split
+            if user.op in ("call_function", "call_method") and in_block(user, 0) > 1:
                 if in_block(user, 0) != have:
                     user.replace_input_with(node, reading(in_block(user, 0)))
                 continue

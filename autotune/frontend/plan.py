@@ -17,6 +17,7 @@ gradient wanted), else the graph's own code. The plan is not reentrant: calls ta
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from dataclasses import dataclass
@@ -35,8 +36,10 @@ from autotune.target import Target
 
 _FLOAT_BYTES = 4
 # ops that view their input (the plan binds their result once where the input is bound once)
-VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
-VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze")
+# (a split's parts, along channels of one image, are views too: ShuffleNet's chunks)
+VIEW_FUNCS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, torch.chunk,
+              torch.split, operator.getitem)
+VIEW_METHODS = ("flatten", "view", "reshape", "squeeze", "unsqueeze", "chunk", "split")
 # (a layout transform of 1 x 1 pixels is a view too: both layouts are alike there)
 VIEW_MODULES = (nn.Flatten, nn.Dropout, nn.Identity, LayoutTransform)
 
@@ -238,8 +241,9 @@ class ModelPlan:
 
     def _static_view(self, node: fx.Node, modules: dict[str, Any]) -> bool:
         """Whether ``node`` only views a value bound once (a kernel's output): a flatten,
-        reshape or view of it, or a module that returns it in eval mode (dropout, identity,
-        a layout transform of 1 x 1 pixels). The view is then bound once too."""
+        reshape or view of it, its parts (a chunk or split, each contiguous and aligned as
+        the kernels need; one of them), or a module that returns it in eval mode (dropout,
+        identity, a layout transform of 1 x 1 pixels). The view is then bound once too."""
         if not node.all_input_nodes or any(a not in self._values for a in node.all_input_nodes):
             return False
         if node.op == "call_module":
@@ -251,11 +255,16 @@ class ModelPlan:
             return False
         value = self._eval(node, self._values, modules)
         source = self._values[node.all_input_nodes[0]]
-        if not isinstance(value, torch.Tensor) or not value.is_contiguous() or \
-                value.data_ptr() != source.data_ptr():  # a copy (a layout transform's)
-            return False
-        self._values[node] = value
-        return True
+        if isinstance(source, tuple):  # one of a split's parts, each checked below
+            ok = node.target is operator.getitem and isinstance(value, torch.Tensor)
+        elif isinstance(value, tuple):
+            ok = len(value) > 0 and all(_inside(part, source) for part in value)
+        else:
+            ok = isinstance(value, torch.Tensor) and value.is_contiguous() and \
+                value.data_ptr() == source.data_ptr()  # not a copy (a layout transform's)
+        if ok:
+            self._values[node] = value
+        return ok
 
     def _kernel(self, node: fx.Node, module: Any) -> _Kernel:
         fixed = {1 + j: p for j, p in enumerate(module.kernel_params)}
@@ -353,6 +362,15 @@ class ModelPlan:
         for name in str(node.target).split("."):  # get_attr
             value = getattr(value, name)
         return value
+
+
+def _inside(part: Any, whole: torch.Tensor) -> bool:
+    """Whether ``part`` is a contiguous, aligned tensor in ``whole``'s memory."""
+    if not isinstance(part, torch.Tensor) or not part.is_contiguous():
+        return False
+    lo, at = whole.data_ptr(), part.data_ptr()
+    return (at - lo) % ALIGN == 0 and lo <= at and \
+        at + part.numel() * part.element_size() <= lo + whole.numel() * whole.element_size()
 
 
 def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

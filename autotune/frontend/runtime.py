@@ -41,6 +41,7 @@ from autotune.frontend.layouts import (
     POOLED_OPS,
     LayoutTransform,
     blocked_concats,
+    blocked_splits,
     check_layout_mode,
     choose_layouts,
     insert_transforms,
@@ -207,8 +208,10 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
         def out_block(node: fx.Node) -> int:
             return concats.get(node.name) or kernel_block(node)
 
+        concats.update(blocked_splits(gm, out_block))  # splits and parts: their tensor's
+
         def in_block(node: fx.Node, pos: int) -> int:
-            if node.op == "call_function":
+            if node.op in ("call_function", "call_method"):
                 return concats.get(node.name, 1)
             module = modules.get(str(node.target))
             return module.in_blocks[pos] if isinstance(module, KernelModule) else 1

@@ -75,6 +75,7 @@ class Match:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     params: tuple[np.ndarray, ...]
-    kind: str  # "conv", "linear", "matmul", "pool", "avgpool", "gate" or "affine"
+    kind: str  # "conv", "linear", "matmul", "pool", "avgpool", "gate", "affine" or
+    # "shuffle"
     place: str
     cast: bool = False

@@ -27,7 +27,12 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from autotune.frontend.layouts import channel_concats, check_layout_mode, default_layouts
+from autotune.frontend.layouts import (
+    channel_concats,
+    channel_splits,
+    check_layout_mode,
+    default_layouts,
+)
 from autotune.frontend.precision import (
     PrecisionError,
     group_dtype,
@@ -37,6 +42,7 @@ from autotune.frontend.precision import (
 )
 from autotune.frontend.tasks import Match, ModelTasks, Task, Unsupported
 from autotune.ops import PREPACKABLE_OPS, Workload, WorkloadError, op_spec, workload
+from autotune.ops.shuffle import MAX_GROUPS as MAX_SHUFFLE_GROUPS
 from autotune.target import Target
 
 _RELU_FUNCS = (F.relu, torch.relu, torch.relu_)
@@ -120,6 +126,8 @@ def match_model(gm: fx.GraphModule, *, prepack: bool = False, pools: bool = Fals
             found = _pool(node, modules) if pools else None
             if found is None and pools:
                 found = _channelwise(node, modules)
+            if found is None and pools:
+                found = _shuffle(node, modules)
             if found is None and pools and node.name not in claimed:
                 found = _affine(node, modules)
             if found is None:
@@ -155,7 +163,7 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     if target is not None and layout != "nchw":
         tgt = target if isinstance(target, Target) else Target(target)
         if check_layout_mode(layout, tgt) == "auto":
-            matches = default_layouts(matches, tgt, channel_concats(gm))
+            matches = default_layouts(matches, tgt, channel_concats(gm), channel_splits(gm))
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 
@@ -349,6 +357,92 @@ def _channelwise(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match
             wl = _workload("channel_mul", [], dict(N=n, C=c, H=h, W=w))
             return Match(wl, (node.name,), (data.name, gate.name), (), "gate", _place(node))
     return None
+
+
+_CAT_FUNCS = (torch.cat, torch.concat, torch.concatenate)
+_SHUFFLE_FUNCS = (F.channel_shuffle, torch.channel_shuffle)
+_RESHAPES = ("view", "reshape")
+
+
+def _shuffle(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
+    """A channel concat of ``g`` equal float32 NCHW parts whose only reader shuffles its
+    channels in ``g`` groups, as channel_shuffle (the cat too: the kernel reads the parts):
+    ``nn.ChannelShuffle``, ``F.channel_shuffle``, or ShuffleNet's view(N, g, C/g, H, W),
+    transpose(1, 2), contiguous, view(N, C, H, W) (the size arithmetic between them
+    included); None for another node."""
+    if node.op != "call_function" or node.target not in _CAT_FUNCS:
+        return None
+    parts = node.args[0] if node.args else node.kwargs.get("tensors")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    out = _shape(node)
+    if dim not in (1, -3) or not isinstance(parts, (list, tuple)) or out is None or \
+            len(out) != 4 or not 2 <= len(parts) <= MAX_SHUFFLE_GROUPS or \
+            not all(isinstance(p, fx.Node) and _shape(p) == _shape(parts[0]) and
+                    meta_dtype(p) == torch.float32 for p in parts):
+        return None
+    last = _shuffle_end(node, len(parts), modules)
+    group = _closed_group(node, last) if last is not None else None
+    if group is None:
+        return None
+    n, c, h, w = out
+    wl = _workload("channel_shuffle", [], dict(N=n, C=c, H=h, W=w, groups=len(parts)))
+    return Match(wl, group, tuple(p.name for p in parts), (), "shuffle", _place(last))
+
+
+def _shuffle_end(cat: fx.Node, g: int, modules: dict[str, nn.Module]) -> Optional[fx.Node]:
+    """The node that ends a shuffle in ``g`` groups of the channels of ``cat``, else None."""
+    n, c, h, w = _shape(cat)  # type: ignore[misc]
+    readers = [u for u in cat.users if _shape(u) is not None]  # not x.size()
+    if len(readers) != 1:
+        return None
+    (step,) = readers
+    if step.op == "call_module" and isinstance(modules[str(step.target)], nn.ChannelShuffle):
+        return step if modules[str(step.target)].groups == g else None
+    if step.op == "call_function" and step.target in _SHUFFLE_FUNCS:
+        groups = step.args[1] if len(step.args) > 1 else step.kwargs.get("groups")
+        return step if groups == g else None
+    path = [step]  # view, transpose, contiguous (or not), view: each the last one's reader
+    while len(path) < 4:
+        nxt = [u for u in path[-1].users if _shape(u) is not None]
+        if len(nxt) != 1 or len(path[-1].users) != 1:
+            break
+        path.append(nxt[0])
+    if len(path) == 4 and _is_method(path[2], "contiguous"):
+        del path[2]
+    if len(path) < 3:
+        return None
+    split, swap, merge = path[:3]
+    swapped = swap.args[1:]
+    if not (_is_method(split, *_RESHAPES) and _shape(split) == (n, g, c // g, h, w)) or \
+            not ((_is_method(swap, "transpose") or (swap.op == "call_function" and
+                                                   swap.target is torch.transpose))
+                 and all(isinstance(d, int) for d in swapped)
+                 and sorted(d % 5 for d in swapped) == [1, 2]) or \
+            not (_is_method(merge, *_RESHAPES, "flatten") and _shape(merge) == (n, c, h, w)):
+        return None
+    return merge
+
+
+def _is_method(node: fx.Node, *names: str) -> bool:
+    return node.op == "call_method" and node.target in names
+
+
+def _closed_group(first: fx.Node, last: fx.Node) -> Optional[tuple[str, ...]]:
+    """``first``, ``last`` and the nodes between them that ``last`` depends on, in graph
+    order, when they read nothing else and nothing else reads them (but ``last``); None
+    otherwise."""
+    order = {n: i for i, n in enumerate(first.graph.nodes)}
+    members = {first, last}
+    stack = [last]
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a not in members and order[a] > order[first]:
+                members.add(a)
+                stack.append(a)
+    if any(a not in members for m in members - {first} for a in m.all_input_nodes) or \
+            any(u not in members for m in members - {last} for u in m.users):
+        return None
+    return tuple(m.name for m in sorted(members, key=order.__getitem__))
 
 
 def _affine(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from autotune.ops.shuffle import PARTS
+
 NCHW = "NCHW"
 NHWC = "NHWC"
 # op -> the channel counts a block must divide (data's, output's)
@@ -32,7 +34,8 @@ LAYOUT_OPS: dict[str, tuple[str, str]] = {"conv2d": ("C", "K"), "group_conv2d": 
                                           "avg_pool2d": ("C", "C"),
                                           "global_avg_pool2d": ("C", "C"),
                                           "channel_mul": ("C", "C"),
-                                          "channel_affine": ("C", "C")}
+                                          "channel_affine": ("C", "C"),
+                                          "channel_shuffle": ("C", "C")}
 NHWC_OPS = ("conv2d",)
 # ops whose data and output may be in different layouts
 MIXED_OPS = ("conv2d", "group_conv2d")
@@ -143,7 +146,7 @@ def from_blocked(array: np.ndarray) -> np.ndarray:
 
 # which arguments are activations ([N, C, H, W] in NCHW; all but the data in the output's
 # block); NHWC moves these and the weight
-_ACTIVATIONS = ("data", "residual", "gate", "out")
+_ACTIVATIONS = ("data", "residual", "gate", "out", *PARTS)
 
 
 def arg_block(name: str, layout: str) -> int:

@@ -10,12 +10,13 @@ from autotune.ops.depthwise import DEPTHWISE_CONV2D
 from autotune.ops.group_conv import GROUP_CONV2D
 from autotune.ops.matmul import BATCH_MATMUL, MATMUL
 from autotune.ops.pool import AVG_POOL2D, MAX_POOL2D
+from autotune.ops.shuffle import CHANNEL_SHUFFLE
 from autotune.ops.spec import OpSpec
 
 OPS: Mapping[str, OpSpec] = MappingProxyType(
     {spec.name: spec
      for spec in (MATMUL, BATCH_MATMUL, CONV2D, GROUP_CONV2D, DEPTHWISE_CONV2D, MAX_POOL2D,
-                  AVG_POOL2D, GLOBAL_AVG_POOL2D, CHANNEL_MUL, CHANNEL_AFFINE)}
+                  AVG_POOL2D, GLOBAL_AVG_POOL2D, CHANNEL_MUL, CHANNEL_AFFINE, CHANNEL_SHUFFLE)}
 )
 
 

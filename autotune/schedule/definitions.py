@@ -414,6 +414,29 @@ def channelwise_graph(wl: Workload) -> OpGraph:
     return OpGraph([data, gate], out)
 
 
+@lru_cache(maxsize=GRAPHS)
+def shuffle_graph(wl: Workload) -> OpGraph:
+    """channel_shuffle: out[n, c, y, x] = part_{c % g}[n, c // g, y, x] (NCHW); blocked,
+    channel c = cb * b + ci of out[n, cb, y, x, ci] read from its part's block and lane."""
+    N, C, H, W, g = (wl.dim(x) for x in ("N", "C", "H", "W", "groups"))
+    b = wl.block
+    blocked = b > 1
+    parts = [placeholder(a.name, a.shape, wl.dtype) for a in wl.arg_specs if a.role == "input"]
+    names = ["n", "c", "y", "x", *(["ci"] if blocked else [])]
+
+    def body(n, c, y, x, *ci):
+        ch = c * b + ci[0] if blocked else c
+        i = ch // g
+        where = (n, i // b, y, x, i % b) if blocked else (n, i, y, x)
+        value = parts[g - 1][where]
+        for j in range(g - 2, -1, -1):  # the part of channel ch
+            value = Select(cmp("==", ch % g, j), parts[j][where], value)
+        return value
+
+    out = compute("out", wl.output_shape, body, axis_names=names, dtype=wl.dtype)
+    return OpGraph(parts, out)
+
+
 def _guarded(t: Tensor, idx: tuple, bounds: list[tuple[Expr, int]], lower: bool = False,
              fill: Const = ZERO) -> Expr:
     """``t[idx]`` where every (expr, n) in ``bounds`` has 0 <= expr < n, else ``fill``."""

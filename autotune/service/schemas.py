@@ -137,8 +137,8 @@ class WorkloadIn(BaseModel):
     layout: str = Field(
         default=NCHW, pattern=_LAYOUT_PATTERN, max_length=15,
         description="the data and output layout of conv2d, group_conv2d, depthwise_conv2d "
-                    "(multiplier 1), max_pool2d, avg_pool2d, global_avg_pool2d and "
-                    "channel_mul: NCHW, "
+                    "(multiplier 1), max_pool2d, avg_pool2d, global_avg_pool2d, "
+                    "channel_mul, channel_affine and channel_shuffle: NCHW, "
                     "NCHW<x>c with channels blocked by x (2 to 64; C and K multiples of x, "
                     "C/groups and K/groups too): data [N, C/x, H, W, x], output and residual "
                     "[N, K/x, OH, OW, x] (llvm targets); a conv's data and output in two "
@@ -150,8 +150,8 @@ class WorkloadIn(BaseModel):
         default_factory=list, json_schema_extra=_EPILOGUE_RULES,
         description="fused stages, e.g. ['bias', 'relu'] or ['bias', 'residual', 'relu']: "
                     "each at most once, and at most one of bias and scale_shift and one "
-                    "activation; none for max_pool2d, avg_pool2d, global_avg_pool2d and "
-                    "channel_mul")
+                    "activation; none for max_pool2d, avg_pool2d, global_avg_pool2d, "
+                    "channel_mul and channel_shuffle")
 
 
 def _measure_option(name: str) -> Any:

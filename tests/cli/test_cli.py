@@ -59,7 +59,8 @@ def test_ops_lists_every_operator(capsys):
     assert "float32,float16,bfloat16" in rows["depthwise_conv2d"]
     assert "float16" not in rows["max_pool2d"]
     assert "llvm,cuda" in rows["conv2d"] and " llvm " in rows["max_pool2d"]
-    assert "(none for max_pool2d, avg_pool2d, global_avg_pool2d, channel_mul)" in out
+    assert "(none for max_pool2d, avg_pool2d, global_avg_pool2d, channel_mul, " \
+        "channel_shuffle)" in out
 
 
 POOL = ["max_pool2d", "-p", "N=1", "-p", "C=8", "-p", "H=16", "-p", "W=16", "-p", "R=3",

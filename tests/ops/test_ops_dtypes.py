@@ -133,7 +133,7 @@ def test_half_dtypes_exist_for_the_ops_with_half_kernels_only():
                          "group_conv2d": ["float32"], "depthwise_conv2d": half,
                          "max_pool2d": ["float32"], "avg_pool2d": ["float32"],
                          "global_avg_pool2d": ["float32"], "channel_mul": ["float32"],
-                         "channel_affine": ["float32"]}
+                         "channel_affine": ["float32"], "channel_shuffle": ["float32"]}
     with pytest.raises(WorkloadError) as err:
         Workload.from_dict({"op": "max_pool2d", "dtype": "bfloat16",
                             "params": dict(N=1, C=2, H=5, W=5, R=3, S=3, stride=1, pad=1)})

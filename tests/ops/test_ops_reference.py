@@ -110,8 +110,9 @@ SMALL = {
     "global_avg_pool2d": dict(N=2, C=3, H=7, W=5),
     "channel_mul": dict(N=2, C=3, H=7, W=5),
     "channel_affine": dict(N=2, C=3, H=7, W=5),
+    "channel_shuffle": dict(N=2, C=6, H=7, W=5, groups=3),
 }
-NO_EPILOGUE = {"max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul"}
+NO_EPILOGUE = {"max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul", "channel_shuffle"}
 
 
 def naive(w, args):
@@ -144,6 +145,11 @@ def naive(w, args):
         out = np.empty(args[0].shape)
         for c in range(p["C"]):
             out[:, c] = args[0][:, c].astype(np.float64) * args[1][c] + args[2][c]
+    elif w.op == "channel_shuffle":  # channel by channel: i * groups + j from part j
+        g = p["groups"]
+        out = np.empty(w.output_shape)
+        for c in range(p["C"]):
+            out[:, c] = args[c % g][:, c // g]
     else:
         out = naive_conv2d(args[0], args[1], p["stride"], p["pad"], groups_of=p["multiplier"])
     names = [spec.name for spec in w.arg_specs]
@@ -159,6 +165,24 @@ def check(w, seed=0):
     assert got.dtype == np.float32 and got.shape == w.output_shape
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.isnan(args[-1]).all(), "reference must not write into `out`"
+
+
+def test_channel_shuffle_is_torchs_of_the_parts_cat():
+    torch = pytest.importorskip("torch")
+    w = workload("channel_shuffle", N=2, C=12, H=3, W=5, groups=4)
+    *parts, _ = w.random_args(2)
+    shuffled = torch.nn.functional.channel_shuffle(
+        torch.cat([torch.from_numpy(x) for x in parts], 1), 4)
+    np.testing.assert_array_equal(w.reference(parts), shuffled.numpy())
+
+
+@pytest.mark.parametrize("groups,C,why", [(1, 4, r"groups'=1 must be in \[2, 8\]"),
+                                          (9, 9, r"groups'=9 must be in \[2, 8\]"),
+                                          (4, 6, "groups'=4 must divide C=6")])
+def test_channel_shuffle_refuses_groups_it_cannot_split(groups, C, why):
+    with pytest.raises(ValueError, match=why) as err:
+        workload("channel_shuffle", N=1, C=C, H=2, W=2, groups=groups)
+    assert err.value.param == "groups"
 
 
 def test_channel_affine_is_an_inference_batch_norm():

@@ -169,7 +169,7 @@ def test_from_json_rejects_bad_text():
 BAD = [
     ("unknown op", "softmax", {}, (), "float32",
      "op 'softmax'.*known ops: avg_pool2d, batch_matmul, channel_affine, channel_mul, "
-     "conv2d"),
+     "channel_shuffle, conv2d"),
     ("dtype", "matmul", dict(M=1, N=1, K=1), (), "float64", "dtype"),
     ("half pool", "max_pool2d", POOL, (), "float16",
      "dtype 'float16' is not supported for max_pool2d"),
@@ -312,13 +312,14 @@ def test_flops(w, flops):
 def test_ops_table_describe():
     assert set(OPS) == {"matmul", "batch_matmul", "conv2d", "group_conv2d", "depthwise_conv2d",
                         "max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul",
-                        "channel_affine"}
+                        "channel_affine", "channel_shuffle"}
     for name, spec in OPS.items():
         d = spec.describe()
         assert d["name"] == name and d["doc"] and "\n" not in d["doc"]
         assert json.loads(json.dumps(d)) == d
         # takes no epilogue, runs on llvm only
-        pool = name in ("max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul")
+        pool = name in ("max_pool2d", "avg_pool2d", "global_avg_pool2d", "channel_mul",
+                        "channel_shuffle")
         assert d["epilogue"] == ([] if pool else ["bias", "scale_shift", "residual", "relu",
                                                    "relu6", "hardswish", "hardsigmoid",
                                                    "sigmoid", "silu", "gelu"])

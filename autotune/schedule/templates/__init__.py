@@ -9,9 +9,9 @@ a variant where the workload's shape, layout or target calls for one: on sm_90a 
 matmul, batch_matmul or NHWC conv2d whose rows TMA can copy takes ``cuda_wgmma``; on a CPU
 a one-row matmul (a GEMV) takes ``cpu_gemv``, a channel-blocked conv2d or group_conv2d
 ``cpu_conv2d_blocked`` and a channel-blocked depthwise conv or max-pool
-``cpu_window_blocked``; global_avg_pool2d and channel_mul take ``cpu_channelwise`` in
-every layout. Each comes as a `Template` (``template.py``), whichever way it
-makes its loop AST.
+``cpu_window_blocked``; global_avg_pool2d, channel_mul and channel_affine take
+``cpu_channelwise`` and channel_shuffle ``cpu_shuffle`` in every layout. Each comes as a
+`Template` (``template.py``), whichever way it makes its loop AST.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from autotune.schedule.templates import (
     cpu_gemv,
     cpu_matmul,
     cpu_pool,
+    cpu_shuffle,
     cpu_window_blocked,
     cuda_conv2d,
     cuda_depthwise,
@@ -69,6 +70,8 @@ WINDOW_BLOCKED: Mapping[str, Template] = MappingProxyType({
 CPU_POOL = ScheduleTemplate("cpu_pool", "cpu_pool", cpu_pool.space, cpu_pool.schedule)
 CPU_CHANNELWISE = ScheduleTemplate("cpu_channelwise", "cpu_channelwise", cpu_channelwise.space,
                                    cpu_channelwise.schedule)
+CPU_SHUFFLE = ScheduleTemplate("cpu_channel_shuffle", "cpu_channel_shuffle", cpu_shuffle.space,
+                               cpu_shuffle.schedule)
 
 # (op, target kind, half dtype) -> template
 _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
@@ -83,6 +86,7 @@ _TEMPLATES: Mapping[tuple[str, str, bool], Template] = MappingProxyType({
     ("global_avg_pool2d", "llvm", False): CPU_CHANNELWISE,
     ("channel_mul", "llvm", False): CPU_CHANNELWISE,
     ("channel_affine", "llvm", False): CPU_CHANNELWISE,
+    ("channel_shuffle", "llvm", False): CPU_SHUFFLE,
     ("matmul", "cuda", False): CUDA_MATMUL,
     ("batch_matmul", "cuda", False): CUDA_MATMUL,
     ("conv2d", "cuda", False): CUDA_CONV2D,
