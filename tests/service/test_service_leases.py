@@ -151,8 +151,10 @@ def test_a_suspended_owner_loses_the_job_when_its_lease_expires(services) -> Non
         assert final["trials_done"] == BUDGET and final["owner"] is None
     finally:
         os.kill(runner.proc.pid, signal.SIGCONT)
-    with runner.client() as c:  # the resumed service lives on
-        assert c.get("/api/v1/health").status_code == 200
+    with runner.client() as c:  # the resumed service lives on: healthy again once its
+        # database probe, frozen too, has read again (until then its reading is stale: 503)
+        wait_for(lambda: c.get("/api/v1/health").status_code == 200, timeout=10,
+                 what="the resumed service's health")
     time.sleep(3.0)  # its batch in flight ends and tries to write
     db = Database(runner.db_url)
     try:
