@@ -119,15 +119,17 @@ def channel_splits(gm: fx.GraphModule) -> dict[str, tuple[str, tuple[int, ...]]]
         source = node.args[0] if node.args else None
         dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
         metas = node.meta.get("tensor_meta")
+        # only parts taken one by one: a reader of the whole tuple would get blocked parts
         if dim not in (1, -3) or not isinstance(source, fx.Node) or \
                 not isinstance(metas, (tuple, list)) or \
-                not all(len(getattr(m, "shape", ())) == 4 for m in metas):
+                not all(len(getattr(m, "shape", ())) == 4 for m in metas) or \
+                not all(u.op == "call_function" and u.target is operator.getitem and
+                        isinstance(u.args[1], int) for u in node.users):
             continue
         channels = tuple(int(m.shape[1]) for m in metas)
         found[node.name] = (source.name, channels)
         for user in node.users:
-            if user.op == "call_function" and user.target is operator.getitem:
-                found[user.name] = (source.name, channels)
+            found[user.name] = (source.name, channels)
     return found
 
 
@@ -150,8 +152,27 @@ def blocked_splits(gm: fx.GraphModule, out_block: Callable[[fx.Node], int]) -> d
             found[name] = b
             node = nodes[name]
             if node.target is not operator.getitem:
-                node.args, node.kwargs = (node.args[0], node.args[1], 1), {}
+                _split_blocks(node, b)
     return found
+
+
+def _split_blocks(node: fx.Node, block: int) -> None:
+    """``node``, a split along channels, made the same split of the blocked tensor: along
+    dim 1, and a split's sizes counted in blocks (a chunk's count stays)."""
+    args, kwargs = list(node.args), dict(node.kwargs)
+    if len(args) > 2:
+        args[2] = 1
+    else:
+        kwargs["dim"] = 1
+    if node.target in (torch.split, "split"):
+        key = next((k for k in ("split_size_or_sections", "split_size") if k in kwargs), None)
+        sizes = kwargs[key] if key else args[1]
+        sizes = sizes // block if isinstance(sizes, int) else [s // block for s in sizes]
+        if key:
+            kwargs[key] = sizes
+        else:
+            args[1] = sizes
+    node.args, node.kwargs = tuple(args), kwargs
 
 
 def _concat_block(parts: Sequence[str], block: Callable[[str], int]) -> int:

@@ -128,3 +128,29 @@ def test_a_concat_read_elsewhere_stays_in_torch() -> None:
     assert not [k for k in kernel_modules(fast) if k.workload.op == "channel_shuffle"]
     with torch.no_grad():
         assert torch.allclose(fast(x), model(x), atol=1e-5)
+
+
+class Splits(nn.Module):
+    """Splits along channels of a blocked tensor: by keyword, with a negative dim, into
+    unequal sections, and one whose tuple is read whole (by a concat)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 64, 1)
+        self.b, self.c = nn.Conv2d(32, 32, 1), nn.Conv2d(48, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        p, q = y.chunk(chunks=2, dim=-3)
+        r, s = torch.split(y, [48, 16], dim=1)
+        whole = torch.cat(y.chunk(4, 1)[::-1], 1)
+        return self.b(p) + self.b(q) + torch.cat((self.c(r), s, self.c(r), s), 1)[:, :32] + \
+            whole[:, :32]
+
+
+def test_splits_in_every_form_match_eager_blocked() -> None:
+    model = Splits().eval()
+    x = torch.randn(1, 3, 8, 8)
+    fast = _compiled(model, x, "auto")
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
