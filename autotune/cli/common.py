@@ -66,8 +66,8 @@ def add_task(p: argparse.ArgumentParser) -> None:
                    help="fused epilogue stages, comma-separated, e.g. bias,relu "
                         "(stages: bias, scale_shift, residual, then one activation: relu, "
                         "relu6, hardswish, hardsigmoid, sigmoid, silu, gelu; residual adds a "
-                        "second tensor of the output's shape; none for the pools and the "
-                        "channelwise ops)")
+                        "second tensor of the output's shape; none for the pools, "
+                        "global_avg_pool2d, channel_mul and channel_shuffle)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="element type of every argument (default float32); float16 and "
                         "bfloat16 are for matmul, batch_matmul and conv2d on cuda targets "
