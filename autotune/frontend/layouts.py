@@ -81,24 +81,28 @@ def channel_block(channels: int, lanes: int) -> int:
     return next((b for b in (lanes, lanes // 2) if b > 1 and channels % b == 0), 1)
 
 
+def concat_parts(node: fx.Node) -> Optional[list[fx.Node]]:
+    """The tensors ``node`` joins when it is a concatenation of 4-D tensors along channels
+    (``torch.cat(xs, 1)``, its aliases, dim -3), else None."""
+    if node.op != "call_function" or node.target not in CONCAT_FUNCS:
+        return None
+    parts = node.args[0] if node.args else node.kwargs.get("tensors")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    meta = node.meta.get("tensor_meta")
+    if dim not in (1, -3) or getattr(meta, "shape", None) is None or \
+            len(meta.shape) != 4 or not isinstance(parts, (list, tuple)) or \
+            not all(isinstance(p, fx.Node) for p in parts):
+        return None
+    return list(parts)
+
+
 def channel_concats(gm: fx.GraphModule) -> dict[str, list[str]]:
-    """The concatenations of 4-D tensors along channels (``torch.cat(xs, 1)``) in ``gm``:
-    node name -> the names of the tensors joined. In NCHW[x]c, with every part's channels
-    a multiple of x, the same call on the blocked tensors is the blocked concatenation:
-    such a concat passes its parts' block on (`default_layouts`, `blocked_concats`)."""
-    found: dict[str, list[str]] = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in CONCAT_FUNCS:
-            continue
-        parts = node.args[0] if node.args else node.kwargs.get("tensors")
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        meta = node.meta.get("tensor_meta")
-        if dim not in (1, -3) or getattr(meta, "shape", None) is None or \
-                len(meta.shape) != 4 or not isinstance(parts, (list, tuple)) or \
-                not all(isinstance(p, fx.Node) for p in parts):
-            continue
-        found[node.name] = [p.name for p in parts]
-    return found
+    """The concatenations of 4-D tensors along channels in ``gm`` (`concat_parts`): node
+    name -> the names of the tensors joined. In NCHW[x]c, with every part's channels a
+    multiple of x, the same call on the blocked tensors is the blocked concatenation: such
+    a concat passes its parts' block on (`default_layouts`, `blocked_concats`)."""
+    return {node.name: [p.name for p in parts] for node in gm.graph.nodes
+            if (parts := concat_parts(node)) is not None}
 
 
 SPLIT_FUNCS = (torch.chunk, torch.split)

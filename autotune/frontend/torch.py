@@ -31,6 +31,7 @@ from autotune.frontend.layouts import (
     channel_concats,
     channel_splits,
     check_layout_mode,
+    concat_parts,
     default_layouts,
 )
 from autotune.frontend.precision import (
@@ -359,7 +360,6 @@ def _channelwise(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match
     return None
 
 
-_CAT_FUNCS = (torch.cat, torch.concat, torch.concatenate)
 _SHUFFLE_FUNCS = (F.channel_shuffle, torch.channel_shuffle)
 _RESHAPES = ("view", "reshape")
 
@@ -370,21 +370,16 @@ def _shuffle(node: fx.Node, modules: dict[str, nn.Module]) -> Optional[Match]:
     ``nn.ChannelShuffle``, ``F.channel_shuffle``, or ShuffleNet's view(N, g, C/g, H, W),
     transpose(1, 2), contiguous, view(N, C, H, W) (the size arithmetic between them
     included); None for another node."""
-    if node.op != "call_function" or node.target not in _CAT_FUNCS:
-        return None
-    parts = node.args[0] if node.args else node.kwargs.get("tensors")
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    out = _shape(node)
-    if dim not in (1, -3) or not isinstance(parts, (list, tuple)) or out is None or \
-            len(out) != 4 or not 2 <= len(parts) <= MAX_SHUFFLE_GROUPS or \
-            not all(isinstance(p, fx.Node) and _shape(p) == _shape(parts[0]) and
-                    meta_dtype(p) == torch.float32 for p in parts):
+    parts = concat_parts(node)
+    if parts is None or not 2 <= len(parts) <= MAX_SHUFFLE_GROUPS or \
+            not all(_shape(p) == _shape(parts[0]) and meta_dtype(p) == torch.float32
+                    for p in parts):
         return None
     last = _shuffle_end(node, len(parts), modules)
     group = _closed_group(node, last) if last is not None else None
     if group is None:
         return None
-    n, c, h, w = out
+    n, c, h, w = _shape(node)  # type: ignore[misc]
     wl = _workload("channel_shuffle", [], dict(N=n, C=c, H=h, W=w, groups=len(parts)))
     return Match(wl, group, tuple(p.name for p in parts), (), "shuffle", _place(last))
 

@@ -41,8 +41,9 @@ def default_values(wl: Workload, target: Target, knobs: list[Any]) -> dict[str, 
 
 
 def schedule(wl: Workload, target: Target, cfg: Config) -> Schedule:
-    s = shuffle_graph(wl).schedule()
-    st = s[shuffle_graph(wl).output]
+    g = shuffle_graph(wl)
+    s = g.schedule()
+    st = s[g.output]
     n, c, y, x, *ci = st.axis
     c0, c1 = st.tile(c, cfg["tile_c"])
     st.reorder(n, c0, y, c1, x, *ci)
