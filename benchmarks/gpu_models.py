@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 COLUMNS = ("eager", "compile", "max-autotune", "autotune", "autotune+graphs")
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+MODELS = ("resnet18", "resnet50", "mobilenetv2")
 
 
 # --- the models (torchvision's architectures, without torchvision) ------------------------
@@ -141,6 +142,7 @@ class Job:
     db: str
     torch_layout: str
     layout: str = "auto"  # autotune's: "auto" runs Hopper's convs NHWC on channels_last
+    verbose: bool = False  # max-autotune's per-choice tables (hundreds of lines a model)
 
 
 def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
@@ -163,6 +165,9 @@ def _prepare(job: Job) -> tuple[Callable[[], Any], Any, Any, dict[str, float]]:
     if job.column == "eager":
         module = model
     elif job.column in ("compile", "max-autotune"):
+        if not job.verbose:
+            import torch._inductor.select_algorithm as select_algorithm
+            select_algorithm.PRINT_AUTOTUNE = False
         module = torch.compile(model, mode=None if job.column == "compile" else job.column)
     else:
         with warnings.catch_warnings():
@@ -300,11 +305,23 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     workers: dict[str, Any] = {}
     for col in args.columns:
         parent, child = ctx.Pipe()
-        job = Job(name, dtype, batch, col, target.key, args.db, args.torch_layout, args.layout)
+        job = Job(name, dtype, batch, col, target.key, args.db, args.torch_layout, args.layout,
+                  args.verbose)
         # not daemonic: torch.compile starts compile workers of its own
         proc = ctx.Process(target=_worker, args=(child, job))
         proc.start()
         workers[col] = (proc, parent)
+    try:
+        return _time_columns(name, dtype, batch, args, workers)
+    finally:  # interrupted (Ctrl-C, timeout): no column outlives the run
+        for proc, _ in workers.values():
+            if proc.is_alive():
+                _end(proc)
+
+
+def _time_columns(name: str, dtype: str, batch: int, args: argparse.Namespace,
+                  workers: dict[str, Any]) -> Result:
+    """Wait for the columns to be ready, time them in interleaved rounds, print the table."""
     notes, outputs = [], {}
     deadline = time.monotonic() + (args.prepare_timeout or float("inf"))
     for col, (proc, conn) in list(workers.items()):
@@ -341,9 +358,10 @@ def run_one(name: str, dtype: str, batch: int, args: argparse.Namespace, target:
     if not args.no_breakdown and "autotune" in workers:
         workers["autotune"][1].send(("breakdown", 20, 3))
         rows = workers["autotune"][1].recv()
-    for proc, conn in workers.values():
+    for proc, conn in list(workers.values()):
         conn.send(("stop",))
         proc.join(timeout=60)
+    workers.clear()
     result = Result(name, dtype, batch, times, notes)
     print_result(result, rows)
     return result
@@ -408,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.gpu import seconds
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", default="resnet18,resnet50,mobilenetv2")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"models, comma-separated ({', '.join(MODELS)})")
     parser.add_argument("--dtypes", default="float32,float16",
                         help="dtypes, comma-separated (float32, float16, bfloat16)")
     parser.add_argument("--batch", default="1,8", help="batch sizes, comma-separated")
@@ -443,6 +462,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--columns: unknown {sorted(unknown)}; expected {', '.join(COLUMNS)}")
     args.budgets = [int(b) for b in args.trials.split(",") if b.strip()]
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = set(args.models) - set(MODELS)
+    if unknown or not args.models:
+        parser.error(f"--models: unknown {sorted(unknown)}; expected some of {', '.join(MODELS)}")
+    args.dtypes = [d for d in args.dtypes.split(",") if d]
+    unknown = set(args.dtypes) - set(SHORT)
+    if unknown or not args.dtypes:
+        parser.error(f"--dtypes: unknown {sorted(unknown)}; expected some of {', '.join(SHORT)}")
+    try:
+        args.batch = [int(b) for b in args.batch.split(",") if b]
+    except ValueError:
+        parser.error(f"--batch: {args.batch!r} is not a list of whole numbers")
+    if not args.batch or not all(1 <= b <= 256 for b in args.batch):
+        parser.error(f"--batch: {args.batch}; expected sizes from 1 to 256")
 
     import torch
 
@@ -460,17 +493,29 @@ def main(argv: list[str] | None = None) -> int:
           f"torch layout {args.torch_layout}; autotune layout {args.layout}; "
           f"{args.rounds} interleaved rounds of "
           f"{args.repeat} synchronised calls; columns in processes of their own", flush=True)
-    results = []
-    for dtype in args.dtypes.split(","):
-        layout = args.torch_layout
-        if layout == "auto":
-            layout = "contiguous" if dtype == "float32" else "channels_last"
-        args_dtype = argparse.Namespace(**{**vars(args), "torch_layout": layout})
-        for name in args.models.split(","):
-            for batch in (int(b) for b in args.batch.split(",")):
-                results.append(run_one(name, dtype, batch, args_dtype, target))
+    results: list[Result] = []
+    code = run_all(args, target, results)
     print_summary(results, target)
     print(gpu_description())  # the clocks after the load
+    return code
+
+
+def run_all(args: argparse.Namespace, target: Any, results: list[Result]) -> int:
+    """Every model, dtype and batch into ``results``: 0, or 130 when interrupted (a timeout's
+    SIGINT, Ctrl-C), with the rows finished until then kept for the summary."""
+    try:
+        for dtype in args.dtypes:
+            layout = args.torch_layout
+            if layout == "auto":
+                layout = "contiguous" if dtype == "float32" else "channels_last"
+            args_dtype = argparse.Namespace(**{**vars(args), "torch_layout": layout})
+            for name in args.models:
+                for batch in args.batch:
+                    results.append(run_one(name, dtype, batch, args_dtype, target))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the summary holds the {len(results)} finished rows",
+              file=sys.stderr, flush=True)
+        return 130
     return 0
 
 

@@ -87,3 +87,37 @@ def test_prepare_timeout_must_be_positive():
     out = subprocess.run([sys.executable, "benchmarks/gpu_models.py", "--prepare-timeout", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--prepare-timeout: 0 s; expected a positive" in out.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "mobilenet_v2"], "--models: unknown ['mobilenet_v2']"),
+    (["--dtypes", "float64"], "--dtypes: unknown ['float64']"),
+    (["--batch", "1,x"], "--batch: '1,x' is not a list of whole numbers"),
+    (["--batch", "0"], "--batch: [0]; expected sizes from 1 to 256"),
+])
+def test_bad_arguments_are_named_before_any_work(argv, message):
+    out = subprocess.run([sys.executable, "benchmarks/gpu_models.py", *argv], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_an_interrupted_run_keeps_its_finished_rows(monkeypatch, capsys):
+    import argparse
+
+    import benchmarks.gpu_models as bench
+
+    done = []
+
+    def run_one(name, dtype, batch, args, target):
+        if len(done) == 2:  # a timeout's SIGINT in the third row
+            raise KeyboardInterrupt
+        done.append(bench.Result(name, dtype, batch, {"eager": [1e-3]}, []))
+        return done[-1]
+
+    monkeypatch.setattr(bench, "run_one", run_one)
+    args = argparse.Namespace(dtypes=["float16"], models=["resnet18", "resnet50", "mobilenetv2"],
+                              batch=[1], torch_layout="auto")
+    results: list = []
+    assert bench.run_all(args, None, results) == 130
+    assert results == done and [r.model for r in results] == ["resnet18", "resnet50"]
+    assert "the summary holds the 2 finished rows" in capsys.readouterr().err
