@@ -43,16 +43,19 @@ def tail_use(extent: int, factor: int) -> float:
     return extent / (-(-extent // factor) * factor)
 
 
-def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int, float]]) -> T:
+def register_tile(facts: CpuFacts, options: Iterable[tuple[T, int, int, float]],
+                  budget: int | None = None) -> T:
     """BLIS-style micro-tile: of ``(value, rows, columns, used)`` options (an accumulator of
     rows x ceil(columns/lanes) vector registers, reloading one row of vectors and
     broadcasting one operand per step; ``used``: the share of the tiled loops that is real
     work, below 1 with a tail) the one with the most useful vectors (rows x columns / lanes
-    x used) within 3/4 of the registers, with no spill and rows of whole vectors (or of one
-    partial vector); then with the least wasted load work (a partial vector loads in
-    power-of-two pieces: 12 floats are 8 + 4); then closest in shape to (budget/2 rows x 2
-    vectors): 6 x 16 floats on AVX2 (16 registers), 12 x 32 on AVX-512."""
-    budget = 3 * facts.vector_registers // 4
+    x used) within ``budget`` accumulator registers (3/4 of them by default), with no spill
+    and rows of whole vectors (or of one partial vector); then with the least wasted load
+    work (a partial vector loads in power-of-two pieces: 12 floats are 8 + 4); then closest
+    in shape to (budget/2 rows x 2 vectors): 6 x 16 floats on AVX2 (16 registers), 12 x 32
+    on AVX-512."""
+    if budget is None:
+        budget = 3 * facts.vector_registers // 4
     ratio = budget / 4  # rows per vector of the ideal (budget/2) x 2 tile
     lanes = facts.lanes
 

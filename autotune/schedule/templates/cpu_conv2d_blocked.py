@@ -46,6 +46,16 @@ MAX_TASK_ACCUMULATOR = 16 * 1024  # 64 KiB
 # an image of at most this many output pixels has few to spend each weight on (see
 # default_values)
 FEW_PIXELS = 256
+# The most accumulator registers the default's tile may hold (beside `register_tile`'s 3/4
+# of the registers). On a 2-core Rocket Lake (32 registers) every blocked conv whose
+# default filled 24 ran slower than with the next tile down (18-21), while the matmul's 24
+# beat 16 on ViT's layers: Inception-V3's 768 -> 192 1x1, 7x1 and 1x7 convs at 12x12
+# 1.34-1.50x, its 288 -> 384 3x3 1.42x, its 64 -> 80 1x1 at 54x54 2.5-5.6x, SqueezeNet
+# 1.0's 3x3 and 1x1 convs at 54x54 1.6-3.8x; the models 1.16x (Inception-V3) and 1.25x
+# (SqueezeNet 1.0) faster, ResNets unchanged (16). Compiled for Haswell (16 registers, 12 -> 11) on
+# that host the 14x14 1x1 convs of MobileNet-V2 and GoogLeNet lost up to 16%, so 3/4 of
+# 16 stays.
+MAX_ACCUMULATORS = 22
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
@@ -136,7 +146,8 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
                                         * tail_use(tile_y.extent, y) * tail_use(tile_x.extent, x))
                                        for k in innermost_factors(tile_k)
                                        for y in innermost_factors(tile_y)
-                                       for x in innermost_factors(tile_x)])
+                                       for x in innermost_factors(tile_x)],
+                               budget=min(3 * facts.vector_registers // 4, MAX_ACCUMULATORS))
     panel = R * S * bi * (k2 * b + (y2 + R - 1) * (x2 + S - 1)) * 4  # one channel block's
     rc1 = fit_count(facts.l1d // 2, panel, C // bi)
     k1 = fit_count(facts.l2 // 2, k2 * b * C * R * S * 4, tile_k.extent // k2)
