@@ -461,7 +461,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.columns) - set(COLUMNS)
     if unknown:
         parser.error(f"--columns: unknown {sorted(unknown)}; expected {', '.join(COLUMNS)}")
-    args.budgets = [int(b) for b in args.trials.split(",") if b.strip()]
+    try:
+        args.budgets = [int(b) for b in args.trials.split(",") if b.strip()]
+    except ValueError:
+        parser.error(f"--trials: {args.trials!r} is not a list of whole numbers")
+    if not all(0 <= b <= 100_000 for b in args.budgets):
+        parser.error(f"--trials: {args.budgets}; expected budgets from 0 to 100000")
+    if not (1 <= args.repeat <= 10_000 and 1 <= args.rounds <= 1_000):
+        parser.error(f"--repeat {args.repeat}, --rounds {args.rounds}: expected 1-10000 calls "
+                     "per round and 1-1000 rounds")
     args.models = [m for m in args.models.split(",") if m]
     unknown = set(args.models) - set(MODELS)
     if unknown or not args.models:

@@ -94,6 +94,8 @@ def test_prepare_timeout_must_be_positive():
     (["--dtypes", "float64"], "--dtypes: unknown ['float64']"),
     (["--batch", "1,x"], "--batch: '1,x' is not a list of whole numbers"),
     (["--batch", "0"], "--batch: [0]; expected sizes from 1 to 256"),
+    (["--trials", "-1"], "--trials: [-1]; expected budgets from 0 to 100000"),
+    (["--rounds", "0"], "--rounds 0: expected"),
 ])
 def test_bad_arguments_are_named_before_any_work(argv, message):
     out = subprocess.run([sys.executable, "benchmarks/gpu_models.py", *argv], cwd=REPO,
