@@ -10,8 +10,9 @@ tensors), with cudnn.benchmark on throughout. torch is timed in processes of its
 per column: timed in the process that runs pycuda's kernels, cuDNN ran convs up to 1.6x
 slower. Needs a GPU with pycuda (the 'cuda' extra) and nvcc; torch is optional (its columns
 show n/a). Without a GPU it says why and exits with status 2. With ``--budget S`` it starts
-no workload that would likely end past S seconds (judged by the longest one so far) and
-names the ones it left out, so a capped run ends on a complete table.
+no workload that would likely end past S seconds (judged by the longest of its op so far,
+an op not yet run by the quickest workload) and names the ones it left out, so a capped run
+ends on a complete table.
 
     .venv/bin/python benchmarks/gpu.py [--trials 500] [--arch sm_90] [--only matmul] [--db URL]
                                        [--dtype float32|float16|bfloat16] [--budget S]
@@ -243,21 +244,27 @@ def seconds(text: str) -> float:
 
 @dataclass
 class Budget:
-    """Seconds a run may take, from its start: another workload starts only while what is
-    left covers the longest one so far (None: no limit)."""
+    """Seconds a run may take, from its start (None: no limit): a workload starts only while
+    what is left covers the longest of its kind so far (an op not yet run: the quickest
+    workload so far), so one large matmul does not keep the convs after it from running."""
     seconds: Optional[float]
     clock: Callable[[], float] = time.monotonic
     start: float = field(init=False)
-    longest: float = field(init=False, default=0.0)
+    longest: dict[str, float] = field(init=False, default_factory=dict)
+    quickest: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.start = self.clock()
 
-    def allows_another(self) -> bool:
-        return self.seconds is None or self.start + self.seconds - self.clock() > self.longest
+    def allows_another(self, kind: str = "") -> bool:
+        if self.seconds is None:
+            return True
+        expected = self.longest.get(kind, self.quickest)
+        return self.start + self.seconds - self.clock() > expected
 
-    def took(self, seconds: float) -> None:
-        self.longest = max(self.longest, seconds)
+    def took(self, seconds: float, kind: str = "") -> None:
+        self.quickest = min(self.quickest, seconds) if self.longest else seconds
+        self.longest[kind] = max(self.longest.get(kind, 0.0), seconds)
 
 
 def _cols(ours: Optional[float], theirs: Optional[float]) -> str:
@@ -317,7 +324,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{'workload':45} {'autotune ' + unit:>17} {heads}")
         left_out = []
         for case in chosen:
-            if not budget.allows_another():
+            if not budget.allows_another(case.workload.op):
                 left_out.append(case.label)
                 continue
             t0 = time.monotonic()
@@ -325,7 +332,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             cols = " ".join(_cols(ours, _rate(case.workload, base[m][case.label], scale))
                             for m in modes)
             print(f"{case.label:45} {ours or 0.0:17.1f} {cols}", flush=True)
-            budget.took(time.monotonic() - t0)
+            budget.took(time.monotonic() - t0, case.workload.op)
     if left_out:
         print(f"not run within the {args.budget:g} s budget: {', '.join(left_out)}")
     return 0

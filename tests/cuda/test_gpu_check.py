@@ -121,6 +121,18 @@ def test_gpu_benchmark_budget_starts_a_workload_only_if_the_longest_so_far_fits(
     budget.took(25)      # 15 s left, the longest 25: none may
     assert not budget.allows_another()
     assert bench.Budget(None, clock=lambda: 1e9).allows_another()
+    # by op: a long matmul (8192^3 took the H100 run's budget) does not keep a conv out
+    budget = bench.Budget(100, clock=lambda: now[0])
+    now[0] += 10
+    budget.took(10, "matmul")
+    now[0] += 60
+    budget.took(60, "matmul")  # 30 s left: no other matmul of up to 60 s fits
+    assert not budget.allows_another("matmul")
+    assert budget.allows_another("conv2d")  # judged by the quickest so far, 10 s
+    now[0] += 12
+    budget.took(12, "conv2d")
+    now[0] += 7                # 11 s left
+    assert not budget.allows_another("conv2d") and not budget.allows_another("matmul")
     out = subprocess.run([sys.executable, "benchmarks/gpu.py", "--budget", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--budget: 0 s; expected a positive" in out.stderr
