@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from autotune.frontend.attention import split_attention
 from autotune.frontend.layouts import (
     channel_concats,
     channel_splits,
@@ -79,6 +80,7 @@ def trace(model: nn.Module, example_inputs: Sequence[torch.Tensor]) -> fx.GraphM
     except Exception as exc:  # data-dependent control flow and the like
         raise ValueError(f"cannot trace {type(model).__name__} with torch.fx: {exc}") from exc
     drop_identities(gm)
+    split_attention(gm)  # its projections then match as matmul kernels
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     return gm
