@@ -15,6 +15,7 @@ the ops autotune has no kernel for.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -23,6 +24,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.api import SETTINGS_DB
+from autotune.frontend.attention import attend
 from autotune.frontend.inductor import check_rest_mode
 from autotune.frontend.runtime import compile_graph
 from autotune.frontend.torch import drop_identities
@@ -33,6 +35,12 @@ _CONVS = (torch.conv2d, F.conv2d)
 _CONV_ARGS = ("weight", "bias", "stride", "padding", "dilation", "groups")
 _BN_ARGS = ("running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
 _LINEAR_ARGS = ("weight", "bias")
+# F.multi_head_attention_forward's parameters in order
+_MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight",
+             "in_proj_bias", "bias_k", "bias_v", "add_zero_attn", "dropout_p",
+             "out_proj_weight", "out_proj_bias", "training", "key_padding_mask", "need_weights",
+             "attn_mask", "use_separate_proj_weight", "q_proj_weight", "k_proj_weight",
+             "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal")
 
 
 def autotune_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -57,7 +65,8 @@ def autotune_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
 def modularize(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:
     """Replace, in place, each ``conv2d``, ``batch_norm`` (inference) and ``linear`` call
     whose weights are the model's parameters or buffers (graph inputs) by a call of an
-    eval-mode module holding their values. Returns how many were replaced."""
+    eval-mode module holding their values, and split a plain self-attention call into two
+    such projections around `attend`. Returns how many modules were added."""
     state = {n: x for n, x in zip((n for n in gm.graph.nodes if n.op == "placeholder"),
                                   example_inputs) if _is_state(n, x)}
     count = 0
@@ -71,6 +80,9 @@ def modularize(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:
             module = _batchnorm(_arguments(node, _BN_ARGS), state)
         elif node.target is F.linear:
             module = _linear(_arguments(node, _LINEAR_ARGS), state)
+        elif node.target is F.multi_head_attention_forward:
+            count += _split_attention(gm, node, state, count)
+            continue
         if module is None:
             continue
         name = f"autotune_module_{count}"
@@ -83,6 +95,44 @@ def modularize(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> int:
         count += 1
     gm.recompile()
     return count
+
+
+def _split_attention(gm: fx.GraphModule, node: fx.Node, state: dict[fx.Node, torch.Tensor],
+                     count: int) -> int:
+    """Split a plain self-attention call (as `attention.split_attention` does for the
+    module, dynamo having traced into it) into its projections, modules holding their
+    weights, and `attend` between them; returns the modules added (0: left whole)."""
+    given = {**dict(zip(_MHA_ARGS, node.args)), **node.kwargs}
+    query = given.get("query")
+    plain = isinstance(query, fx.Node) and given.get("key") is query and \
+        given.get("value") is query and not given.get("training", True) and \
+        all(given.get(n) is None for n in ("bias_k", "bias_v", "key_padding_mask",
+                                             "attn_mask", "static_k", "static_v")) and \
+        not any(given.get(n, False) for n in ("add_zero_attn", "use_separate_proj_weight",
+                                              "is_causal")) and \
+        bool(node.users) and all(
+            u.op == "call_function" and u.target is operator.getitem and
+            (u.args[1:] == (0,) or (u.args[1:] == (1,) and not u.users)) for u in node.users)
+    if not plain or not _constant(given, state, "in_proj_weight", "in_proj_bias",
+                                  "out_proj_weight", "out_proj_bias"):
+        return 0
+    projections = [_linear({"weight": given.get(f"{p}_weight"), "bias": given.get(f"{p}_bias")},
+                           state) for p in ("in_proj", "out_proj")]
+    if projections[0] is None or projections[1] is None:
+        return 0
+    names = [f"autotune_module_{count}", f"autotune_module_{count + 1}"]
+    for name, module in zip(names, projections):
+        gm.add_submodule(name, module.eval())
+    with gm.graph.inserting_before(node):  # dynamo's call takes (L, N, E)
+        qkv = gm.graph.call_module(names[0], (query,))
+        heads = gm.graph.call_function(attend, (qkv, int(given["num_heads"]), False))
+        out = gm.graph.call_module(names[1], (heads,))
+    for user in list(node.users):
+        if user.args[1] == 0:
+            user.replace_all_uses_with(out)
+        gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
+    return 2
 
 
 def _ndim(arg: Any) -> int:

@@ -98,3 +98,35 @@ def test_split_counts_each_call_and_keeps_the_module_weights() -> None:
     x = _input(True)
     with torch.no_grad():
         torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_torch_compile_backend_splits_the_attention_dynamo_traced_into(batch_first: bool
+                                                                       ) -> None:
+    """dynamo records F.multi_head_attention_forward with the weights as graph inputs:
+    modularize gives both projections modules (matmul kernels) and matches eager."""
+    import torch._dynamo
+
+    from autotune.frontend.dynamo import modularize
+
+    model, x = Block(batch_first).eval(), _input(batch_first)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        count = modularize(gm, example_inputs)
+        graphs.append((gm, count))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    (gm, count), = graphs
+    assert count == 3  # the in- and out-projections and the block's fc
+    assert not any(n.target is torch.nn.functional.multi_head_attention_forward
+                   for n in gm.graph.nodes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = torch.compile(model, backend="autotune")
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
