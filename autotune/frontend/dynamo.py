@@ -113,15 +113,16 @@ def _split_attention(gm: fx.GraphModule, node: fx.Node, state: dict[fx.Node, tor
         bool(node.users) and all(
             u.op == "call_function" and u.target is operator.getitem and
             (u.args[1:] == (0,) or (u.args[1:] == (1,) and not u.users)) for u in node.users)
-    if not plain or not _constant(given, state, "in_proj_weight", "in_proj_bias",
-                                  "out_proj_weight", "out_proj_bias"):
-        return 0
-    projections = [_linear({"weight": given.get(f"{p}_weight"), "bias": given.get(f"{p}_bias")},
-                           state) for p in ("in_proj", "out_proj")]
-    if projections[0] is None or projections[1] is None:
+    if not plain or given.get("in_proj_weight") is None or \
+            given.get("out_proj_weight") is None or \
+            not _constant(given, state, "in_proj_weight", "in_proj_bias", "out_proj_weight",
+                          "out_proj_bias"):
         return 0
     names = [f"autotune_module_{count}", f"autotune_module_{count + 1}"]
-    for name, module in zip(names, projections):
+    for name, part in zip(names, ("in_proj", "out_proj")):
+        module = _linear({"weight": given[f"{part}_weight"], "bias": given.get(f"{part}_bias")},
+                         state)
+        assert module is not None  # both weights are constants (checked above)
         gm.add_submodule(name, module.eval())
     with gm.graph.inserting_before(node):  # dynamo's call takes (L, N, E)
         qkv = gm.graph.call_module(names[0], (query,))
