@@ -52,9 +52,9 @@ FEW_PIXELS = 256
 # beat 16 on ViT's layers: Inception-V3's 768 -> 192 1x1, 7x1 and 1x7 convs at 12x12
 # 1.34-1.50x, its 288 -> 384 3x3 1.42x, its 64 -> 80 1x1 at 54x54 2.5-5.6x, SqueezeNet
 # 1.0's 3x3 and 1x1 convs at 54x54 1.6-3.8x; the models 1.16x (Inception-V3) and 1.25x
-# (SqueezeNet 1.0) faster, ResNets unchanged (16). Compiled for Haswell (16 registers, 12 -> 11) on
-# that host the 14x14 1x1 convs of MobileNet-V2 and GoogLeNet lost up to 16%, so 3/4 of
-# 16 stays.
+# (SqueezeNet 1.0) faster, ResNets unchanged (16). Compiled for Haswell (16 registers,
+# 12 -> 11) on that host, the 14x14 1x1 convs of MobileNet-V2 and GoogLeNet lost up to
+# 16%, so 3/4 of 16 stays.
 MAX_ACCUMULATORS = 22
 
 

@@ -30,9 +30,6 @@ from autotune.space import Annotate, Choice, Config, ConfigSpace, Knob, Reorder,
 from autotune.target import Target
 from autotune.target.cpu_facts import CpuFacts, facts_of
 
-# A packed where the row tiles overhang M, as well: the packed panels are padded, so a
-# micro-tile reads no guarded row (PACK_A_TAIL; see default_values)
-PACK_A_TAIL = True
 ORDERS = [("i0", "j0", "i1", "j1"), ("i0", "j0", "j1", "i1"),
           ("j0", "i0", "i1", "j1"), ("j0", "i0", "j1", "i1")]
 
@@ -98,7 +95,9 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         "tile_k": nearest_split(tile_k, (fit_count(64, fmas, 16),)),
         "order": order,
         "pack_b": M > mr,
-        "pack_a": mr * K * 4 > facts.l1d or (PACK_A_TAIL and math.prod(ti) > M),
+        # the packed panels are padded: where the row tiles overhang M, no micro-tile then
+        # reads a guarded row
+        "pack_a": mr * K * 4 > facts.l1d or math.prod(ti) > M,
         "unroll_k": "unroll",
         "reduce_order": "k0 k1 i j",
         "vector_bits": facts.vector_bits,
