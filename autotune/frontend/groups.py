@@ -23,10 +23,10 @@ ModuleMaker = Callable[[Match, Sequence[tuple[int, ...]], tuple[int, ...], dict[
 
 
 class KernelGroup(nn.Module):
-    """One matched group (conv+BN(+residual add)+ReLU/ReLU6, linear+ReLU/ReLU6, matmul,
-    max-pool, global average pool, channel gate, batch norm+activation) of a compiled
-    model: what its kernel
-    computes, and the same on torch (``forward_torch``)."""
+    """One matched group (conv+BN(+residual add)+activation, linear(+residual add)
+    +activation, matmul, max-pool, global average pool, channel gate, batch
+    norm+activation) of a compiled model: what its kernel computes, and the same on torch
+    (``forward_torch``)."""
 
     def __init__(self, match: Match, in_shapes: Sequence[tuple[int, ...]],
                  out_shape: tuple[int, ...], conv_args: dict[str, Any]) -> None:

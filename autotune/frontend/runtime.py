@@ -103,8 +103,11 @@ class KernelModule(KernelGroup):
                 self._call(*ptrs)
                 return out
         arrays = [x.contiguous().numpy() for x in xs]  # views: contiguous() is x itself here
-        if self.kind == "linear":
-            arrays[0] = arrays[0].reshape(self.workload.arg_specs[0].shape)
+        if self.kind == "linear":  # the input and a residual, flattened to rows
+            specs = self.workload.arg_specs
+            rest = specs[1 + len(self.kernel_params):]
+            arrays = [arrays[0].reshape(specs[0].shape),
+                      *(a.reshape(spec.shape) for a, spec in zip(arrays[1:], rest))]
         elif self.kind == "matmul":
             arrays = [a.reshape(spec.shape) for a, spec in zip(arrays, self.workload.arg_specs)]
         self.kernel(arrays[0], *self.kernel_params, *arrays[1:],

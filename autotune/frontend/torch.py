@@ -253,7 +253,7 @@ def _match(node: fx.Node, modules: dict[str, nn.Module], claimed: set[str]
         if isinstance(mod, nn.Conv2d):
             return _conv(node, mod, modules, claimed)
         if isinstance(mod, nn.Linear):
-            return _linear(node, mod, modules)
+            return _linear(node, mod, modules, claimed)
         if isinstance(mod, _OTHER_CONVS):
             raise _Unsupported(type(mod).__name__.lower(), f"{type(mod).__name__}: no such "
                                f"operator in autotune.ops")
@@ -666,23 +666,31 @@ def _bn_affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, beta - mean * scale
 
 
-def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module]) -> Match:
+def _linear(node: fx.Node, lin: nn.Linear, modules: dict[str, nn.Module], claimed: set[str]
+            ) -> Match:
     shape = _shape(node.args[0])
     if shape is None or len(shape) < 1:
         raise _Unsupported("linear", f"input shape {shape}")
     dtype, cast = _dtype(node, "linear")
     nodes = [node]
     after = _user(node)
+    # an add of a tensor of the output's shape (a transformer's x + proj(...)), as a conv's
+    identity = _residual(after, node, claimed)
+    if after is not None and identity is not None:
+        nodes.append(after)
+        after = _user(after)
     act = _activation(after, modules)
     if after is not None and act is not None:
         nodes.append(after)
     bias = lin.bias is not None
-    epilogue = (["bias"] if bias else []) + ([act] if act else [])
+    epilogue = ((["bias"] if bias else []) + (["residual"] if identity else [])
+                + ([act] if act else []))
     wl = _workload("matmul", epilogue, dict(M=prod(shape[:-1]), N=lin.out_features,
                                              K=lin.in_features), dtype)
     consts = (stored(lin.weight.t(), dtype),) + ((stored(lin.bias, dtype),) if bias else ())
-    return Match(wl, tuple(x.name for x in nodes), (_input(node, 0, "linear").name,), consts,
-                 "linear", _place(node), cast)
+    inputs = (_input(node, 0, "linear").name,) + ((identity.name,) if identity else ())
+    return Match(wl, tuple(x.name for x in nodes), inputs, consts, "linear", _place(node),
+                 cast)
 
 
 def _matmul(node: fx.Node) -> Match:

@@ -67,9 +67,10 @@ def _check(model: nn.Module, x: torch.Tensor) -> list[str]:
 @pytest.mark.parametrize("how", ["plain", "weights kept"])
 def test_self_attention_projections_run_as_matmul_kernels(batch_first: bool, how: str) -> None:
     workloads = _check(Block(batch_first, how), _input(batch_first))
-    # the input projection (E -> 3E) and the output one (E -> E), beside the block's fc
+    # the input projection (E -> 3E) and the output one (E -> E, the block's x + a fused as
+    # its residual), beside the block's fc
     assert f"matmul(M={N * L},N={3 * E},K={E})+bias prepacked" in workloads
-    assert f"matmul(M={N * L},N={E},K={E})+bias prepacked" in workloads
+    assert f"matmul(M={N * L},N={E},K={E})+bias+residual prepacked" in workloads
 
 
 @pytest.mark.parametrize("how", ["mask", "cross", "weights read"])
@@ -130,3 +131,37 @@ def test_torch_compile_backend_splits_the_attention_dynamo_traced_into(batch_fir
         compiled = torch.compile(model, backend="autotune")
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class Mlp(nn.Module):
+    """A transformer's MLP half: x + fc2(gelu(fc1(x))), on (N, L, E) tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(E, 4 * E), nn.Linear(4 * E, E)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(nn.functional.gelu(self.fc1(x)))
+
+
+def test_a_linear_takes_the_add_after_it_as_its_residual() -> None:
+    """x + fc2(...) is one kernel (matmul + bias + residual, the tokens flattened to rows);
+    it matches eager through the plan and through the module's copying path (inputs the
+    kernel cannot take in place: misaligned)."""
+    from autotune.frontend.runtime import kernel_modules
+
+    model, x = Mlp().eval(), _input(True)
+    workloads = _check(model, x)
+    assert workloads == [f"matmul(M={N * L},N={4 * E},K={E})+bias+gelu prepacked",
+                         f"matmul(M={N * L},N={E},K={4 * E})+bias+residual prepacked"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, x)
+    fc2 = [m for m in kernel_modules(compiled) if "residual" in m.workload.epilogue]
+    assert len(fc2) == 1
+    h = torch.randn(N, L, 4 * E)
+    misaligned = torch.empty(x.numel() + 1)[1:].view(x.shape).copy_(x)
+    with torch.no_grad():
+        want = x + model.fc2(h)
+        torch.testing.assert_close(fc2[0](h, misaligned), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fc2[0](h, x), want, rtol=1e-5, atol=1e-5)
