@@ -13,10 +13,12 @@ mode, and only the output read (the weights, if taken apart, unread).
 from __future__ import annotations
 
 import operator
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.nn.utils import skip_init
 
 _MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
              "average_attn_weights", "is_causal")
@@ -43,22 +45,16 @@ def split_attention(gm: fx.GraphModule) -> int:
         mha = modules.get(str(node.target)) if node.op == "call_module" else None
         if not isinstance(mha, nn.MultiheadAttention) or not _plain(node, mha):
             continue
-        proj = nn.Linear(mha.embed_dim, 3 * mha.embed_dim, bias=mha.in_proj_bias is not None,
-                         device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)
+        proj = skip_init(nn.Linear, mha.embed_dim, 3 * mha.embed_dim,
+                         bias=mha.in_proj_bias is not None, device=mha.in_proj_weight.device,
+                         dtype=mha.in_proj_weight.dtype)
         proj.weight = mha.in_proj_weight
         if mha.in_proj_bias is not None:
             proj.bias = mha.in_proj_bias
         name = f"{node.target}.autotune_in_proj"
         gm.add_submodule(name, proj.eval())
-        with gm.graph.inserting_before(node):
-            qkv = gm.graph.call_module(name, (_arguments(node)["query"],))
-            heads = gm.graph.call_function(attend, (qkv, mha.num_heads, mha.batch_first))
-            out = gm.graph.call_module(f"{node.target}.out_proj", (heads,))
-        for user in list(node.users):  # the output's reads; an unread weights' getitem
-            if user.args[1] == 0:
-                user.replace_all_uses_with(out)
-            gm.graph.erase_node(user)
-        gm.graph.erase_node(node)
+        replace_attention(gm, node, _arguments(node)["query"], name, f"{node.target}.out_proj",
+                          mha.num_heads, mha.batch_first)
         count += 1
     if count:
         gm.graph.lint()
@@ -66,22 +62,43 @@ def split_attention(gm: fx.GraphModule) -> int:
     return count
 
 
-def _arguments(node: fx.Node) -> dict[str, object]:
+def self_attention_of(given: dict[str, Any], node: fx.Node) -> Optional[fx.Node]:
+    """The one tensor a call with arguments ``given`` attends over, when it is query, key
+    and value alike, with no masks or causal flag and only its output read (its weights'
+    getitem, if any, unread); else None."""
+    query = given.get("query")
+    if not isinstance(query, fx.Node) or given.get("key") is not query or \
+            given.get("value") is not query or given.get("key_padding_mask") is not None or \
+            given.get("attn_mask") is not None or given.get("is_causal", False):
+        return None
+    read = bool(node.users) and all(
+        u.op == "call_function" and u.target is operator.getitem
+        and (u.args[1:] == (0,) or (u.args[1:] == (1,) and not u.users)) for u in node.users)
+    return query if read else None
+
+
+def replace_attention(gm: fx.GraphModule, node: fx.Node, query: fx.Node, in_proj: str,
+                      out_proj: str, heads: int, batch_first: bool) -> None:
+    """Replace the attention call ``node`` by the modules ``in_proj`` and ``out_proj``
+    around `attend` (its output's readers rewired, an unread weights' getitem dropped)."""
+    with gm.graph.inserting_before(node):
+        qkv = gm.graph.call_module(in_proj, (query,))
+        attended = gm.graph.call_function(attend, (qkv, heads, batch_first))
+        out = gm.graph.call_module(out_proj, (attended,))
+    for user in list(node.users):
+        if user.args[1] == 0:
+            user.replace_all_uses_with(out)
+        gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
+
+
+def _arguments(node: fx.Node) -> dict[str, Any]:
     return {**dict(zip(_MHA_ARGS, node.args)), **node.kwargs}
 
 
 def _plain(node: fx.Node, mha: nn.MultiheadAttention) -> bool:
     """Whether the call is self-attention that `attend` computes exactly, only its output
     read."""
-    given = _arguments(node)
-    query = given.get("query")
-    return (isinstance(query, fx.Node) and given.get("key") is query
-            and given.get("value") is query
-            and given.get("key_padding_mask") is None and given.get("attn_mask") is None
-            and not given.get("is_causal", False)
+    return (self_attention_of(_arguments(node), node) is not None
             and not mha.training and mha._qkv_same_embed_dim and mha.in_proj_weight is not None
-            and mha.bias_k is None and mha.bias_v is None and not mha.add_zero_attn
-            and bool(node.users)
-            and all(u.op == "call_function" and u.target is operator.getitem
-                    and (u.args[1:] == (0,) or (u.args[1:] == (1,) and not u.users))
-                    for u in node.users))
+            and mha.bias_k is None and mha.bias_v is None and not mha.add_zero_attn)

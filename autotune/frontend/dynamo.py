@@ -15,7 +15,6 @@ the ops autotune has no kernel for.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -24,7 +23,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.api import SETTINGS_DB
-from autotune.frontend.attention import attend
+from autotune.frontend.attention import replace_attention, self_attention_of
 from autotune.frontend.inductor import check_rest_mode
 from autotune.frontend.runtime import compile_graph
 from autotune.frontend.torch import drop_identities
@@ -103,18 +102,11 @@ def _split_attention(gm: fx.GraphModule, node: fx.Node, state: dict[fx.Node, tor
     module, dynamo having traced into it) into its projections, modules holding their
     weights, and `attend` between them; returns the modules added (0: left whole)."""
     given = {**dict(zip(_MHA_ARGS, node.args)), **node.kwargs}
-    query = given.get("query")
-    plain = isinstance(query, fx.Node) and given.get("key") is query and \
-        given.get("value") is query and not given.get("training", True) and \
-        all(given.get(n) is None for n in ("bias_k", "bias_v", "key_padding_mask",
-                                             "attn_mask", "static_k", "static_v")) and \
-        not any(given.get(n, False) for n in ("add_zero_attn", "use_separate_proj_weight",
-                                              "is_causal")) and \
-        bool(node.users) and all(
-            u.op == "call_function" and u.target is operator.getitem and
-            (u.args[1:] == (0,) or (u.args[1:] == (1,) and not u.users)) for u in node.users)
-    if not plain or given.get("in_proj_weight") is None or \
-            given.get("out_proj_weight") is None or \
+    query = self_attention_of(given, node)
+    if query is None or given.get("training", True) or \
+            any(given.get(n) is not None for n in ("bias_k", "bias_v", "static_k", "static_v")) \
+            or given.get("add_zero_attn") or given.get("use_separate_proj_weight") or \
+            given.get("in_proj_weight") is None or given.get("out_proj_weight") is None or \
             not _constant(given, state, "in_proj_weight", "in_proj_bias", "out_proj_weight",
                           "out_proj_bias"):
         return 0
@@ -124,15 +116,8 @@ def _split_attention(gm: fx.GraphModule, node: fx.Node, state: dict[fx.Node, tor
                          state)
         assert module is not None  # both weights are constants (checked above)
         gm.add_submodule(name, module.eval())
-    with gm.graph.inserting_before(node):  # dynamo's call takes (L, N, E)
-        qkv = gm.graph.call_module(names[0], (query,))
-        heads = gm.graph.call_function(attend, (qkv, int(given["num_heads"]), False))
-        out = gm.graph.call_module(names[1], (heads,))
-    for user in list(node.users):
-        if user.args[1] == 0:
-            user.replace_all_uses_with(out)
-        gm.graph.erase_node(user)
-    gm.graph.erase_node(node)
+    # dynamo's call takes (L, N, E)
+    replace_attention(gm, node, query, names[0], names[1], int(given["num_heads"]), False)
     return 2
 
 
