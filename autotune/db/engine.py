@@ -1,4 +1,5 @@
-"""Engine construction: SQLite pragmas and transactions, PostgreSQL via psycopg 3."""
+"""Engine construction: SQLite pragmas and transactions, PostgreSQL via psycopg 3 with a
+bound on how long a session may sit idle inside a transaction."""
 from __future__ import annotations
 
 import json
@@ -30,7 +31,9 @@ def make_engine(url: str) -> Engine:
     url = checked_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, json_serializer=_dumps, pool_pre_ping=True)
+        engine = create_engine(url, json_serializer=_dumps, pool_pre_ping=True)
+        _install_postgres_hooks(engine)
+        return engine
 
     database = parsed.database or ""
     in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
@@ -42,6 +45,26 @@ def make_engine(url: str) -> Engine:
     _install_sqlite_hooks(engine, wal=not in_memory,
                           busy_timeout_ms=round(sqlite_busy_timeout_s(parsed) * 1000))
     return engine
+
+
+# A process frozen (SIGSTOP, a hung host, a debugger) between a write and its commit holds its
+# row locks for as long as it is frozen: claimers skip locked rows, so its job would never be
+# taken over however long ago its lease ran out. PostgreSQL ends such a session after this long
+# idle in its transaction (its locks go with it), unless the server, role or URL
+# (``?options=-c idle_in_transaction_session_timeout=...``) already sets a bound.
+IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+
+
+def _install_postgres_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SHOW idle_in_transaction_session_timeout")
+            row = cur.fetchone()
+            if row is not None and row[0] == "0":
+                cur.execute("SET SESSION idle_in_transaction_session_timeout = "
+                            f"'{IDLE_IN_TRANSACTION_TIMEOUT}'")
+        dbapi_conn.commit()  # a SET rolled back with its transaction would be undone
 
 
 def _install_sqlite_hooks(engine: Engine, *, wal: bool, busy_timeout_ms: int) -> None:

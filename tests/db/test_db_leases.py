@@ -201,6 +201,42 @@ def test_concurrent_claimers_never_take_the_same_job(db: Database, db_url: str, 
         assert all(db.get_job(job_id).owner == owner for job_id in out)
 
 
+def _with_options(url: str, options: str) -> str:
+    return sa.engine.make_url(url).update_query_dict({"options": options}).render_as_string(
+        hide_password=False)
+
+
+@pytest.mark.postgres
+def test_a_frozen_holder_of_a_job_row_loses_it_to_the_idle_transaction_bound(
+        fresh_pg_url: str, make) -> None:
+    """An owner frozen between a write and its commit holds the job's row lock: claimers skip
+    the row, so the server must end that session for the job to be taken over."""
+    db = Database(fresh_pg_url)
+    with db.engine.connect() as conn:  # the default bound, where the server sets none
+        assert conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar() \
+            == "1min"
+    frozen = Database(_with_options(fresh_pg_url, "-c idle_in_transaction_session_timeout=2s"))
+    try:
+        job = _job(db, make, owner="elsewhere:4242:aa", lease_s=1.0)
+        conn = frozen.engine.connect()
+        conn.begin()
+        assert conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar() \
+            == "2s"  # a bound the URL sets is kept
+        conn.execute(sa.text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job.id})
+        locked = time.monotonic()
+        assert db.claim_job("host-b:2:bb", LEASE, now=_later(5)) is None  # the row is held
+        taken = _wait(lambda: db.claim_job("host-b:2:bb", LEASE, now=_later(5)), timeout=20)
+        assert taken.id == job.id and taken.owner == "host-b:2:bb"
+        assert time.monotonic() - locked > 1.5  # not before the bound
+        with pytest.raises(sa.exc.DBAPIError):  # the server ended the frozen session
+            conn.execute(sa.text("SELECT 1"))
+        conn.invalidate()
+        conn.close()
+    finally:
+        frozen.dispose()
+        db.dispose()
+
+
 class _Unreachable(Database):
     """A real database whose lease renewals fail, as while the server is unreachable."""
 
