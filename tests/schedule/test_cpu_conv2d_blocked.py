@@ -206,6 +206,11 @@ def test_default_accumulates_over_a_task_only_where_pixels_are_few() -> None:
     few = config_space(wl, autotune.Target("llvm -mcpu=rocketlake -cores=2 "
                                            "-vector-bits=512")).default()
     assert 55 % few["tile_k"][2] != 0 and few["reduce_at"] == "task"
+    # NCHW data (ShuffleNet-V2 x2.0's 488 channels) keeps a register tile's accumulator
+    wl = autotune.workload("conv2d", N=1, C=488, H=14, W=14, K=488, R=1, S=1, stride=1,
+                           pad=0, layout="NCHW>NCHW8c", prepacked=True)
+    assert config_space(wl, autotune.Target("llvm -mcpu=rocketlake -cores=2 "
+                                            "-vector-bits=512")).default()["reduce_at"] == "tile"
     # a whole 56x56 image of 64 channels per task does not fit a worker's stack
     sp, wl = default(56, 64, 64)
     whole = sp.config({**sp.default().to_dict()["knobs"], "reduce_at": "task", "parallel": 1,

@@ -157,7 +157,7 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     reduce_at = "tile"
     pixels = images * wl.out_h * wl.out_w
     fits_l1 = k2 * b * wl.out_h * wl.out_w * 4 <= facts.l1d  # one image's task accumulator
-    if 1 < pixels <= FEW_PIXELS and (tile_k.extent % k2 == 0 or fits_l1) and \
+    if 1 < pixels <= FEW_PIXELS and bi > 1 and (tile_k.extent % k2 == 0 or fits_l1) and \
             images * (tile_k.extent // k2) >= 2 * facts.cores:
         # few pixels per weight (ResNet-50's 14x14 and 7x7 layers): a task per channel
         # tile over the whole image, accumulating over it, so each weight panel is used for
@@ -167,7 +167,10 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
         # the channel tiles leave a tail (guarded inside the task's reduction), only with
         # an accumulator that fits L1: RegNet-Y-16GF's 1232 channels at 14x14 (77 blocks in
         # tiles of 4: 50 KB) took 4.3 ms against 2.0; RegNet-Y-400MF's 440 at 7x7 (6 KB)
-        # 0.10 against 0.17, its 208 -> 440 at 14x14 (25 KB) 0.19 against 0.33.
+        # 0.10 against 0.17, its 208 -> 440 at 14x14 (25 KB) 0.19 against 0.33. Not for
+        # NCHW data (a block of 1: each channel's plane apart): ShuffleNet-V2 x2.0's 1x1
+        # convs of 488 NCHW channels into NCHW8c at 14x14 and 7x7 ran 0.55 against 1.18 ms
+        # and 0.15 against 0.31 with a register tile's accumulator instead.
         tk = nearest_split(tile_k, (1, k2))
         ty = nearest_split(tile_y, (-(-wl.out_h // y2), y2))
         reduce_at = "task"
