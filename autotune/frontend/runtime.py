@@ -46,6 +46,7 @@ from autotune.frontend.layouts import (
     choose_layouts,
     insert_transforms,
 )
+from autotune.frontend.padding import pad_for_target
 from autotune.frontend.plan import plan_model_run
 from autotune.frontend.torch import (
     Match,
@@ -140,7 +141,10 @@ def plan_model(model: nn.Module, example_inputs: Any, *, target: TargetArg = "ll
     """The kernels `compile_model` would build for ``model`` on ``target`` with ``layout``,
     one per workload in graph order, with the configs it would pick; nothing is compiled."""
     tgt = _supported(as_target(target))
-    _, matches = _matches(trace(model, as_tuple(example_inputs)), tgt, db, layout)
+    inputs = as_tuple(example_inputs)
+    gm = trace(model, inputs)
+    pad_for_target(gm, inputs, tgt, check_layout_mode(layout, tgt))
+    _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     places: dict[Workload, list[str]] = {}
     for m in matches:
@@ -184,6 +188,7 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
     tgt = _supported(as_target(target))
     layout = check_layout_mode(layout, tgt)
     rest = check_rest_mode(rest)
+    pad_for_target(gm, inputs, tgt, layout)
     _, matches = _matches(gm, tgt, db, layout)
     configs = _configs(matches, tgt, db)
     if tgt.kind == "cuda":

@@ -35,6 +35,7 @@ from autotune.frontend.layouts import (
     concat_parts,
     default_layouts,
 )
+from autotune.frontend.padding import pad_for_target
 from autotune.frontend.precision import (
     PrecisionError,
     group_dtype,
@@ -160,13 +161,15 @@ def extract(model: nn.Module, example_inputs: Sequence[torch.Tensor], *,
     layers in the blocked layouts it runs without records
     (`autotune.frontend.layouts.default_layouts`)."""
     tgt = _target(target)
-    gm = trace(model, as_tuple(example_inputs))
+    inputs = as_tuple(example_inputs)
+    gm = trace(model, inputs)
+    mode = check_layout_mode(layout, tgt) if tgt is not None and layout != "nchw" else "nchw"
+    if tgt is not None:
+        pad_for_target(gm, inputs, tgt, mode)
     matches, unsupported = match_model(gm, prepack=prepacks(target), pools=runs_pools(target),
                                        target=tgt)
-    if target is not None and layout != "nchw":
-        tgt = target if isinstance(target, Target) else Target(target)
-        if check_layout_mode(layout, tgt) == "auto":
-            matches = default_layouts(matches, tgt, channel_concats(gm), channel_splits(gm))
+    if tgt is not None and mode == "auto":
+        matches = default_layouts(matches, tgt, channel_concats(gm), channel_splits(gm))
     return ModelTasks(type(model).__name__, group(matches), tuple(unsupported))
 
 
