@@ -9,7 +9,8 @@ TEST_WORKERS ?= 2
 # The AVX2 CPU the CPU kernel tests run again as (see test-avx2).
 AVX2_CPU ?= haswell
 AVX2_TESTS := tests/codegen tests/schedule tests/measure tests/test_api_real.py \
-	tests/frontend/test_prepacked_model.py tests/frontend/test_blocked_model.py
+	tests/frontend/test_prepacked_model.py tests/frontend/test_blocked_model.py \
+	tests/frontend/test_padding.py
 
 .PHONY: install run test test-avx2 lint bench engines clean
 
