@@ -7,7 +7,8 @@ A group of tensors is padded together: those that elementwise ops, BatchNorm, de
 convs, pools and a flatten or mean to [N, C] join. It is padded only when every op that
 makes one of them is a conv (given zero filters and bias for the new channels) and every
 op that reads one is a conv or linear layer (given zero weights for them) or an op of the
-group; a graph input or output, a concat, a split or any other op keeps its group as it is.
+group; a graph input, a concat, a split or any other op keeps its group as it is. A padded
+tensor the model returns is narrowed back to its channels.
 The new channels hold finite values (zero, or an activation of zero) that every reader
 multiplies by zero, so the model's output does not change.
 """
@@ -181,9 +182,10 @@ def pad_channels(gm: fx.GraphModule, inputs: Sequence[Any], lanes: int) -> int:
     for node in gm.graph.nodes:
         if node.op == "placeholder" or node.op == "get_attr":
             groups.taint(node)
-        elif node.op == "output":
+        elif node.op == "output":  # a tensor returned padded is narrowed back
             for a in _tensor_args(node):
-                groups.taint(a)
+                if _channels(a) is None:
+                    groups.taint(a)
         else:
             _link(node, modules, groups, readers)
             if node.op == "call_module" and calls[str(node.target)] > 1:
@@ -206,6 +208,8 @@ def pad_channels(gm: fx.GraphModule, inputs: Sequence[Any], lanes: int) -> int:
     def width_of(node: fx.Node) -> Optional[int]:
         return padded.get(groups.find(node))
 
+    _narrow_outputs(gm, {a: c for a in _tensor_args(_output(gm))
+                         if (c := _channels(a)) is not None and width_of(a) is not None})
     for node in gm.graph.nodes:
         if node.op != "call_module":
             continue
@@ -220,6 +224,22 @@ def pad_channels(gm: fx.GraphModule, inputs: Sequence[Any], lanes: int) -> int:
     with torch.no_grad():
         ShapeProp(gm).propagate(*inputs)
     return len(padded)
+
+
+def _output(gm: fx.GraphModule) -> fx.Node:
+    return next(n for n in gm.graph.nodes if n.op == "output")
+
+
+def _narrow_outputs(gm: fx.GraphModule, returned: dict[fx.Node, int]) -> None:
+    """Return each padded tensor of ``returned`` as its first channels (their count the
+    value), copied contiguous: the caller sees the model's shapes (SqueezeNet's classifier
+    conv of 1000 channels, padded to 1008, is the model's output)."""
+    out = _output(gm)
+    for x, c in returned.items():
+        with gm.graph.inserting_before(out):
+            narrowed = gm.graph.call_function(torch.narrow, (x, 1, 0, c))
+            whole = gm.graph.call_method("contiguous", (narrowed,))
+        out.replace_input_with(x, whole)
 
 
 def _drop_unblocked_readers(padded: dict[fx.Node, int], groups: _Groups,
