@@ -258,3 +258,42 @@ def test_a_concat_of_a_concat_is_written_in_place_too() -> None:
     assert plan.runs == 1  # no torch step between the kernels
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+class Padded(nn.Module):
+    """3x3 convs whose kernels pad their input into a workspace, a residual, a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.c3 = nn.Conv2d(16, 32, 3, padding=1, stride=2)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.c1(x))
+        b = torch.relu(self.c2(a) + a)
+        return self.fc(torch.relu(self.c3(b)).mean((2, 3)))
+
+
+def test_kernel_workspaces_live_in_the_arena_and_are_written_before_read() -> None:
+    """A planned call uses arena memory for each kernel's workspaces (the kernels' own stay
+    as they were), and an arena full of NaN (what other layers leave there) changes nothing:
+    a kernel writes its whole workspace before reading it."""
+    torch.manual_seed(0)
+    model, x = Padded().eval(), torch.randn(1, 3, 14, 14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = autotune.compile_model(model, (x,), db=None)
+    plan = compiled.forward
+    assert isinstance(plan, ModelPlan)
+    owned = [w for m in kernel_modules(compiled) for w in m.kernel.workspaces]
+    assert owned, "the 3x3 convs' default configs pad their input in a workspace"
+    for w in owned:
+        w.fill(7.0)
+    with torch.no_grad():
+        want = model(x)
+        for _ in range(2):
+            plan.arena.fill(np.nan)
+            torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-5)
+    assert all((w == 7.0).all() for w in owned)

@@ -122,6 +122,13 @@ class BoundCall:
         """Set the ``j``-th free argument's pointer for the calls that follow."""
         self._ptrs[self.free[j]] = pointer
 
+    def set_workspace(self, i: int, pointer: int) -> None:
+        """Put the ``i``-th workspace (a padded input, a packed panel) at ``pointer`` (64-byte
+        aligned, as long as ``kernel.workspaces[i]``) for the calls that follow: a kernel
+        writes all of a workspace before it reads any, so memory that other calls use in
+        between serves (a model plan's arena)."""
+        self._ptrs[len(self.kernel.func.args) + i] = pointer
+
     @property
     def native(self) -> tuple[int, int]:
         """(the entry's address, its pointer array's address): what native code calls, with
