@@ -160,8 +160,12 @@ def _keeps_channels(node: fx.Node, inputs: Sequence[fx.Node]) -> bool:
     src, out = _shape(inputs[0]), _shape(node)
     if src is None or out is None or len(src) != 4:
         return False
-    if node.target in ("mean", torch.mean):
-        return out in ((src[0], src[1]), (src[0], src[1], 1, 1))
+    if node.target in ("mean", torch.mean):  # over the pixels only
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = dims if isinstance(dims, (list, tuple)) else (dims,)
+        return all(isinstance(d, int) for d in dims) and \
+            sorted(d % 4 for d in dims) == [2, 3] and \
+            out in ((src[0], src[1]), (src[0], src[1], 1, 1))
     return src[2] == src[3] == 1 and out == (src[0], src[1])
 
 

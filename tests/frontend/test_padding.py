@@ -137,3 +137,21 @@ def test_compiled_models_run_padded_groups_and_match_eager() -> None:
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     assert all(p.workload.dim("K") != 64 for p in layout_free if p.workload.op == "conv2d")
+
+
+def test_a_mean_over_channels_keeps_them() -> None:
+    """A mean over channels and rows of a 40 x 12 x 40 tensor is [N, 40] too, but the
+    padded channels would count in it."""
+    class ChannelMean(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Conv2d(3, 40, 1)
+            self.fc = nn.Linear(40, 10)
+
+        def forward(self, x):
+            return self.fc(self.a(x).mean((1, 2)))
+
+    model = ChannelMean().eval()
+    x = torch.randn(1, 3, 12, 40)
+    gm = trace(model, (x,))
+    assert pad_channels(gm, (x,), 16) == 0 and gm.a.out_channels == 40
