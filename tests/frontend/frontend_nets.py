@@ -150,3 +150,35 @@ class TinyResNeXt(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.narrow(self.wide(self.stem(x)))
         return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class PaddableNet(nn.Module):
+    """A stem of ``c`` channels, a depthwise block with squeeze-and-excitation and a residual
+    add, a 1x1 conv into ``out`` channels, then how the features leave: "linear" (mean, a
+    classifier), "output" (the tensor of ``c`` channels is the model's output), "concat" (joined
+    with itself along channels)."""
+
+    def __init__(self, c: int = 40, out: int = 32, tail: str = "linear") -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)
+        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False)
+        self.dw_bn = nn.BatchNorm2d(c)
+        self.squeeze = nn.Conv2d(c, 8, 1)
+        self.excite = nn.Conv2d(8, c, 1)
+        self.project = nn.Conv2d(2 * c if tail == "concat" else c, out, 1)
+        self.fc = nn.Linear(out, 10)
+        self.tail = tail
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.stem(x)))
+        y = nn.functional.hardswish(self.dw_bn(self.dw(x)))
+        gate = nn.functional.hardsigmoid(self.excite(torch.relu(self.squeeze(
+            nn.functional.adaptive_avg_pool2d(y, 1)))))
+        y = y * gate + x
+        if self.tail == "output":
+            return y
+        if self.tail == "concat":
+            y = torch.cat([y, y], 1)
+        z = self.project(y)
+        return self.fc(z.mean([2, 3]))

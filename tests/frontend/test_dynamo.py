@@ -17,7 +17,12 @@ from autotune.frontend.dynamo import autotune_backend  # noqa: E402
 from autotune.frontend.inductor import InductorPartition, InductorWarning  # noqa: E402
 from autotune.frontend.plan import ModelPlan  # noqa: E402
 from autotune.frontend.runtime import kernel_modules  # noqa: E402
-from tests.frontend.frontend_nets import TinyMobileNet, TinyResNet, randomize_bn  # noqa: E402
+from tests.frontend.frontend_nets import (  # noqa: E402
+    PaddableNet,
+    TinyMobileNet,
+    TinyResNet,
+    randomize_bn,
+)
 
 
 class ShuffleNet(nn.Module):
@@ -180,3 +185,14 @@ def test_activations_with_an_inplace_flag_are_fused() -> None:
         assert close(got, model(x))
     assert sorted(m.activation for m in kernel_modules(gm)) == ["hardsigmoid", "hardswish"]
     assert gm.forward.runs == 1  # no torch step between the kernels
+
+
+def test_the_backend_pads_channel_groups_as_compile_model_does() -> None:
+    """Dynamo's graph (its convs made modules again) gets the same channel padding: 60
+    channels run as 64 on 8 or 16 lanes, and the model still matches eager."""
+    model, x = randomize_bn(PaddableNet(60)), torch.randn(1, 3, 12, 12)
+    gm, got, _ = compiled_graph(model, x, rest="eager")
+    widths = {m.workload.dim("K") for m in kernel_modules(gm) if m.workload.op == "conv2d"}
+    assert 64 in widths and 60 not in widths
+    with torch.no_grad():
+        assert close(got, model(x))

@@ -13,49 +13,7 @@ import autotune  # noqa: E402
 from autotune.frontend.padding import pad_channels  # noqa: E402
 from autotune.frontend.runtime import plan_model  # noqa: E402
 from autotune.frontend.torch import extract, trace  # noqa: E402
-
-
-class Net(nn.Module):
-    """A stem of ``c`` channels, a depthwise block with squeeze-and-excitation and a residual
-    add, a 1x1 conv into ``out`` channels, then how the features leave: "linear" (mean, a
-    classifier), "output" (the tensor of ``c`` channels is the model's output), "concat" (joined
-    with itself along channels)."""
-
-    def __init__(self, c: int = 40, out: int = 32, tail: str = "linear") -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, c, 3, padding=1)
-        self.bn = nn.BatchNorm2d(c)
-        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False)
-        self.dw_bn = nn.BatchNorm2d(c)
-        self.squeeze = nn.Conv2d(c, 8, 1)
-        self.excite = nn.Conv2d(8, c, 1)
-        self.project = nn.Conv2d(2 * c if tail == "concat" else c, out, 1)
-        self.fc = nn.Linear(out, 10)
-        self.tail = tail
-
-    def forward(self, x):
-        x = torch.relu(self.bn(self.stem(x)))
-        y = nn.functional.hardswish(self.dw_bn(self.dw(x)))
-        gate = nn.functional.hardsigmoid(self.excite(torch.relu(self.squeeze(
-            nn.functional.adaptive_avg_pool2d(y, 1)))))
-        y = y * gate + x
-        if self.tail == "output":
-            return y
-        if self.tail == "concat":
-            y = torch.cat([y, y], 1)
-        z = self.project(y)
-        return self.fc(z.mean([2, 3]))
-
-
-def _randomized(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
+from tests.frontend.frontend_nets import PaddableNet, randomize_bn  # noqa: E402
 
 
 def _padded(model: nn.Module, lanes: int = 16) -> tuple[int, torch.nn.Module, torch.Tensor]:
@@ -65,7 +23,7 @@ def _padded(model: nn.Module, lanes: int = 16) -> tuple[int, torch.nn.Module, to
 
 
 def test_a_group_of_40_channels_is_padded_to_48_and_computes_the_same() -> None:
-    model = _randomized(Net(40))
+    model = randomize_bn(PaddableNet(40))
     n, gm, x = _padded(model)
     assert n == 1
     assert gm.stem.out_channels == 48 and gm.dw.groups == 48 and gm.bn.num_features == 48
@@ -77,19 +35,19 @@ def test_a_group_of_40_channels_is_padded_to_48_and_computes_the_same() -> None:
 
 
 def test_groups_a_vector_holds_or_that_would_grow_too_much_stay() -> None:
-    assert _padded(_randomized(Net(48)))[0] == 0  # 3 vectors already
-    assert _padded(_randomized(Net(24)))[0] == 0  # 24 -> 32: a third more work
-    assert _padded(_randomized(Net(40)), lanes=8)[0] == 0  # 5 vectors of 8
+    assert _padded(randomize_bn(PaddableNet(48)))[0] == 0  # 3 vectors already
+    assert _padded(randomize_bn(PaddableNet(24)))[0] == 0  # 24 -> 32: a third more work
+    assert _padded(randomize_bn(PaddableNet(40)), lanes=8)[0] == 0  # 5 vectors of 8
 
 
 def test_a_group_a_concat_reads_stays() -> None:
-    model = _randomized(Net(40, tail="concat"))
+    model = randomize_bn(PaddableNet(40, tail="concat"))
     n, gm, x = _padded(model)
     assert n == 0 and gm.stem.out_channels == 40
 
 
 def test_a_padded_tensor_the_model_returns_is_narrowed_back() -> None:
-    model = _randomized(Net(40, tail="output"))
+    model = randomize_bn(PaddableNet(40, tail="output"))
     n, gm, x = _padded(model)
     assert n == 1 and gm.stem.out_channels == 48
     with torch.no_grad():
@@ -100,7 +58,7 @@ def test_a_padded_tensor_the_model_returns_is_narrowed_back() -> None:
 
 def test_a_group_read_by_a_conv_into_unblocked_channels_stays() -> None:
     # 40 -> 20 channels: a blocked 40 (48) read into NCHW would need a layout change in torch
-    model = _randomized(Net(40, out=20))
+    model = randomize_bn(PaddableNet(40, out=20))
     assert _padded(model)[0] == 0
 
 
@@ -123,7 +81,7 @@ def test_compiled_models_run_padded_groups_and_match_eager() -> None:
     """60 channels leave part of a vector on every host (8 or 16 lanes): the compiled model
     and its tasks (what tune_model tunes) both have the padded workloads, and it matches
     eager."""
-    model = _randomized(Net(60))
+    model = randomize_bn(PaddableNet(60))
     x = torch.randn(1, 3, 12, 12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no tuned schedules: the defaults
