@@ -1,5 +1,5 @@
 """Engine construction: SQLite pragmas and transactions, PostgreSQL via psycopg 3 with a
-bound on how long a session may sit idle inside a transaction."""
+bound on how long a writing transaction may sit idle."""
 from __future__ import annotations
 
 import json
@@ -49,22 +49,30 @@ def make_engine(url: str) -> Engine:
 
 # A process frozen (SIGSTOP, a hung host, a debugger) between a write and its commit holds its
 # row locks for as long as it is frozen: claimers skip locked rows, so its job would never be
-# taken over however long ago its lease ran out. PostgreSQL ends such a session after this long
-# idle in its transaction (its locks go with it), unless the server, role or URL
-# (``?options=-c idle_in_transaction_session_timeout=...``) already sets a bound.
+# taken over however long ago its lease ran out. PostgreSQL ends a writing transaction left
+# idle this long (its locks go with it), unless the server, role or URL
+# (``?options=-c idle_in_transaction_session_timeout=...``) already sets a bound. Readers
+# are left unbounded: they lock no rows, and an export may wait on a slow consumer.
 IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+# The execution option that marks a writing transaction (`Store.session(write=True)`).
+WRITER = "autotune_writer"
 
 
 def _install_postgres_hooks(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
         with dbapi_conn.cursor() as cur:
             cur.execute("SHOW idle_in_transaction_session_timeout")
             row = cur.fetchone()
-            if row is not None and row[0] == "0":
-                cur.execute("SET SESSION idle_in_transaction_session_timeout = "
-                            f"'{IDLE_IN_TRANSACTION_TIMEOUT}'")
-        dbapi_conn.commit()  # a SET rolled back with its transaction would be undone
+        dbapi_conn.rollback()  # SHOW began a transaction
+        record.info["idle_bound_set"] = row is not None and row[0] != "0"
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(WRITER) and \
+                not conn.connection.info.get("idle_bound_set"):
+            conn.exec_driver_sql("SET LOCAL idle_in_transaction_session_timeout = "
+                                 f"'{IDLE_IN_TRANSACTION_TIMEOUT}'")
 
 
 def _install_sqlite_hooks(engine: Engine, *, wal: bool, busy_timeout_ms: int) -> None:

@@ -8,7 +8,7 @@ from typing import Iterator, Optional, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.db import migrate
-from autotune.db.engine import make_engine
+from autotune.db.engine import WRITER, make_engine
 from autotune.db.entities import ensure_target, ensure_workload
 from autotune.db.url import normalize_url
 from autotune.db.values import (
@@ -36,8 +36,10 @@ class Store:
         # Writers take SQLite's write lock when they begin: a deferred transaction that reads
         # and then writes fails at once ("database is locked") if another connection
         # committed in between, whatever the busy timeout. PostgreSQL ignores the option.
+        # On PostgreSQL they end if left idle (`engine.IDLE_IN_TRANSACTION_TIMEOUT`).
         self._write_sessions = sessionmaker(
-            self.engine.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
+            self.engine.execution_options(sqlite_begin="IMMEDIATE", **{WRITER: True}),
+            expire_on_commit=False)
         # Committed (key -> id) rows; ids never change, so the cache is never stale.
         self._workload_ids: dict[str, int] = {}
         self._target_ids: dict[str, int] = {}

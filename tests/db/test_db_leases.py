@@ -210,28 +210,27 @@ def _with_options(url: str, options: str) -> str:
 def test_a_frozen_holder_of_a_job_row_loses_it_to_the_idle_transaction_bound(
         fresh_pg_url: str, make) -> None:
     """An owner frozen between a write and its commit holds the job's row lock: claimers skip
-    the row, so the server must end that session for the job to be taken over."""
+    the row, so the server must end that writing transaction for the job to be taken over.
+    Readers lock no rows and stay unbounded (an export may wait on a slow consumer)."""
+    def bound(db: Database, write: bool) -> str:
+        with db.session(write=write) as s:
+            return str(s.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar())
+
     db = Database(fresh_pg_url)
-    with db.engine.connect() as conn:  # the default bound, where the server sets none
-        assert conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar() \
-            == "1min"
+    assert (bound(db, write=True), bound(db, write=False)) == ("1min", "0")
     frozen = Database(_with_options(fresh_pg_url, "-c idle_in_transaction_session_timeout=2s"))
+    assert bound(frozen, write=True) == "2s"  # a bound the URL sets is kept
     try:
         job = _job(db, make, owner="elsewhere:4242:aa", lease_s=1.0)
-        conn = frozen.engine.connect()
-        conn.begin()
-        assert conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar() \
-            == "2s"  # a bound the URL sets is kept
-        conn.execute(sa.text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job.id})
-        locked = time.monotonic()
-        assert db.claim_job("host-b:2:bb", LEASE, now=_later(5)) is None  # the row is held
-        taken = _wait(lambda: db.claim_job("host-b:2:bb", LEASE, now=_later(5)), timeout=20)
-        assert taken.id == job.id and taken.owner == "host-b:2:bb"
-        assert time.monotonic() - locked > 1.5  # not before the bound
-        with pytest.raises(sa.exc.DBAPIError):  # the server ended the frozen session
-            conn.execute(sa.text("SELECT 1"))
-        conn.invalidate()
-        conn.close()
+        with pytest.raises(sa.exc.DBAPIError):  # the server ended the frozen transaction
+            with frozen.session(write=True) as s:
+                s.execute(sa.text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"),
+                          {"id": job.id})
+                locked = time.monotonic()
+                assert db.claim_job("host-b:2:bb", LEASE, now=_later(5)) is None  # held
+                taken = _wait(lambda: db.claim_job("host-b:2:bb", LEASE, now=_later(5)), 20)
+                assert taken.id == job.id and taken.owner == "host-b:2:bb"
+                assert time.monotonic() - locked > 1.5  # not before the bound
     finally:
         frozen.dispose()
         db.dispose()
