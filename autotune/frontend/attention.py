@@ -13,15 +13,16 @@ mode, and only the output read (the weights, if taken apart, unread).
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 from torch.nn.utils import skip_init
 
-_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
-             "average_attn_weights", "is_causal")
+# nn.MultiheadAttention.forward's parameters in order
+_MODULE_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                "average_attn_weights", "is_causal")
 
 
 def attend(qkv: torch.Tensor, heads: int, batch_first: bool) -> torch.Tensor:
@@ -53,8 +54,9 @@ def split_attention(gm: fx.GraphModule) -> int:
             proj.bias = mha.in_proj_bias
         name = f"{node.target}.autotune_in_proj"
         gm.add_submodule(name, proj.eval())
-        replace_attention(gm, node, _arguments(node)["query"], name, f"{node.target}.out_proj",
-                          mha.num_heads, mha.batch_first)
+        query = node_arguments(node, _MODULE_ARGS)["query"]
+        replace_attention(gm, node, query, name, f"{node.target}.out_proj", mha.num_heads,
+                          mha.batch_first)
         count += 1
     if count:
         gm.graph.lint()
@@ -92,13 +94,15 @@ def replace_attention(gm: fx.GraphModule, node: fx.Node, query: fx.Node, in_proj
     gm.graph.erase_node(node)
 
 
-def _arguments(node: fx.Node) -> dict[str, Any]:
-    return {**dict(zip(_MHA_ARGS, node.args)), **node.kwargs}
+def node_arguments(node: fx.Node, names: Sequence[str]) -> dict[str, Any]:
+    """A call's arguments by name: its positional ones named in order by ``names``, then
+    its keyword ones."""
+    return {**dict(zip(names, node.args)), **node.kwargs}
 
 
 def _plain(node: fx.Node, mha: nn.MultiheadAttention) -> bool:
     """Whether the call is self-attention that `attend` computes exactly, only its output
     read."""
-    return (self_attention_of(_arguments(node), node) is not None
+    return (self_attention_of(node_arguments(node, _MODULE_ARGS), node) is not None
             and not mha.training and mha._qkv_same_embed_dim and mha.in_proj_weight is not None
             and mha.bias_k is None and mha.bias_v is None and not mha.add_zero_attn)

@@ -23,7 +23,11 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from autotune.api import SETTINGS_DB
-from autotune.frontend.attention import replace_attention, self_attention_of
+from autotune.frontend.attention import (
+    node_arguments,
+    replace_attention,
+    self_attention_of,
+)
 from autotune.frontend.inductor import check_rest_mode
 from autotune.frontend.runtime import compile_graph
 from autotune.frontend.torch import drop_identities
@@ -101,7 +105,7 @@ def _split_attention(gm: fx.GraphModule, node: fx.Node, state: dict[fx.Node, tor
     """Split a plain self-attention call (as `attention.split_attention` does for the
     module, dynamo having traced into it) into its projections, modules holding their
     weights, and `attend` between them; returns the modules added (0: left whole)."""
-    given = {**dict(zip(_MHA_ARGS, node.args)), **node.kwargs}
+    given = node_arguments(node, _MHA_ARGS)
     query = self_attention_of(given, node)
     if query is None or given.get("training", True) or \
             any(given.get(n) is not None for n in ("bias_k", "bias_v", "static_k", "static_v")) \

@@ -196,15 +196,18 @@ def pad_channels(gm: fx.GraphModule, inputs: Sequence[Any], lanes: int) -> int:
                 groups.taint(node)  # a shared module: its weights serve other calls too
                 for a in _tensor_args(node):
                     groups.taint(a)
-    padded: dict[fx.Node, int] = {}  # group root -> its padded channels
+    seen: dict[fx.Node, set[int]] = {}  # untainted group root -> its tensors' channels
     for node in gm.graph.nodes:
-        root = groups.find(node)
         c = _channels(node)
-        if node.op == "output" or root in padded or groups.is_tainted(node) or c is None:
-            continue
-        width = math.ceil(c / lanes) * lanes
-        if width != c and width <= MAX_GROWTH * c and _consistent(root, groups, gm):
-            padded[root] = width
+        if node.op != "output" and c is not None and not groups.is_tainted(node):
+            seen.setdefault(groups.find(node), set()).add(c)
+    padded: dict[fx.Node, int] = {}  # group root -> its padded channels
+    for root, channels in seen.items():
+        if len(channels) == 1:  # every tensor of the group alike, a [N, C] one included
+            c = channels.pop()
+            width = math.ceil(c / lanes) * lanes
+            if width != c and width <= MAX_GROWTH * c:
+                padded[root] = width
     _drop_unblocked_readers(padded, groups, readers, modules, lanes)
     if not padded:
         return 0
@@ -264,13 +267,6 @@ def _drop_unblocked_readers(padded: dict[fx.Node, int], groups: _Groups,
             if out % max(lanes // 2, 1):
                 del padded[root]
                 changed = True
-
-
-def _consistent(root: fx.Node, groups: _Groups, gm: fx.GraphModule) -> bool:
-    """Whether every tensor of the group has the same channels (a [N, C] one included)."""
-    seen = {_channels(n) for n in gm.graph.nodes if groups.find(n) is root}
-    seen.discard(None)
-    return len(seen) == 1
 
 
 def _padded_module(module: nn.Module, in_w: Optional[int], out_w: Optional[int]
