@@ -9,6 +9,7 @@ input is inlined into the input tile's fill, so padding costs no extra pass.
 from __future__ import annotations
 
 from itertools import permutations
+from typing import Any, Mapping
 
 from autotune.ops import Workload
 from autotune.schedule.definitions import conv2d_graph, conv_groups
@@ -24,6 +25,7 @@ from autotune.schedule.templates.cuda_common import (
     span,
     unroll_inner,
 )
+from autotune.schedule.templates.cuda_occupancy import OperandAxis, first_valid, ranked_tiles
 from autotune.space import Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
@@ -31,7 +33,7 @@ INNER_ORDERS = list(permutations(("rc", "ry", "rx")))
 
 
 def space(wl: Workload, target: Target) -> ConfigSpace:
-    _, _, C, K = conv_groups(wl)  # per group: a grouped conv is a conv over N*G images
+    _, images, C, K = conv_groups(wl)  # per group: a grouped conv is a conv over N*G images
     R, S = wl.dim("R"), wl.dim("S")
     splits = [
         Split("tile_f", K, 4, max_inner=8),
@@ -44,25 +46,30 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     ]
     knobs: list[Knob] = [*splits, Reorder("order_inner", INNER_ORDERS),
              Choice("auto_unroll_max_step", list(UNROLL_STEPS))]
-    default = {
-        "tile_f": nearest_split(splits[0], (2, 8, 2)),
-        "tile_y": nearest_split(splits[1], (1, 4, 1)),
-        "tile_x": nearest_split(splits[2], (1, 8, 2)),
-        "tile_rc": nearest_split(splits[3], (8,)),
+    lim = limits(target)
+
+    def validity(cfg: Mapping[str, Any]) -> str | None:
+        return launch_reason(lim, block_shape(wl, cfg))
+
+    fixed = {
         "tile_ry": nearest_split(splits[4], (R,)),
         "tile_rx": nearest_split(splits[5], (S,)),
         "order_inner": ("rc", "ry", "rx"),
         "auto_unroll_max_step": 512,
     }
-    lim = limits(target)
-
-    def validity(cfg: Config) -> str | None:
-        return launch_reason(lim, block_shape(wl, cfg))
-
+    # the weights are indexed by the channel tile, the input by the row and column tiles
+    (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")
+    rows = OperandAxis(1, sh, (R - 1) * dh + 1, R)
+    cols = OperandAxis(2, sw, (S - 1) * dw + 1, S, contiguous=True)
+    ranked = ranked_tiles(splits[:3], dims=(2, 1, 0), operands=((OperandAxis(0),), (rows, cols)),
+                          reduction=C * R * S, grid=images, lim=lim)
+    rc_tiles = [nearest_split(splits[3], (n,)) for n in (8, 4, 2, 1)]
+    default = first_valid(validity, ({"tile_f": f, "tile_y": y, "tile_x": x, "tile_rc": rc}
+                                     | fixed for f, y, x in ranked for rc in rc_tiles))
     return ConfigSpace(knobs, default=default, validity=validity, name="cuda_conv2d")
 
 
-def block_shape(wl: Workload, cfg: Config) -> BlockShape:
+def block_shape(wl: Workload, cfg: Mapping[str, Any]) -> BlockShape:
     """Threads, vthreads, shared tiles (input window and weights per reduction step) and
     register tile of ``cfg``."""
     (sh, sw), (dh, dw) = wl.pair("stride"), wl.pair("dilation")

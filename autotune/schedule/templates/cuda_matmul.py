@@ -7,6 +7,7 @@ A and B tiles into shared memory cooperatively. The batch axis is bound to block
 from __future__ import annotations
 
 from itertools import permutations
+from typing import Any, Mapping
 
 from autotune.ops import Workload
 from autotune.schedule.definitions import batch_matmul_graph, matmul_graph
@@ -21,6 +22,7 @@ from autotune.schedule.templates.cuda_common import (
     span,
     unroll_inner,
 )
+from autotune.schedule.templates.cuda_occupancy import OperandAxis, first_valid, ranked_tiles
 from autotune.space import Choice, Config, ConfigSpace, Knob, Reorder, Split
 from autotune.target import Target
 
@@ -33,22 +35,25 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     tile_k = Split("tile_k", K, 2, max_inner=32)
     knobs: list[Knob] = [tile_i, tile_j, tile_k, Reorder("order_inner", INNER_ORDERS),
              Choice("auto_unroll_max_step", list(UNROLL_STEPS))]
-    default = {
-        "tile_i": nearest_split(tile_i, (1, 16, 4)),
-        "tile_j": nearest_split(tile_j, (2, 16, 2)),
-        "tile_k": nearest_split(tile_k, (8,)),
-        "order_inner": ("k", "i", "j"),
-        "auto_unroll_max_step": 64,
-    }
     lim = limits(target)
 
-    def validity(cfg: Config) -> str | None:
+    def validity(cfg: Mapping[str, Any]) -> str | None:
         return launch_reason(lim, block_shape(wl, cfg))
+
+    # A's rows follow the row tile, B's contiguous columns the column tile
+    ranked = ranked_tiles((tile_i, tile_j), dims=(1, 0),
+                          operands=((OperandAxis(0),), (OperandAxis(1, contiguous=True),)),
+                          reduction=K, grid=wl.dim("B") if wl.op == "batch_matmul" else 1,
+                          lim=lim)
+    k_tiles = [nearest_split(tile_k, (n,)) for n in (8, 4, 2, 1)]
+    default = first_valid(validity, (
+        {"tile_i": i, "tile_j": j, "tile_k": k, "order_inner": ("k", "i", "j"),
+         "auto_unroll_max_step": 64} for i, j in ranked for k in k_tiles))
 
     return ConfigSpace(knobs, default=default, validity=validity, name=f"cuda_{wl.op}")
 
 
-def block_shape(wl: Workload, cfg: Config) -> BlockShape:
+def block_shape(wl: Workload, cfg: Mapping[str, Any]) -> BlockShape:
     """Threads, vthreads, shared tiles (A and B per k step) and register tile of ``cfg``."""
     ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
     return BlockShape(threads=(tj[2], ti[2], 1), vthreads=ti[1] * tj[1],
