@@ -31,7 +31,7 @@ from autotune.api import (
     open_database,
 )
 from autotune.codegen.llvm.runtime import ALIGN, CpuKernel
-from autotune.driver import compile as compile_kernel
+from autotune.frontend.builds import build_kernels
 from autotune.frontend.channels_last import channels_last
 from autotune.frontend.cuda_graphs import CudaGraphModel
 from autotune.frontend.cuda_runtime import cuda_module_maker
@@ -198,10 +198,8 @@ def compile_graph(gm: fx.GraphModule, inputs: Sequence[Any], *, target: TargetAr
         if cuda_graphs is None:
             cuda_graphs = device.type == "cuda"
         return CudaGraphModel(gm) if cuda_graphs else gm
-    kernels: dict[Workload, Kernel] = {}
-    for m in matches:
-        if m.workload not in kernels:  # a prepacked workload's kernel comes with its pack
-            kernels[m.workload] = compile_kernel(m.workload, tgt, configs[m.workload])
+    # a prepacked workload's kernel comes with its pack
+    kernels = build_kernels({m.workload: configs[m.workload] for m in matches}, tgt)
     _rewrite(gm, matches, lambda m, ins, out, conv: KernelModule(
         m, kernels[m.workload], kernels[m.workload].pack, ins, out, conv))
     if layout == "auto":
