@@ -11,7 +11,7 @@ It orders tilings for a template's default; tuning replaces it.
 from __future__ import annotations
 
 from math import prod
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -24,9 +24,7 @@ BASE_REGS = 24          # registers a thread holds beside its accumulators and o
 # SM cycles per warp-wide instruction: 4 FMA pipes; shared memory moves 128 B a cycle and
 # broadcasts a shared address (weights across a row); L2 serves an SM ~20 B a cycle
 FMA_CYCLES, SHARED_CYCLES, GLOBAL_CYCLES = 0.25, 0.5, 6.0
-
-
-SECTOR_BYTES = 32       # the unit global memory moves: a narrow row costs a whole sector
+SECTOR_FLOATS = 8       # global memory moves 32-byte sectors: a narrow row costs a whole one
 
 
 class OperandAxis(NamedTuple):
@@ -44,8 +42,9 @@ class OperandAxis(NamedTuple):
 
 def ranked_tiles(knobs: Sequence[Split], dims: Sequence[int],
                  operands: Sequence[Sequence[OperandAxis]], reduction: int, grid: int,
-                 lim: CudaLimits, element_bytes: int = 4) -> list[tuple[tuple[int, ...], ...]]:
-    """Tilings of the 4-level ``knobs`` (outer, vthread, thread, inner), best first;
+                 lim: CudaLimits) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """Tilings of the 4-level ``knobs`` (outer, vthread, thread, inner) of float32 data,
+    best first (those that cannot launch left out);
     ``dims`` names the block dimension (0 x, 1 y, 2 z) each knob's threads bind to.
 
     ``operands`` says, per operand staged in shared memory, which output axes index it:
@@ -66,11 +65,10 @@ def ranked_tiles(knobs: Sequence[Split], dims: Sequence[int],
     per_thread = prod(inner)
     blocks = grid * prod(outer)
     shared_loads = sum(prod(inner[a.knob] for a in op) for op in operands)
-    sector = SECTOR_BYTES // element_bytes
 
     def run(a: OperandAxis) -> np.ndarray:
         n = (thread[a.knob] * inner[a.knob] - 1) * a.stride + a.extent
-        return (np.ceil(n / sector) * sector if a.contiguous else n) / a.taps
+        return (np.ceil(n / SECTOR_FLOATS) * SECTOR_FLOATS if a.contiguous else n) / a.taps
     global_loads = sum(prod(run(a) for a in op) for op in operands) / threads
 
     warps = np.ceil(threads / lim.warp_size)
@@ -93,14 +91,11 @@ def ranked_tiles(knobs: Sequence[Split], dims: Sequence[int],
     for axis, dim in enumerate(dims):
         fits &= thread[axis] <= lim.max_block_dim[dim]
     cycles = np.where(np.broadcast_to(fits, cycles.shape), cycles, np.inf)
-    order = np.argsort(cycles, axis=None, kind="stable")
-    ranked = []
-    for flat in order:
+    for flat in np.argsort(cycles, axis=None, kind="stable"):
         if not np.isfinite(cycles.flat[flat]):
-            break
+            return
         pos = np.unravel_index(flat, cycles.shape)
-        ranked.append(tuple(cands[axis][p] for axis, p in enumerate(pos)))
-    return ranked
+        yield tuple(cands[axis][p] for axis, p in enumerate(pos))
 
 
 def first_valid(validity: Callable[[Mapping[str, Any]], str | None],
