@@ -72,6 +72,10 @@ class Settings(BaseSettings):
         default=600.0, ge=1.0, le=604_800.0,
         description="seconds a target's executor (build pool and runner processes) stays open "
                     "with no job using it; then it is closed (made again when needed)")
+    build_workers: int = Field(
+        default=0, ge=0, le=256,
+        description="worker processes compile_model builds a model's CPU kernels in "
+                    "(0: one per core; 1: in the calling process)")
     source_workers: int = Field(
         default=1, ge=1, le=16,
         description="worker processes that generate code for /jobs/{id}/top "

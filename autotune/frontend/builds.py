@@ -6,7 +6,8 @@ Inception-V3's 55 kernels took 10.3 s one after another on 2 cores, about half o
 emitting IR in Python and half in LLVM; neither lets a second thread in (the GIL, and
 llvmlite's global lock), so only processes build in parallel. Workers start in about
 0.4 s, so a model with few kernels builds in this process, as does a kernel whose worker
-failed (where its error, if it has one, is raised as usual).
+failed (where its error, if it has one, is raised as usual). ``AUTOTUNE_BUILD_WORKERS``
+caps the workers (1: none), e.g. where other processes already keep every core busy.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from autotune.driver import compile as compile_kernel
 from autotune.driver import load
 from autotune.measure.builder import LocalBuilder
 from autotune.measure.result import MeasureInput, MeasureUnavailable
+from autotune.settings import Settings
 from autotune.target import Target, host_cores
 
 if TYPE_CHECKING:
@@ -31,8 +33,11 @@ BUILD_TIMEOUT_S = 600.0  # one kernel's build in a worker; past it, it is built 
 def build_kernels(configs: Mapping[Workload, Config], target: Target,
                   workers: int | None = None) -> dict[Workload, Kernel]:
     """A kernel per workload of ``configs``, built with its config: on llvm targets in up to
-    ``workers`` processes (None: the host's cores) when there are enough of them."""
-    n = min(host_cores() if workers is None else workers, len(configs))
+    ``workers`` processes (None: the `build_workers` setting, whose 0 is the host's cores)
+    when there are enough of them."""
+    if workers is None:
+        workers = Settings().build_workers
+    n = min(workers or host_cores(), len(configs))
     built: dict[Workload, Kernel] = {}
     if target.kind == "llvm" and n >= 2 and len(configs) >= PARALLEL_MIN:
         items = list(configs.items())

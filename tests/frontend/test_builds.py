@@ -2,8 +2,11 @@
 here are right, and every way the workers can fall short ends in this process."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+import torch
 
 import autotune
 from autotune import driver
@@ -64,3 +67,25 @@ def test_a_build_that_fails_in_a_worker_raises_its_own_error_here():
     configs[bad] = 10**12  # type: ignore[assignment]  # no such point of its space
     with pytest.raises(IndexError, match="out of range"):
         builds.build_kernels(configs, TARGET, workers=2)
+
+
+def _convs() -> torch.nn.Module:
+    """A model of PARALLEL_MIN distinct conv workloads (each layer another width)."""
+    widths = [3 + 2 * i for i in range(builds.PARALLEL_MIN + 1)]
+    layers = [torch.nn.Conv2d(a, b, 3, padding=1) for a, b in zip(widths, widths[1:])]
+    return torch.nn.Sequential(*layers).eval()
+
+
+@pytest.mark.parametrize("setting, where", [("2", "workers"), ("1", "here")])
+def test_compile_model_builds_where_the_setting_says(setting, where, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_BUILD_WORKERS", setting)
+    if where == "workers":
+        _no_local_builds(monkeypatch)
+    else:
+        monkeypatch.setattr(builds, "LocalBuilder", lambda *a, **k: pytest.fail("workers"))
+    model, x = _convs(), torch.randn(1, 3, 12, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no records: the default schedules
+        fast = autotune.compile_model(model, x, db="sqlite://", layout="nchw")
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
