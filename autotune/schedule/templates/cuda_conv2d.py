@@ -63,7 +63,8 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
     cols = OperandAxis(2, sw, (S - 1) * dw + 1, S, contiguous=True)
     ranked = ranked_tiles(splits[:3], dims=(2, 1, 0), operands=((OperandAxis(0),), (rows, cols)),
                           reduction=C * R * S, grid=images, lim=lim)
-    rc_tiles = [nearest_split(splits[3], (n,)) for n in (8, 4, 2, 1)]
+    # distinct: a short channel axis maps several of them to one tile
+    rc_tiles = list(dict.fromkeys(nearest_split(splits[3], (n,)) for n in (8, 4, 2, 1)))
     default = first_valid(validity, ({"tile_f": f, "tile_y": y, "tile_x": x, "tile_rc": rc}
                                      | fixed for f, y, x in ranked for rc in rc_tiles))
     return ConfigSpace(knobs, default=default, validity=validity, name="cuda_conv2d")

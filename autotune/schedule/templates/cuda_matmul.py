@@ -45,7 +45,7 @@ def space(wl: Workload, target: Target) -> ConfigSpace:
                           operands=((OperandAxis(0),), (OperandAxis(1, contiguous=True),)),
                           reduction=K, grid=wl.dim("B") if wl.op == "batch_matmul" else 1,
                           lim=lim)
-    k_tiles = [nearest_split(tile_k, (n,)) for n in (8, 4, 2, 1)]
+    k_tiles = list(dict.fromkeys(nearest_split(tile_k, (n,)) for n in (8, 4, 2, 1)))
     default = first_valid(validity, (
         {"tile_i": i, "tile_j": j, "tile_k": k, "order_inner": ("k", "i", "j"),
          "auto_unroll_max_step": 64} for i, j in ranked for k in k_tiles))
