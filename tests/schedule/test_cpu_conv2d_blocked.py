@@ -218,6 +218,27 @@ def test_default_accumulates_over_a_task_only_where_pixels_are_few() -> None:
     assert "task accumulator" in (sp.invalid_reason(whole) or "")
 
 
+def test_a_zen_core_with_a_large_l2_keeps_few_pixel_tasks_in_register_tiles() -> None:
+    """ResNet-50's 14x14 1x1 conv: one task per channel tile either way; on Zen 4 (1 MiB
+    of L2) its accumulator is a register tile's, on a smaller L2 the task's."""
+    from dataclasses import replace
+
+    from autotune.schedule.templates import cpu_conv2d_blocked as blocked
+
+    wl = autotune.workload("conv2d", N=1, C=1024, H=14, W=14, K=256, R=1, S=1, stride=1,
+                           pad=0, layout="NCHW16c", prepacked=True)
+    knobs = list(config_space(wl, autotune.Target("llvm -mcpu=znver4 -cores=2 "
+                                                  "-vector-bits=512")).knobs)
+    zen4 = replace(facts_of(autotune.Target("llvm -mcpu=znver4 -cores=2 -vector-bits=512")),
+                   l2=1 << 20)
+    large = blocked.default_values(wl, zen4, knobs)
+    small = blocked.default_values(wl, replace(zen4, l2=512 << 10), knobs)
+    assert large["reduce_at"] == "tile" and small["reduce_at"] == "task"
+    assert large["tile_k"] == small["tile_k"] and large["tile_k"][1] == 1
+    rocket = replace(zen4, mcpu="rocketlake")
+    assert blocked.default_values(wl, rocket, knobs)["reduce_at"] == "task"
+
+
 def _guarded_reduction_steps(wl, cfg) -> int:
     """The guards (ifs) inside the reduction loops (rco, rci, rr, rs) of the lowered kernel
     of ``wl`` under ``cfg``: the guarded reads of a tile."""
