@@ -56,11 +56,16 @@ def available(name: str) -> str:
 Engine = tuple[Callable[[], Any], str]
 # ONNX Runtime's per-node seconds: per module path, and the other nodes by op and name
 OrtProfile = tuple[dict[str, float], dict[str, float]]
+# Seconds to let an engine's threads go idle before timing another: ONNX Runtime's worker
+# threads spin for about 50 ms after a run (on a 2-core Zen 4 they used 51 ms of CPU in the
+# 100 ms after one), taking a core from whatever runs next.
+SETTLE_S = 0.1
 
 
 def ort_session(onnx: bytes, threads: int, profile: bool = False) -> Any:
     """An ONNX Runtime CPU session of ``onnx`` with every graph optimisation (its NCHWc
-    layouts and fusions) on ``threads`` threads."""
+    layouts and fusions) on ``threads`` threads; with ``profile``, its nodes' times
+    recorded."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -105,32 +110,41 @@ def make_engine(name: str, onnx: bytes, inputs: tuple[torch.Tensor, ...], thread
     return (ort_engine if name == "ort" else openvino_engine)(onnx, inputs, threads)
 
 
-def ort_profile(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int, calls: int
-                ) -> OrtProfile:
-    """ONNX Runtime's own per-node kernel times (seconds, the median over ``calls`` runs):
-    those of nodes whose main op is a module's, summed per module path, and the others
-    per node (reorders, reductions, elementwise ops left alone), named by op and node."""
-    session = ort_session(onnx, threads, profile=True)
-    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-    for _ in range(calls):
-        session.run(None, feed)
-    with open(session.end_profiling()) as f:
-        events = json.load(f)
-    runs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            runs[(e["name"][:-len("_kernel_time")], e["args"].get("op_name", "?"))].append(
-                e["dur"] * 1e-6)
-    module_of = _module_paths(onnx)
-    by_module: dict[str, float] = defaultdict(float)
-    others: dict[str, float] = defaultdict(float)
-    for (node, op), times in runs.items():
-        place = module_of(node)
-        if place is None:
-            others[f"{op} {node}"] += statistics.median(times)
-        else:
-            by_module[place] += statistics.median(times)
-    return dict(by_module), dict(others)
+class OrtProfiler:
+    """ONNX Runtime's own per-node kernel times over the calls `run` makes, which may come
+    in bursts between other timings (each then in the same window as what it is compared
+    with); `result` ends the profile."""
+
+    def __init__(self, onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int):
+        self._onnx = onnx
+        self._session = ort_session(onnx, threads, profile=True)
+        self._feed = {i.name: x.numpy() for i, x in zip(self._session.get_inputs(), inputs)}
+
+    def run(self, calls: int = 1) -> None:
+        for _ in range(calls):
+            self._session.run(None, self._feed)
+
+    def result(self) -> OrtProfile:
+        """The median over the runs of the kernel time of each node whose main op is a
+        module's, summed per module path, and of the others per node (reorders, reductions,
+        elementwise ops left alone), named by op and node; in seconds."""
+        with open(self._session.end_profiling()) as f:
+            events = json.load(f)
+        runs: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                runs[(e["name"][:-len("_kernel_time")], e["args"].get("op_name", "?"))].append(
+                    e["dur"] * 1e-6)
+        module_of = _module_paths(self._onnx)
+        by_module: dict[str, float] = defaultdict(float)
+        others: dict[str, float] = defaultdict(float)
+        for (node, op), times in runs.items():
+            place = module_of(node)
+            if place is None:
+                others[f"{op} {node}"] += statistics.median(times)
+            else:
+                by_module[place] += statistics.median(times)
+        return dict(by_module), dict(others)
 
 
 def _module_paths(onnx: bytes) -> Callable[[str], str | None]:

@@ -11,17 +11,19 @@ Models: the project's resnet18 and mobilenetv2, and any torchvision classificati
 torchvision:NAME (random weights; `make engines` installs torchvision, ONNX Runtime and
 OpenVINO). Every engine runs on torch's thread count. Each line times the engines and the
 compiled model in interleaved rounds and gives each ratio from one round's window (the
-median over rounds); the breakdown does the same per layer against torch, adds each
-layer's time inside the model's run (`ModelPlan.profile`) with ONNX Runtime's own profile
-of the layer beside it, and the planned call beside its kernels' sum. On a CUDA target
-the model, its inputs and autotune's kernels run on the GPU, and torch's columns are fp32
-(TF32 off). Budgets are totals: a later one
-continues the run in --db; 0 is the defaults.
+median over rounds; between turns, the last engine's threads are left 0.1 s to go idle);
+the breakdown does the same per layer against torch, adds each layer's time inside the
+model's run (`ModelPlan.profile`) with ONNX Runtime's own profile of the layer beside it (the
+two profiled in the same rounds), and the planned call beside its kernels' sum. On
+a CUDA target the model, its inputs and autotune's kernels run on the GPU, and torch's
+columns are fp32 (TF32 off). Budgets are totals: a later one continues the run in --db; 0
+is the defaults.
 The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -37,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.engines import (  # noqa: E402 (after the path that makes it importable)
     ENGINES,
     LABELS,
-    OrtProfile,
+    SETTLE_S,
+    OrtProfiler,
     available,
     make_engine,
     max_rel_err,
     onnx_model,
-    ort_profile,
 )
 
 # --- the models -------------------------------------------------------------------------
@@ -210,11 +212,12 @@ def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int
                 ) -> dict[str, list[float]]:
     """Each call's median latency in each of ``rounds`` rounds, the calls taking turns in
     every round: a ratio taken within one round compares times of one window (these
-    machines drift 5-15% within minutes)."""
+    machines drift 5-15% within minutes). Between turns the threads of the last settle."""
     out: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             out[name].append(latency(call, repeat))
+            time.sleep(SETTLE_S)
     return out
 
 
@@ -237,13 +240,14 @@ def torch_compiled(model: nn.Module, inputs: tuple[torch.Tensor, ...]
 
 
 def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int,
-              rounds: int, model_s: float, ort: OrtProfile | None) -> None:
+              rounds: int, model_s: float, ort: Callable[[], OrtProfiler] | None) -> None:
     """Per kernel group: autotune's time against torch running the same folded layer, the
     two interleaved, its time inside the model (the plan's run timed kernel by kernel: the
     caches as the layers before leave them) and ONNX Runtime's own profile of the layer (its
-    nodes whose main op is the layer's module; a fused activation or add counts with it);
-    then the planned model call beside its kernels' sum, and ONNX Runtime's nodes that no
-    autotune kernel computes."""
+    nodes whose main op is the layer's module; a fused activation or add counts with it),
+    the two profiles taken in the same rounds, so that a machine's slow minutes weigh on
+    both; then the planned model call beside its kernels' sum, and ONNX
+    Runtime's nodes that no autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.plan import ModelPlan
     from autotune.frontend.runtime import kernel_modules
@@ -256,11 +260,17 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         getattr(compiled.forward, "unplanned", compiled)(*model_inputs)
     for h in hooks:
         h.remove()
-    in_model, torch_steps, planned_s = _in_model(compiled, model_inputs, rounds * repeat) \
-        if isinstance(compiled.forward, ModelPlan) else ({}, float("nan"), model_s)
+    profiler = ort() if ort is not None else None
+    if isinstance(compiled.forward, ModelPlan):
+        in_model, torch_steps, planned_s = _in_model(compiled, model_inputs, rounds, repeat,
+                                                     profiler)
+    else:
+        in_model, torch_steps, planned_s = {}, float("nan"), model_s
+        if profiler is not None:
+            profiler.run(rounds * repeat)
     for m in kernel_modules(compiled):
         seen.setdefault(m.workload, []).append(m)
-    by_module, ort_others = ort if ort is not None else ({}, {})
+    by_module, ort_others = profiler.result() if profiler is not None else ({}, {})
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
@@ -297,7 +307,7 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
           f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the planned model call "
           f"{planned_s * 1e3:.3f} ms, timed between the profiled ones (its torch steps "
           f"{torch_steps * 1e3:.3f} ms)")
-    if ort is not None:
+    if profiler is not None:
         matched = sum(r[1] * r[7] for r in rows if r[7] == r[7])
         rest = {f"{k} (a module without an autotune kernel)": v for k, v in by_module.items()}
         rest.update(ort_others)
@@ -308,30 +318,37 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
             print(f"      {secs * 1e3:8.4f} ms  {what}")
 
 
-def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], calls: int
-              ) -> tuple[dict[int, float], float, float]:
+def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], rounds: int, repeat: int,
+              ort: OrtProfiler | None = None) -> tuple[dict[int, float], float, float]:
     """Each kernel module's median time inside the model's planned run (by ``id``), over
-    ``calls`` profiled calls, the median total of the plan's torch steps, and the model's
-    median time, a planned call before each profiled one (so that all three come from
-    one window)."""
+    ``rounds`` of ``repeat`` profiled calls, the median total of the plan's torch steps, and
+    the model's median time, a planned call before each profiled one (so that all three
+    come from one window). With ``ort``, each round starts with as many of its profiled
+    runs: both profiles come from the same windows, each run after one of its own kind."""
     plan = compiled.forward
     modules = dict(compiled.named_modules())
     per: dict[int, list[float]] = {}
     steps: list[float] = []
     whole: list[float] = []
     with torch.no_grad():
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            plan(*inputs)
-            whole.append(time.perf_counter() - t0)
-            rest = 0.0
-            for node, secs in plan.profile(*inputs):
-                module = modules.get(str(node.target)) if node.op == "call_module" else None
-                if module is not None and hasattr(module, "workload"):
-                    per.setdefault(id(module), []).append(secs)
-                else:
-                    rest += secs
-            steps.append(rest)
+        for _ in range(rounds):
+            if ort is not None:
+                ort.run(repeat)
+                time.sleep(SETTLE_S)
+                plan(*inputs)
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                plan(*inputs)
+                whole.append(time.perf_counter() - t0)
+                rest = 0.0
+                for node, secs in plan.profile(*inputs):
+                    module = modules.get(str(node.target)) if node.op == "call_module" \
+                        else None
+                    if module is not None and hasattr(module, "workload"):
+                        per.setdefault(id(module), []).append(secs)
+                    else:
+                        rest += secs
+                steps.append(rest)
     return ({k: statistics.median(v) for k, v in per.items()}, statistics.median(steps),
             statistics.median(whole))
 
@@ -447,7 +464,7 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         print(f"  torch.compile {why}")
     threads = torch.get_num_threads()
     engines: dict[str, Callable[[], Any]] = {}
-    ort: OrtProfile | None = None
+    ort: Callable[[], OrtProfiler] | None = None
     if args.engines:
         onnx = onnx_model(model, inputs)
         with torch.no_grad():
@@ -457,7 +474,7 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
             engines[engine] = run
             print(f"  {version}: max rel diff {max_rel_err(run(), want):.1e}")
         if "ort" in engines and not args.no_breakdown:
-            ort = ort_profile(onnx, inputs, threads, max(10, args.repeat))
+            ort = functools.partial(OrtProfiler, onnx, inputs, threads)
     heads = "".join(f" {LABELS[e] + ' ms':>{max(8, len(LABELS[e]) + 3)}}" for e in engines)
     print(f"  {'':14} {'eager ms':>9} {'compile ms':>10}{heads} {'autotune ms':>11} "
           f"{'vs eager':>8} {'vs compile':>10}" + (f" {'vs best engine':>14}" if engines else ""))
