@@ -119,28 +119,38 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
 
 
 @lru_cache(maxsize=GRAPHS)
-def gemv_graph(wl: Workload, parts: int) -> OpGraph:
+def gemv_graph(wl: Workload, parts: int, pack: int | None = None) -> OpGraph:
     """A one-row matmul as ``parts`` partial sums over contiguous ranges of k,
     ``C_part[p, j] = sum_kk A[0, p*chunk + kk] * B[p*chunk + kk, j]``, then
     ``C[0, j] = sum_p C_part[p, j]`` (where the epilogue runs): each range is a parallel
-    task that streams a contiguous block of B's rows."""
+    task that streams a contiguous block of B's rows. With ``pack``, B is read from
+    column panels Bp[j // pack, k, j % pack], as `matmul_graph` packs it."""
     N, K = wl.dim("N"), wl.dim("K")
     A, B = placeholder("A", (1, K)), placeholder("B", (K, N))
     extra, post = _epilogue(wl, 1)
     chunk = ceil(K / parts)
     kk = reduce_axis(chunk, "kk")
+    temps: list[Tensor] = []
+    packed = None
+    if pack:
+        packed = compute("B_pack", (ceil(N / pack), K, pack),
+                         lambda jo, k, ji: _guarded(B, (k, jo * pack + ji),
+                                                    [(jo * pack + ji, N)]),
+                         axis_names=["jo", "k", "ji"])
+        temps.append(packed)
 
     def body(p, j):
         k = p * chunk + kk.var
+        b, at = (B, (k, j)) if packed is None else (packed, (j // pack, k, j % pack))
         if parts * chunk == K:
-            return A[0, k] * B[k, j]
-        return _guarded(A, (0, k), [(k, K)]) * _guarded(B, (k, j), [(k, K)])
+            return A[0, k] * b[at]
+        return _guarded(A, (0, k), [(k, K)]) * _guarded(b, at, [(k, K)])
 
     part = compute("C_part", (parts, N), body, [kk], axis_names=["p", "j"])
     rp = reduce_axis(parts, "rp")
     C = compute("C", (1, N), lambda i, j: part[rp.var, j], [rp], post=post,
                 axis_names=["i", "j"])
-    return OpGraph([A, B, *extra], C, [part])
+    return OpGraph([A, B, *extra], C, [*temps, part], packed=packed)
 
 
 def _padded(data: Tensor, ph: int, pw: int, fill: Const = ZERO,

@@ -87,6 +87,39 @@ def test_sampled_configs_match_numpy(params: dict) -> None:
     assert len(seen["walk"]) == 2 and len(seen["split_k"]) > 1
 
 
+def test_a_prepacked_b_over_l2_comes_in_panels_split_among_two_tasks_per_core() -> None:
+    big = default(autotune.workload("matmul", M=1, N=1000, K=512, prepacked=True), ZEN)
+    assert big["pack_b"] and big["split_k"] > 1  # 2 MB of B: cold in a model's run
+    assert big["tile_j"][0] * big["split_k"] == cpu_gemv.PACKED_TASKS_PER_CORE * ZEN.cores
+    small = default(autotune.workload("matmul", M=1, N=1000, K=128, prepacked=True), ZEN)
+    assert small["pack_b"] and small["split_k"] == 1 and small["tile_j"][0] == ZEN.cores
+    assert "pack_b" not in default(gemv(N=1000, K=512), ZEN)  # packing would cost a pass
+
+
+@pytest.mark.parametrize("params", ODD, ids=lambda p: f"N{p['N']}K{p['K']}")
+def test_prepacked_kernels_read_b_in_task_wide_panels_and_match_numpy(params: dict) -> None:
+    """The packing kernel writes B as [N / w, K, w] panels (w: a task's columns), which
+    the kernel reads in B's place; split or not, packed or not, it matches numpy."""
+    from autotune.schedule.prepack import pack_operand
+
+    wl = autotune.workload("matmul", M=1, epilogue=("bias",), prepacked=True, **params)
+    sp = autotune.config_space(wl, TARGET)
+    for split in sp.knob("split_k").candidates[:3]:
+        for pack_b in (True, False):
+            cfg = sp.config(dict(sp.default()) | {"split_k": split, "pack_b": pack_b})
+            kernel = autotune.compile(wl, TARGET, cfg)
+            assert (kernel.pack is not None) == pack_b
+            args = wl.random_args(split)
+            packed = pack_operand(wl, kernel.pack, args) if pack_b else list(args)
+            if pack_b:
+                width = cfg["tile_j"][1] * cfg["tile_j"][2]
+                assert packed[1].shape == (-(-params["N"] // width), params["K"], width)
+            kernel(*packed)
+            ref = wl.reference(args)
+            np.testing.assert_allclose(packed[-1], ref, rtol=1e-4,
+                                       atol=1e-4 * float(np.abs(ref).max()), err_msg=str(cfg))
+
+
 def test_a_record_of_the_general_matmul_space_is_ignored(tmp_path) -> None:
     """One-row matmuls had the general template's space: a database's record from then is
     not a config of this one, so `best` ignores it (saying so) and `build` takes the default
