@@ -246,8 +246,8 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
     caches as the layers before leave them) and ONNX Runtime's own profile of the layer (its
     nodes whose main op is the layer's module; a fused activation or add counts with it),
     the two profiles taken in the same rounds, so that a machine's slow minutes weigh on
-    both; then the planned model call beside its kernels' sum, and ONNX
-    Runtime's nodes that no autotune kernel computes."""
+    both; then the planned model call beside its kernels' sum, and ONNX Runtime's nodes
+    that no autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.plan import ModelPlan
     from autotune.frontend.runtime import kernel_modules
