@@ -195,14 +195,19 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_neither_kills_the_job_thread_n
                          AUTOTUNE_JOB_LEASE_S="600")
     key = create_key(server.db_url)
     server.start()
+    # Batches of 8 to spare after the first: on a fast host a second batch of a 16-trial
+    # job was measured and written before the lock below was taken.
+    trials = 40
     with server.client(key, timeout=60) as c:
-        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 16,
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": trials,
                                            "tuner": "random"}).json()
         wait_for(lambda: c.get(f"/api/v1/jobs/{job['id']}").json()["trials_done"] >= 8,
                  timeout=120, what="the first batch")
         lock = sqlite3.connect(str(tmp_path / "autotune.db"), isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")  # what a large `autotune import` holds
         try:
+            # the premise: the job still has trials to write while the lock is held
+            assert c.get(f"/api/v1/jobs/{job['id']}").json()["trials_done"] < trials
             deadline = time.monotonic() + 12
             while time.monotonic() < deadline:  # readers (health) still answer meanwhile
                 health = c.get("/api/v1/health").json()
@@ -213,7 +218,7 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_neither_kills_the_job_thread_n
             lock.close()
         done = _job_state(c, job["id"], "done", "failed", timeout=180)
         assert done["state"] == "done", done["error"]
-        assert done["trials_done"] == 16
+        assert done["trials_done"] == trials
         health = c.get("/api/v1/health").json()
         assert health["job_threads"] == 1 and health["job_threads_restarted"] == 0
         # The thread still takes new jobs.
