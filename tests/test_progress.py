@@ -72,9 +72,10 @@ def test_tune_logs_an_info_line_per_batch_without_a_terminal(
 
 SCRIPT = textwrap.dedent("""
     import sys, autotune
-    from autotune.measure import LocalExecutor
+    from autotune.measure import LocalExecutor, MeasureOptions
     wl = autotune.workload("matmul", M=32, N=32, K=32)
-    exe = LocalExecutor(autotune.Target("llvm"))
+    # a short timing protocol: the bar is under test, not the kernels
+    exe = LocalExecutor(autotune.Target("llvm"), MeasureOptions(repeat=3, min_repeat_ms=5))
     try:
         for progress in (False, True):
             print(f"<{progress}>", file=sys.stderr, flush=True)
