@@ -54,8 +54,8 @@ def available(name: str) -> str:
 # an engine's compiled model, called on the example inputs (returns the output), and the
 # engine's name and version
 Engine = tuple[Callable[[], Any], str]
-# ONNX Runtime's per-node seconds: per module path, and the other nodes by op and name
-OrtProfile = tuple[dict[str, float], dict[str, float]]
+# An engine's own per-node seconds: per module path, and the other nodes by op and name
+EngineProfile = tuple[dict[str, float], dict[str, float]]
 # Seconds to let an engine's threads go idle before timing another: ONNX Runtime's worker
 # threads spin for about 50 ms after a run (on a 2-core Zen 4 they used 51 ms of CPU in the
 # 100 ms after one), taking a core from whatever runs next.
@@ -87,16 +87,22 @@ def ort_engine(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int) -> E
     return (lambda: session.run(None, feed)[0]), f"onnxruntime {ort.__version__}"
 
 
-def openvino_engine(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int) -> Engine:
-    """OpenVINO's CPU plugin on ``threads`` threads, for latency (one stream), in float32
-    (it would take bf16 on hosts that have it)."""
+def openvino_compiled(onnx: bytes, threads: int, profile: bool = False) -> Any:
+    """``onnx`` on OpenVINO's CPU plugin on ``threads`` threads, for latency (one stream), in
+    float32 (it would take bf16 on hosts that have it); with ``profile``, its nodes' times
+    recorded (PERF_COUNT)."""
     import openvino as ov
 
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(onnx, b""), "CPU", {
+    return core.compile_model(core.read_model(onnx, b""), "CPU", {
         "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
-        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
-    request = compiled.create_infer_request()
+        "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "PERF_COUNT": profile})
+
+
+def openvino_engine(onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int) -> Engine:
+    import openvino as ov
+
+    request = openvino_compiled(onnx, threads).create_infer_request()
     feed = {i: x.numpy() for i, x in enumerate(inputs)}
 
     def run() -> Any:
@@ -124,10 +130,8 @@ class OrtProfiler:
         for _ in range(calls):
             self._session.run(None, self._feed)
 
-    def result(self) -> OrtProfile:
-        """The median over the runs of the kernel time of each node whose main op is a
-        module's, summed per module path, and of the others per node (reorders, reductions,
-        elementwise ops left alone), named by op and node; in seconds."""
+    def result(self) -> EngineProfile:
+        """`by_module` of each node's median kernel time over the runs."""
         with open(self._session.end_profiling()) as f:
             events = json.load(f)
         runs: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -135,23 +139,58 @@ class OrtProfiler:
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 runs[(e["name"][:-len("_kernel_time")], e["args"].get("op_name", "?"))].append(
                     e["dur"] * 1e-6)
-        module_of = _module_paths(self._onnx)
-        by_module: dict[str, float] = defaultdict(float)
-        others: dict[str, float] = defaultdict(float)
-        for (node, op), times in runs.items():
-            place = module_of(node)
-            if place is None:
-                others[f"{op} {node}"] += statistics.median(times)
-            else:
-                by_module[place] += statistics.median(times)
-        return dict(by_module), dict(others)
+        return by_module(self._onnx, {k: statistics.median(v) for k, v in runs.items()})
+
+
+class OpenVinoProfiler:
+    """OpenVINO's own per-node times (its PERF_COUNT counters: each executed node's real
+    time) over the calls `run` makes, as `OrtProfiler`."""
+
+    def __init__(self, onnx: bytes, inputs: tuple[torch.Tensor, ...], threads: int):
+        self._onnx = onnx
+        self._request = openvino_compiled(onnx, threads, profile=True).create_infer_request()
+        self._feed = {i: x.numpy() for i, x in enumerate(inputs)}
+        self._runs: dict[tuple[str, str], list[float]] = defaultdict(list)
+
+    def run(self, calls: int = 1) -> None:
+        for _ in range(calls):
+            self._request.infer(self._feed)
+            for p in self._request.profiling_info:
+                if p.status == p.Status.EXECUTED:
+                    self._runs[(p.node_name, p.node_type)].append(p.real_time.total_seconds())
+
+    def result(self) -> EngineProfile:
+        """`by_module` of each node's median time over the runs."""
+        return by_module(self._onnx, {k: statistics.median(v) for k, v in self._runs.items()})
+
+
+# the engines whose own profile the breakdown shows, and its columns' label for each
+PROFILERS = {"ort": OrtProfiler, "openvino": OpenVinoProfiler}
+PROFILE_LABELS = {"ort": "ORT", "openvino": "OV"}
+
+
+def by_module(onnx: bytes, node_secs: dict[tuple[str, str], float]) -> EngineProfile:
+    """Engine nodes' seconds, keyed by (node name, op): those whose main op is a module's
+    summed per module path, the others (reorders, reductions, elementwise ops left alone)
+    per node, named by op and node."""
+    module_of = _module_paths(onnx)
+    modules: dict[str, float] = defaultdict(float)
+    others: dict[str, float] = defaultdict(float)
+    for (node, op), secs in node_secs.items():
+        place = module_of(node)
+        if place is None:
+            others[f"{op} {node}"] += secs
+        else:
+            modules[place] += secs
+    return dict(modules), dict(others)
 
 
 def _module_paths(onnx: bytes) -> Callable[[str], str | None]:
-    """Maps an ONNX Runtime node name to the module path of the main op it computes. ORT
-    names a fused node after the output it writes (``/relu/Relu_output_0_nchwc``); the
-    exported graph's node that writes that output, walked back through the ops that finish
-    a main op's result, is the main op, named by its module scope."""
+    """Maps an engine's node name to the module path of the main op it computes. ORT
+    names a fused node after the output it writes (``/relu/Relu_output_0_nchwc``), OpenVINO
+    after its main op or the output it writes; the exported graph's node of that name, or
+    that writes that output, walked back through the ops that finish a main op's result,
+    is the main op, named by its module scope."""
     import onnx as onnx_lib
 
     graph = onnx_lib.load_model_from_string(onnx).graph
@@ -169,8 +208,9 @@ def _module_paths(onnx: bytes) -> Callable[[str], str | None]:
             node = (mains or ins)[-1]  # an add of a shortcut and a conv: the conv's
         return None
 
-    def module_of(ort_name: str) -> str | None:
-        base = ort_name.removesuffix("_nchwc")
+    def module_of(engine_name: str) -> str | None:
+        # ORT's NCHWc node of a conv; OpenVINO's conv node, its bias split off
+        base = engine_name.removesuffix("_nchwc").removesuffix("/WithoutBiases")
         node = producer.get(base) or names.get(base)
         found = main_op(node) if node is not None else None
         return None if found is None else scope_path(found.name)

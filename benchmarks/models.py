@@ -13,11 +13,11 @@ OpenVINO). Every engine runs on torch's thread count. Each line times the engine
 compiled model in interleaved rounds and gives each ratio from one round's window (the
 median over rounds; between turns, the last engine's threads are left 0.1 s to go idle);
 the breakdown does the same per layer against torch, adds each layer's time inside the
-model's run (`ModelPlan.profile`) with ONNX Runtime's own profile of the layer beside it (the
-two profiled in the same rounds), and the planned call beside its kernels' sum. On
-a CUDA target the model, its inputs and autotune's kernels run on the GPU, and torch's
-columns are fp32 (TF32 off). Budgets are totals: a later one continues the run in --db; 0
-is the defaults.
+model's run (`ModelPlan.profile`) with ONNX Runtime's and OpenVINO's own profiles of the
+layer beside it (all profiled in the same rounds), and the planned call beside its
+kernels' sum. On a CUDA target the model, its inputs and autotune's kernels run on the
+GPU, and torch's columns are fp32 (TF32 off). Budgets are totals: a later one continues
+the run in --db; 0 is the defaults.
 The models are also CLI model specs: `autotune tune-model benchmarks.models:resnet18`.
 """
 from __future__ import annotations
@@ -39,13 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.engines import (  # noqa: E402 (after the path that makes it importable)
     ENGINES,
     LABELS,
+    PROFILE_LABELS,
+    PROFILERS,
     SETTLE_S,
-    OrtProfiler,
+    EngineProfile,
     available,
     make_engine,
     max_rel_err,
     onnx_model,
 )
+
+# an engine's profile: its label in the breakdown, and what makes a fresh profiler of it
+Profilers = dict[str, Callable[[], Any]]
 
 # --- the models -------------------------------------------------------------------------
 
@@ -240,14 +245,14 @@ def torch_compiled(model: nn.Module, inputs: tuple[torch.Tensor, ...]
 
 
 def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repeat: int,
-              rounds: int, model_s: float, ort: Callable[[], OrtProfiler] | None) -> None:
+              rounds: int, model_s: float, profilers: Profilers) -> None:
     """Per kernel group: autotune's time against torch running the same folded layer, the
     two interleaved, its time inside the model (the plan's run timed kernel by kernel: the
-    caches as the layers before leave them) and ONNX Runtime's own profile of the layer (its
+    caches as the layers before leave them) and each engine's own profile of the layer (its
     nodes whose main op is the layer's module; a fused activation or add counts with it),
-    the two profiles taken in the same rounds, so that a machine's slow minutes weigh on
-    both; then the planned model call beside its kernels' sum, and ONNX Runtime's nodes
-    that no autotune kernel computes."""
+    all profiles taken in the same rounds, so that a machine's slow minutes weigh on all;
+    then the planned model call beside its kernels' sum, and the engines' nodes that no
+    autotune kernel computes."""
     from autotune.frontend.layouts import LayoutTransform
     from autotune.frontend.plan import ModelPlan
     from autotune.frontend.runtime import kernel_modules
@@ -260,17 +265,17 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
         getattr(compiled.forward, "unplanned", compiled)(*model_inputs)
     for h in hooks:
         h.remove()
-    profiler = ort() if ort is not None else None
+    running = {label: make() for label, make in profilers.items()}
     if isinstance(compiled.forward, ModelPlan):
         in_model, torch_steps, planned_s = _in_model(compiled, model_inputs, rounds, repeat,
-                                                     profiler)
+                                                     list(running.values()))
     else:
         in_model, torch_steps, planned_s = {}, float("nan"), model_s
-        if profiler is not None:
+        for profiler in running.values():
             profiler.run(rounds * repeat)
     for m in kernel_modules(compiled):
         seen.setdefault(m.workload, []).append(m)
-    by_module, ort_others = profiler.result() if profiler is not None else ({}, {})
+    profiles: dict[str, EngineProfile] = {label: p.result() for label, p in running.items()}
     rows = []
     for wl, mods in seen.items():
         args = captured[id(mods[0])]
@@ -287,18 +292,23 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
             else float("nan")
         inside = [in_model[id(m)] for m in mods if id(m) in in_model]
         model_ms = sum(inside) / len(inside) if len(inside) == len(mods) else float("nan")
-        theirs = [by_module.pop(m.place) for m in mods if m.place in by_module]
-        ort_s = sum(theirs) / len(theirs) if len(theirs) == len(mods) else float("nan")
+        engine_s = {}
+        for label, (modules, _) in profiles.items():
+            theirs = [modules.pop(m.place) for m in mods if m.place in modules]
+            engine_s[label] = sum(theirs) / len(theirs) if len(theirs) == len(mods) \
+                else float("nan")
         rows.append((len(mods) * ours, len(mods), ours, ratio(times, "torch", "ours"),
-                     statistics.median(times["torch"]), call_us, model_ms, ort_s, str(wl),
+                     statistics.median(times["torch"]), call_us, model_ms, engine_s, str(wl),
                      mods[0].place))
+    heads = "".join(f" {label + ' ms':>8} {'vs ' + label:>6}" for label in profiles)
     print(f"    {'x':>3} {'autotune ms':>11} {'torch ms':>9} {'speedup':>7} {'call us':>7} "
-          f"{'in model':>8} {'ORT ms':>8} {'vs ORT':>6}  layer")
-    for _, n, ours, speedup, theirs, call_us, model_s_, ort_s, name, place in sorted(
+          f"{'in model':>8}{heads}  layer")
+    for _, n, ours, speedup, theirs, call_us, model_s_, engine_s, name, place in sorted(
             rows, key=lambda r: r[0], reverse=True):
+        cols = "".join(f" {engine_s[label] * 1e3:8.4f} {engine_s[label] / model_s_:5.2f}x"
+                       for label in profiles)
         print(f"    {n:3d} {ours * 1e3:11.4f} {theirs * 1e3:9.4f} {speedup:6.2f}x "
-              f"{call_us:7.1f} {model_s_ * 1e3:8.4f} {ort_s * 1e3:8.4f} "
-              f"{ort_s / model_s_:5.2f}x  {place}: {name}")
+              f"{call_us:7.1f} {model_s_ * 1e3:8.4f}{cols}  {place}: {name}")
     in_kernels = sum(r[0] for r in rows)
     inside_total = sum(r[1] * r[6] for r in rows)
     print(f"    sum over layers: autotune {in_kernels * 1e3:.3f} ms alone, "
@@ -307,11 +317,11 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
           f"{sum(r[1] * r[4] for r in rows) * 1e3:.3f} ms; the planned model call "
           f"{planned_s * 1e3:.3f} ms, timed between the profiled ones (its torch steps "
           f"{torch_steps * 1e3:.3f} ms)")
-    if profiler is not None:
-        matched = sum(r[1] * r[7] for r in rows if r[7] == r[7])
-        rest = {f"{k} (a module without an autotune kernel)": v for k, v in by_module.items()}
-        rest.update(ort_others)
-        print(f"    ONNX Runtime's profile: {matched * 1e3:.3f} ms in these layers, "
+    for label, (modules, others) in profiles.items():
+        matched = sum(r[1] * r[7][label] for r in rows if r[7][label] == r[7][label])
+        rest = {f"{k} (a module without an autotune kernel)": v for k, v in modules.items()}
+        rest.update(others)
+        print(f"    {label}'s profile: {matched * 1e3:.3f} ms in these layers, "
               f"{sum(rest.values()) * 1e3:.3f} ms in {len(rest)} other nodes"
               + (", the largest:" if rest else ""))
         for what, secs in sorted(rest.items(), key=lambda kv: -kv[1])[:8]:
@@ -319,12 +329,12 @@ def breakdown(compiled: nn.Module, model_inputs: tuple[torch.Tensor, ...], repea
 
 
 def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], rounds: int, repeat: int,
-              ort: OrtProfiler | None = None) -> tuple[dict[int, float], float, float]:
+              profilers: list[Any]) -> tuple[dict[int, float], float, float]:
     """Each kernel module's median time inside the model's planned run (by ``id``), over
     ``rounds`` of ``repeat`` profiled calls, the median total of the plan's torch steps, and
     the model's median time, a planned call before each profiled one (so that all three
-    come from one window). With ``ort``, each round starts with as many of its profiled
-    runs: both profiles come from the same windows, each run after one of its own kind."""
+    come from one window). Each round starts with as many runs of each engine's profiler:
+    all profiles come from the same windows, each run after one of its own kind."""
     plan = compiled.forward
     modules = dict(compiled.named_modules())
     per: dict[int, list[float]] = {}
@@ -332,10 +342,10 @@ def _in_model(compiled: nn.Module, inputs: tuple[torch.Tensor, ...], rounds: int
     whole: list[float] = []
     with torch.no_grad():
         for _ in range(rounds):
-            if ort is not None:
-                ort.run(repeat)
+            for profiler in profilers:
+                profiler.run(repeat)
                 time.sleep(SETTLE_S)
-                plan(*inputs)
+            plan(*inputs)
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 plan(*inputs)
@@ -464,7 +474,7 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         print(f"  torch.compile {why}")
     threads = torch.get_num_threads()
     engines: dict[str, Callable[[], Any]] = {}
-    ort: Callable[[], OrtProfiler] | None = None
+    profilers: Profilers = {}
     if args.engines:
         onnx = onnx_model(model, inputs)
         with torch.no_grad():
@@ -473,8 +483,9 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
             run, version = make_engine(engine, onnx, inputs, threads)
             engines[engine] = run
             print(f"  {version}: max rel diff {max_rel_err(run(), want):.1e}")
-        if "ort" in engines and not args.no_breakdown:
-            ort = functools.partial(OrtProfiler, onnx, inputs, threads)
+        if not args.no_breakdown:
+            profilers = {PROFILE_LABELS[e]: functools.partial(PROFILERS[e], onnx, inputs, threads)
+                         for e in args.engines if e in PROFILERS}
     heads = "".join(f" {LABELS[e] + ' ms':>{max(8, len(LABELS[e]) + 3)}}" for e in engines)
     print(f"  {'':14} {'eager ms':>9} {'compile ms':>10}{heads} {'autotune ms':>11} "
           f"{'vs eager':>8} {'vs compile':>10}" + (f" {'vs best engine':>14}" if engines else ""))
@@ -535,7 +546,8 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
                   f"({ratio(times, 'dynamo', 'ours'):.2f}x compile_model's), compiled in "
                   f"{dynamo_s:.1f} s")
         if not args.no_breakdown:
-            breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"], ort)
+            breakdown(compiled, inputs, max(5, args.repeat // 3), args.rounds, med["ours"],
+                      profilers)
 
 
 if __name__ == "__main__":
