@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from autotune.service.sources import SourceCache
-from autotune.target import Target, host_cpu
+from autotune.target import MAX_SPEC_CHARS, Target, host_cpu
 from autotune.target.isa import probe, probe_trusted
 from tests.service.service_helpers import SMALL_MATMUL, create_key, wait_for
 
@@ -67,7 +67,7 @@ def test_generated_code_storm_targets_and_idle_executors(make_server) -> None:
                             ("llvm -mcpu=nonsense-cpu", "does not know"),
                             ("llvm -cores=100000", "at most 1024"),
                             (f"llvm -cores={target.cores + 1}", "cores"),
-                            ("llvm " + "-cores=1 " * 40, "too long")]:
+                            ("llvm " + "-cores=1 " * 40, f"at most {MAX_SPEC_CHARS} characters")]:
             r = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "target": spec})
             assert r.status_code == 422, (spec, r.text)
             (detail,) = r.json()["detail"]
