@@ -213,16 +213,17 @@ def latency(call: Callable[[], Any], repeat: int) -> float:
         return median_time(synced if torch.cuda.is_initialized() else call, repeat, warmup=5)
 
 
-def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int
-                ) -> dict[str, list[float]]:
+def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int,
+                settle_s: float = 0.0) -> dict[str, list[float]]:
     """Each call's median latency in each of ``rounds`` rounds, the calls taking turns in
     every round: a ratio taken within one round compares times of one window (these
-    machines drift 5-15% within minutes). Between turns the threads of the last settle."""
+    machines drift 5-15% within minutes). ``settle_s`` after each turn lets the threads of
+    the last go idle (an engine's spin after its runs)."""
     out: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             out[name].append(latency(call, repeat))
-            time.sleep(SETTLE_S)
+            time.sleep(settle_s)
     return out
 
 
@@ -512,7 +513,7 @@ def run_model(name: str, batch: int, budgets: list[int], target: Any, device: to
         dynamo_s = None
         if target.kind == "llvm" and args.dynamo:  # the same kernels through torch.compile
             dynamo_s, calls["dynamo"] = autotune_dynamo(model, inputs, target, args)
-        times = interleaved(calls, args.rounds, args.repeat)
+        times = interleaved(calls, args.rounds, args.repeat, SETTLE_S if engines else 0.0)
         with torch.no_grad():
             want = model(*inputs)
             err = ((compiled(*inputs) - want).abs().max() / want.abs().max()).item()

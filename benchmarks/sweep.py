@@ -28,7 +28,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.engines import available, make_engine, max_rel_err, onnx_model  # noqa: E402
+from benchmarks.engines import (  # noqa: E402
+    SETTLE_S,
+    available,
+    make_engine,
+    max_rel_err,
+    onnx_model,
+)
 from benchmarks.models import (  # noqa: E402
     TORCHVISION,
     interleaved,
@@ -62,7 +68,7 @@ def one(name: str, engines: bool, rounds: int, repeat: int) -> dict:
                                           torch.get_num_threads())
         except Exception as exc:  # an export ONNX or the engine refuses
             row["ort_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-    times = interleaved(calls, rounds, repeat)
+    times = interleaved(calls, rounds, repeat, SETTLE_S if "ort" in calls else 0.0)
     for key in calls:
         row[f"{key}_ms"] = statistics.median(times[key]) * 1e3
     if "ort" in calls:

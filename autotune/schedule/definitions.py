@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from math import ceil
-from typing import Any
+from typing import Any, Sequence
 
 from autotune.ir.expr import FLOAT, Const, Expr, Select, all_of, cmp
 from autotune.ops import ArgSpec, Workload
@@ -95,10 +95,7 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
     read_b = lambda b, kk, j: B[(*b, kk, j)]  # noqa: E731
     packed = None
     if pack:
-        packed = compute("B_pack", (*lead, ceil(N / pack), K, pack),
-                         lambda *ax: _guarded(B, (*ax[:-3], ax[-2], ax[-3] * pack + ax[-1]),
-                                              [(ax[-3] * pack + ax[-1], N)]),
-                         axis_names=[*bnames, "jo", "k", "ji"])
+        packed = _b_panels(B, pack, bnames)
         temps.append(packed)
         read_b = lambda b, kk, j: packed[(*b, j // pack, kk, j % pack)]  # noqa: E731
     if pack_a:
@@ -118,6 +115,15 @@ def _matmul(wl: Workload, batched: bool, pack: int | None, pack_a: int | None) -
     return OpGraph([A, B, *extra], C, temps, packed=packed)
 
 
+def _b_panels(B: Tensor, pack: int, lead_names: Sequence[str] = ()) -> Tensor:
+    """B [..., K, N] as column panels Bp[..., j // pack, k, j % pack] (zeros past N)."""
+    *lead, K, N = B.shape
+    return compute("B_pack", (*lead, ceil(N / pack), K, pack),
+                   lambda *ax: _guarded(B, (*ax[:-3], ax[-2], ax[-3] * pack + ax[-1]),
+                                        [(ax[-3] * pack + ax[-1], N)]),
+                   axis_names=[*lead_names, "jo", "k", "ji"])
+
+
 @lru_cache(maxsize=GRAPHS)
 def gemv_graph(wl: Workload, parts: int, pack: int | None = None) -> OpGraph:
     """A one-row matmul as ``parts`` partial sums over contiguous ranges of k,
@@ -133,10 +139,7 @@ def gemv_graph(wl: Workload, parts: int, pack: int | None = None) -> OpGraph:
     temps: list[Tensor] = []
     packed = None
     if pack:
-        packed = compute("B_pack", (ceil(N / pack), K, pack),
-                         lambda jo, k, ji: _guarded(B, (k, jo * pack + ji),
-                                                    [(jo * pack + ji, N)]),
-                         axis_names=["jo", "k", "ji"])
+        packed = _b_panels(B, pack)
         temps.append(packed)
 
     def body(p, j):

@@ -76,13 +76,15 @@ def default_values(wl: Workload, facts: CpuFacts, knobs: list[Any]) -> dict[str,
     N, K = wl.dim("N"), wl.dim("K")
     tile_j, tile_k, split_k = knobs[0], knobs[1], knobs[2]
     lanes = facts.lanes
-    cores = facts.cores if K * N * 4 >= MIN_PARALLEL_BYTES else 1
+    b_bytes = K * N * 4
+    cores = facts.cores if b_bytes >= MIN_PARALLEL_BYTES else 1
     ranges = max(1, min(cores, N // MIN_SEGMENT))  # column ranges that keep segments long
     # B in panels (prepacked) and over a core's L2: two tasks per core, the rows split too
-    cold = wl.prepacked and cores > 1 and K * N * 4 > facts.l2
+    cold = wl.prepacked and cores > 1 and b_bytes > facts.l2
     tasks = cores * PACKED_TASKS_PER_CORE if cold else cores
     parts = next((p for p in split_k.candidates if p * ranges >= tasks), split_k.candidates[-1])
-    ranges = -(-cores // parts) if tasks == cores else ranges
+    if not cold:
+        ranges = -(-cores // parts)
     nr = min(8 * lanes, -(-N // lanes) * lanes)
     per_task = max(1, -(-N // (ranges * nr)))
     values = {
