@@ -31,8 +31,9 @@ def _configs(n, seed=0):
 
 
 def _slow_local(indices):
-    """The caller's rows, slowly: the workers must take their share of the batch."""
-    time.sleep(0.01 * len(indices))
+    """The caller's rows, slowly (50 ms a row, far slower than a worker even on a busy host):
+    the workers must take their share of the batch."""
+    time.sleep(0.05 * len(indices))
     return chunk_rows(CONV, TARGET, indices)
 
 
@@ -69,7 +70,7 @@ def test_workers_take_a_share_when_the_caller_is_busy(pool):
     indices = [c.index for c in _configs(40)]
     rows = pool.rows(CONV, TARGET, indices, _slow_local)
     assert _same(rows, chunk_rows(CONV, TARGET, indices))
-    assert pool.stats["by_workers"] >= 8
+    assert pool.stats["by_workers"] >= 12  # of 40: a share, though another test loads the host
 
 
 def test_small_batches_start_no_process():
