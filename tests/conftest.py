@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -16,6 +19,29 @@ from autotune.db import Database
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/autotune_test"
 TABLES = ("trials", "jobs", "model_runs", "api_keys", "workloads", "targets")
+_WORKER_TMP = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist process, and every process it starts, gets a temporary directory of
+    its own, and with it a host CPU lock of its own (`autotune.measure.host_lock`): the
+    processes' tests check what a job does, not how fast its kernels run, so they need not
+    take turns timing. The tests that time (marked serial) run alone, on the host's lock."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getppid()))
+    path = Path(tempfile.gettempdir()) / f"autotune-tests-{run[:12]}-{worker}"
+    path.mkdir(exist_ok=True)
+    config.stash[_WORKER_TMP] = path
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = None  # read TMPDIR again
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_WORKER_TMP, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _conninfo(url: str) -> str:

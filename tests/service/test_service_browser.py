@@ -55,12 +55,12 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     with server.client(key) as c:
         # A finished job on the same workload gives the job page a second curve to compare.
-        first = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 16,
+        first = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 8,
                                              "tuner": "random", "seed": 11}).json()
         browser.get(server.url + "/")
         wait_for(lambda: browser.find_elements(By.ID, f"job-{first['id']}"), 20,
                  what="the first job's row")
-        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 48,
+        job = c.post("/api/v1/jobs", json={"workload": SMALL_MATMUL, "trials": 32,
                                            "tuner": "ga", "seed": 2}).json()
 
     # The new job shows up in the already-open page, then its best GFLOP/s fills in.
@@ -89,13 +89,12 @@ def test_dashboard_follows_a_job_live(make_server, browser) -> None:
         seen.add(done)
         return done
 
-    wait_for(lambda: trials_shown() >= 48 and
+    wait_for(lambda: trials_shown() >= 32 and
              browser.find_element(By.ID, "live-text").text == "done", 180,
              interval=0.3, what="the job to finish on its page")
     assert len(seen) >= 2, f"the trial count never changed live: {seen}"
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 48 or
-             len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 50, 20,
-             what="a page of trials")
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) >= 32, 20,
+             what="the job's trials")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-best svg path")
     legend = browser.find_element(By.ID, "legend-best").text
     assert f"#{first['id']} random" in legend  # the other tuner's curve
