@@ -131,7 +131,7 @@ class OrtProfiler:
             self._session.run(None, self._feed)
 
     def result(self) -> EngineProfile:
-        """`by_module` of each node's median kernel time over the runs."""
+        """`by_module` of the nodes' kernel times over the runs."""
         with open(self._session.end_profiling()) as f:
             events = json.load(f)
         runs: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -139,7 +139,7 @@ class OrtProfiler:
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 runs[(e["name"][:-len("_kernel_time")], e["args"].get("op_name", "?"))].append(
                     e["dur"] * 1e-6)
-        return by_module(self._onnx, {k: statistics.median(v) for k, v in runs.items()})
+        return by_module(self._onnx, runs)
 
 
 class OpenVinoProfiler:
@@ -160,8 +160,8 @@ class OpenVinoProfiler:
                     self._runs[(p.node_name, p.node_type)].append(p.real_time.total_seconds())
 
     def result(self) -> EngineProfile:
-        """`by_module` of each node's median time over the runs."""
-        return by_module(self._onnx, {k: statistics.median(v) for k, v in self._runs.items()})
+        """`by_module` of the nodes' times over the runs."""
+        return by_module(self._onnx, self._runs)
 
 
 # the engines whose own profile the breakdown shows, and its columns' label for each
@@ -169,14 +169,15 @@ PROFILERS = {"ort": OrtProfiler, "openvino": OpenVinoProfiler}
 PROFILE_LABELS = {"ort": "ORT", "openvino": "OV"}
 
 
-def by_module(onnx: bytes, node_secs: dict[tuple[str, str], float]) -> EngineProfile:
-    """Engine nodes' seconds, keyed by (node name, op): those whose main op is a module's
-    summed per module path, the others (reorders, reductions, elementwise ops left alone)
-    per node, named by op and node."""
+def by_module(onnx: bytes, node_runs: dict[tuple[str, str], list[float]]) -> EngineProfile:
+    """Engine nodes' median seconds over their runs, keyed by (node name, op): those whose
+    main op is a module's summed per module path, the others (reorders, reductions,
+    elementwise ops left alone) per node, named by op and node."""
     module_of = _module_paths(onnx)
     modules: dict[str, float] = defaultdict(float)
     others: dict[str, float] = defaultdict(float)
-    for (node, op), secs in node_secs.items():
+    for (node, op), runs in node_runs.items():
+        secs = statistics.median(runs)
         place = module_of(node)
         if place is None:
             others[f"{op} {node}"] += secs

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.service.service_helpers import SHORT_TIMING
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -40,9 +42,9 @@ def check_output(out: str) -> None:
 
 
 def short_timing() -> dict[str, str]:
-    """The environment with a short timing protocol (the settings' measure fields): the
-    examples run as written, their kernels' timings are not under test."""
-    return {**os.environ, "AUTOTUNE_REPEAT": "3", "AUTOTUNE_MIN_REPEAT_MS": "5"}
+    """The environment with a short timing protocol: the examples run as written, their
+    kernels' timings are not under test."""
+    return {**os.environ, **SHORT_TIMING}
 
 
 @pytest.mark.slow
